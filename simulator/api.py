@@ -1,0 +1,99 @@
+"""The Python API: simulator.run(scenario_or_path, **overrides) -> Result (the run and its no-speculation baseline)."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .config import Scenario, load_scenario
+from .engine import Machine, simulate
+from .metrics import (Result, accept_histogram, breakdown_per_token, mean_step_us, request_latency_ms, summarize,
+                      _stats_ms)
+from .model.cost import PassShape
+
+
+def resolve(scenario_or_path: Scenario | str, overrides: dict[str, Any] | None = None,
+            set_args: list[str] | None = None) -> Scenario:
+    """A Scenario from a path or object, with dotted overrides (kwargs use '__' for '.')."""
+    pairs = [(k.replace("__", "."), v) for k, v in (overrides or {}).items()]
+    if isinstance(scenario_or_path, Scenario):
+        scenario = scenario_or_path
+        if set_args:
+            from .config import parse_override
+            pairs = [parse_override(s) for s in set_args] + pairs
+        return scenario.with_overrides(dict(pairs)) if pairs else scenario
+    return load_scenario(str(scenario_or_path), list(set_args or []) + pairs)
+
+
+def run(scenario_or_path: Scenario | str, *, set_args: list[str] | None = None, baseline: bool = True,
+        **overrides: Any) -> Result:
+    """Simulate a scenario and, unless told not to, the same machine with speculation off (same seed)."""
+    started = time.perf_counter()
+    scenario = resolve(scenario_or_path, overrides, set_args)
+    machine = Machine(scenario)
+    fidelity = scenario.spec.fidelity
+    speculating = scenario.spec.speculation.method != "none"
+    main = summarize(simulate(scenario, machine, fidelity=fidelity, speculate=True))
+    base = summarize(simulate(scenario, machine, fidelity=fidelity, speculate=False)) if (baseline and speculating) else main
+    return build_result(scenario, machine, main, base, time.perf_counter() - started)
+
+
+def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float) -> Result:
+    spec = scenario.spec
+    steps = main.steps
+    spec_mask, decode_mask = main.spec_steps, main.decode_steps
+    step_ms = {
+        "decode": _stats_ms(steps["duration_us"][decode_mask]),
+        "verify": _stats_ms(steps["pass_us"][spec_mask]),
+        "draft": _stats_ms(steps["draft_us"][spec_mask]),
+        "step": _stats_ms(steps["duration_us"][spec_mask]),
+        "baseline_decode": _stats_ms(base.steps["duration_us"][base.decode_steps]),
+    }
+    ar = {}
+    for name, mask in (("verify", spec_mask), ("decode", decode_mask)):
+        if mask.any():
+            ar[name] = {"rank_mean": float(steps["allreduce_only"][mask].mean()) / 1e3,
+                        "profiled_rank": float(steps["allreduce_profile"][mask].mean()) / 1e3}
+    spec_step = mean_step_us(main, spec_mask)
+    base_step = mean_step_us(base, base.decode_steps)
+    breakeven = spec_step / base_step if (spec_step and base_step) else None
+    lengths = main.accept_lengths
+    tpot, ttft = request_latency_ms(main)
+    target_plan = machine.plan("target", PassShape(1, 1, scenario.spec.workload.prompt_tokens), spec.runtime.cuda_graph_decode)
+    ar_bytes = scenario.model.hidden_size * 2
+    choice = machine.allreduce.cost(ar_bytes)
+    return Result(
+        scenario=spec.name,
+        fidelity=spec.fidelity,
+        seed=spec.seed,
+        throughput_tok_s=main.throughput_tok_s,
+        baseline_tok_s=base.throughput_tok_s,
+        speedup=main.throughput_tok_s / base.throughput_tok_s if base.throughput_tok_s else float("nan"),
+        mean_accept_len=float(lengths.mean()) if lengths.size else 1.0,
+        accept_len_hist=accept_histogram(lengths),
+        step_ms=step_ms,
+        breakdown_ms_per_token=breakdown_per_token(main),
+        allreduce_per_pass=target_plan.num_allreduces,
+        allreduce_ms_per_pass=ar,
+        breakeven_accept_len=breakeven,
+        tokens=main.tokens,
+        sim_time_s=main.sim_time_us / 1e6,
+        wall_time_s=wall_s,
+        tpot_ms=tpot,
+        ttft_ms=ttft,
+        allreduce_choice={"bytes": ar_bytes, **choice.as_dict()},
+        speculation={"method": spec.speculation.method, "draft_tokens": spec.speculation.draft_tokens,
+                     "verify": spec.speculation.verify,
+                     "expected_accept_len": _expected(scenario)},
+        run=main,
+        baseline=base,
+    )
+
+
+def _expected(scenario: Scenario) -> float | None:
+    from .speculation.acceptance import build_acceptance
+    s = scenario.spec.speculation
+    if s.method == "none" or s.acceptance is None:
+        return None
+    return build_acceptance(s.acceptance).expected_tokens(s.draft_tokens)

@@ -1,0 +1,124 @@
+"""Shared pydantic base and the translation of validation errors into one-line ConfigErrors."""
+from __future__ import annotations
+
+import typing
+from typing import Any, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..errors import ConfigError
+
+
+class Strict(BaseModel):
+    """Frozen, no unknown keys: a typo in a YAML file is an error, not a silently ignored key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _dotted(loc: tuple) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            # pydantic puts the discriminator tag or a function name into loc; skip those
+            if parts and (str(item).startswith("function-") or str(item).endswith("]")):
+                continue
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts).replace(".[", "[")
+
+
+def _model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The model class that owns the last key of `loc` (to list its allowed keys)."""
+    current: Any = root
+    for item in loc[:-1]:
+        if isinstance(item, int):
+            continue
+        model = _as_model(current)
+        if model is None:
+            return None
+        field = model.model_fields.get(str(item))
+        if field is None:
+            # a discriminated-union tag: find the member whose kind matches
+            candidates = [m for m in _members(current) if _tag(m) == item]
+            if candidates:
+                current = candidates[0]
+                continue
+            return None
+        current = field.annotation
+    return _as_model(current)
+
+
+def _members(annotation: Any) -> list[type[BaseModel]]:
+    origin = get_origin(annotation)
+    if origin is typing.Annotated:
+        return _members(get_args(annotation)[0])
+    if origin in (Union, getattr(typing, "UnionType", Union)) or str(origin) == "<class 'types.UnionType'>":
+        out = []
+        for arg in get_args(annotation):
+            out.extend(_members(arg))
+        return out
+    if origin in (list, tuple, dict):
+        out = []
+        for arg in get_args(annotation):
+            out.extend(_members(arg))
+        return out
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return []
+
+
+def _tag(model: type[BaseModel]) -> str | None:
+    field = model.model_fields.get("kind")
+    if field is None:
+        return None
+    args = get_args(field.annotation)
+    return args[0] if args else None
+
+
+def _as_model(annotation: Any) -> type[BaseModel] | None:
+    members = _members(annotation)
+    return members[0] if len(members) == 1 else None
+
+
+def _allowed(error: dict, root: type[BaseModel]) -> str | None:
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        model = _model_at(root, error["loc"])
+        if model is not None:
+            return ", ".join(model.model_fields)
+        return None
+    if kind in ("literal_error", "enum", "union_tag_invalid"):
+        return str(ctx.get("expected") or ctx.get("expected_tags") or "")
+    for key, word in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
+        if key in ctx:
+            return f"{word} {ctx[key]}"
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        return kind.replace("_type", "").replace("_parsing", "").replace("_", " ")
+    return None
+
+
+def validate(model: type[BaseModel], data: Any, file: str | None, prefix: str = ""):
+    """Validate `data` as `model`; the first problem becomes a ConfigError naming file and key path."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        loc = error["loc"]
+        path = _dotted(loc)
+        if prefix:
+            path = f"{prefix}.{path}" if path else prefix
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            problem = "unknown key"
+        elif kind == "missing":
+            problem = "required key is missing"
+        else:
+            problem = error["msg"]
+            if "input" in error and kind not in ("model_type", "dict_type"):
+                shown = repr(error["input"])
+                if len(shown) > 60:
+                    shown = shown[:57] + "..."
+                problem = f"{problem}, got {shown}"
+        raise ConfigError(file, path, problem, _allowed(error, model)) from None

@@ -1,0 +1,170 @@
+"""YAML -> validated Scenario: safe_load only, paths relative to the file, --set overrides, one-line errors."""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from ..errors import ConfigError
+from .base import validate
+from .model_card import ModelCard
+from .scenario import ScenarioSpec
+from .topology import Topology
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario with its topology and model card loaded."""
+
+    spec: ScenarioSpec
+    topology: Topology
+    model: ModelCard
+    source: str = "<inline>"
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "Scenario":
+        """A new scenario with dotted-path overrides applied (topology.* and model.* reach into those files)."""
+        raw = {
+            **self.spec.model_dump(mode="json"),
+            "topology": self.topology.model_dump(mode="json"),
+            "model": self.model.model_dump(mode="json"),
+        }
+        for path, value in overrides.items():
+            set_path(raw, path, value, self.source)
+        return build(raw, self.source, os.path.dirname(self.source) if os.path.isfile(self.source) else ".")
+
+
+def read_yaml(path: str, key_for_missing: str = "<file>", referrer: str | None = None) -> Any:
+    if not os.path.isfile(path):
+        raise ConfigError(referrer or path, key_for_missing, f"file not found: {path}")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return yaml.safe_load(handle)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "<yaml>"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(path, where, f"YAML syntax error: {problem}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(path, "<file>", f"cannot read file: {exc}") from None
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'a.b=value' -> ('a.b', value) with the value parsed as YAML (so numbers, booleans and lists work)."""
+    if "=" not in text:
+        raise ConfigError("--set", text, "expected dotted.path=value")
+    path, value = text.split("=", 1)
+    path = path.strip()
+    if not path:
+        raise ConfigError("--set", text, "empty key path")
+    try:
+        return path, yaml.safe_load(value)
+    except yaml.YAMLError:
+        return path, value
+
+
+def set_path(data: dict, path: str, value: Any, file: str) -> None:
+    keys = path.split(".")
+    node: Any = data
+    for i, key in enumerate(keys[:-1]):
+        if isinstance(node, list):
+            try:
+                node = node[int(key)]
+            except (ValueError, IndexError):
+                raise ConfigError(file, ".".join(keys[: i + 1]), "no such list element (from --set)") from None
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError(file, ".".join(keys[:i]), "is not a mapping, cannot set a key inside it (from --set)")
+        if not isinstance(node.get(key), (dict, list)):
+            node[key] = {}
+        node = node[key]
+    last = keys[-1]
+    if isinstance(node, list):
+        try:
+            node[int(last)] = value
+        except (ValueError, IndexError):
+            raise ConfigError(file, path, "no such list element (from --set)") from None
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ConfigError(file, ".".join(keys[:-1]), "is not a mapping (from --set)")
+
+
+def _load_part(value: Any, key: str, scenario_file: str, base_dir: str) -> tuple[Any, str]:
+    """A referenced file's content (or an inline mapping) and the name to report errors against."""
+    if isinstance(value, str):
+        path = os.path.normpath(os.path.join(base_dir, value))
+        data = read_yaml(path, key, referrer=scenario_file)
+        return data, path
+    if isinstance(value, dict):
+        return value, f"{scenario_file} ({key})"
+    raise ConfigError(scenario_file, key, "expected a file path or a mapping", "a YAML path relative to the scenario file")
+
+
+def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any]] = ()) -> Scenario:
+    if not isinstance(raw, dict):
+        raise ConfigError(file, "<root>", "expected a mapping of scenario keys", "name, topology, model, parallelism, ...")
+    raw = copy.deepcopy(raw)
+    part_overrides: dict[str, list[tuple[str, Any]]] = {"topology": [], "model": []}
+    for path, value in overrides:
+        head = path.split(".", 1)[0]
+        if head in part_overrides and "." in path and isinstance(raw.get(head), str):
+            part_overrides[head].append((path.split(".", 1)[1], value))
+        else:
+            set_path(raw, path, value, file)
+    for key in ("topology", "model"):
+        if key not in raw:
+            raise ConfigError(file, key, "required key is missing")
+    parts = {}
+    for key, model in (("topology", Topology), ("model", ModelCard)):
+        data, name = _load_part(raw[key], key, file, base_dir)
+        if not isinstance(data, dict):
+            raise ConfigError(name, "<root>", f"expected a mapping for the {key}")
+        data = copy.deepcopy(data)
+        for sub, value in part_overrides[key]:
+            set_path(data, sub, value, name)
+        parts[key] = validate(model, data, name)
+        raw[key] = parts[key].model_dump(mode="json")
+    spec = validate(ScenarioSpec, raw, file)
+    scenario = Scenario(spec=spec, topology=parts["topology"], model=parts["model"], source=file)
+    check(scenario)
+    return scenario
+
+
+def load_scenario(path: str, overrides: Iterable[str | tuple[str, Any]] = ()) -> Scenario:
+    parsed = [parse_override(o) if isinstance(o, str) else o for o in overrides]
+    raw = read_yaml(path)
+    return build(raw, path, os.path.dirname(os.path.abspath(path)), parsed)
+
+
+def check(scenario: Scenario) -> None:
+    """Checks that span the scenario, its topology and its model card."""
+    spec, topo, card, file = scenario.spec, scenario.topology, scenario.model, scenario.source
+    tp = spec.parallelism.tp
+    gpus = topo.num_gpus
+    if tp > gpus or gpus % tp:
+        raise ConfigError(file, "parallelism.tp", f"tp={tp} does not divide the {gpus} GPUs of {topo.name}",
+                          ", ".join(str(d) for d in range(1, gpus + 1) if gpus % d == 0))
+    heads = card.attention.num_heads
+    if heads % tp:
+        raise ConfigError(file, "parallelism.tp", f"tp={tp} does not divide the {heads} attention heads of {card.name}",
+                          ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0 and d <= gpus))
+    spec_cfg = spec.speculation
+    if spec_cfg.method == "mtp" and card.mtp_layers == 0:
+        raise ConfigError(file, "speculation.method", f"mtp needs a model with MTP modules; {card.name} has none",
+                          "eagle3, draft_model, ngram, none")
+    if spec_cfg.method == "eagle3" and card.draft_head is None:
+        raise ConfigError(file, "speculation.method", f"eagle3 needs model.draft_head; {card.name} defines none",
+                          "a model card with draft_head")
+    acc = spec_cfg.acceptance
+    if spec_cfg.method != "none" and acc is not None and acc.kind == "positional":
+        if len(acc.probs) < spec_cfg.draft_tokens and spec_cfg.verify == "chain":
+            raise ConfigError(file, "speculation.acceptance.probs",
+                              f"{len(acc.probs)} probabilities for a chain of {spec_cfg.draft_tokens} drafts",
+                              f"at least {spec_cfg.draft_tokens} entries, one per depth")

@@ -1,0 +1,113 @@
+"""A model card: the shape of a transformer, its weight dtypes, and the kernels the serving engine launches for it."""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+
+from .base import Strict
+from .topology import Dtype
+
+
+class MLAAttention(Strict):
+    kind: Literal["mla"]
+    num_heads: PositiveInt
+    q_lora_rank: NonNegativeInt = Field(description="0 when queries are projected directly from the hidden state")
+    kv_lora_rank: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
+
+
+class GQAAttention(Strict):
+    kind: Literal["gqa"]
+    num_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+
+    @model_validator(mode="after")
+    def _groups(self):
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        return self
+
+
+Attention = Annotated[Union[MLAAttention, GQAAttention], Field(discriminator="kind")]
+
+
+class MoESpec(Strict):
+    num_experts: PositiveInt
+    experts_per_token: PositiveInt
+    num_shared_experts: NonNegativeInt = 0
+    intermediate_size: PositiveInt
+    routing_locality: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "Share of a token's expert choices that repeat the previous token's of the same sequence (0: independent, "
+        "uniform routing); lowers the distinct experts a multi-token verify touches"))
+
+    @model_validator(mode="after")
+    def _k(self):
+        if self.experts_per_token > self.num_experts:
+            raise ValueError("experts_per_token exceeds num_experts")
+        return self
+
+
+class WeightDtypes(Strict):
+    attention: Dtype
+    dense_mlp: Dtype
+    experts: Dtype = "bf16"
+    shared_experts: Dtype = "bf16"
+    router: Dtype = "bf16"
+    embedding: Dtype = "bf16"
+    lm_head: Dtype = "bf16"
+    quant_group_size: NonNegativeInt = Field(0, description="Weights per bf16 scale for int4/fp4 groups (0: no group scales)")
+
+
+class EagerKernels(Strict):
+    """Kernels the engine launches per block when running eagerly (counted from the engine's forward code)."""
+
+    attention: PositiveInt = Field(description="Per layer, input norm through output projection, the all-reduce excluded")
+    dense_mlp: PositiveInt = Field(description="Per dense layer, post-attention norm through down projection, all-reduce excluded")
+    moe: NonNegativeInt = Field(0, description="Per MoE layer, post-attention norm through expert combine, all-reduce excluded")
+    per_pass: NonNegativeInt = Field(description="Embedding, final norm, lm_head, logits gather and sampling")
+    verify_per_pass: NonNegativeInt = Field(description="Extra per verify pass: draft organisation, tree/positions build, accept walk")
+    tree_attention: NonNegativeInt = Field(0, description="Extra per layer when the verify attention takes a tree mask (e.g. cascade + merge)")
+
+
+class DraftHead(Strict):
+    """An EAGLE-style draft head: a small decoder running on the same ranks as the target."""
+
+    num_layers: PositiveInt = 1
+    num_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    intermediate_size: PositiveInt
+    draft_vocab_size: PositiveInt = Field(description="Tokens the head's lm_head scores (EAGLE-3 uses a reduced vocabulary)")
+
+
+class ModelCard(Strict):
+    name: str
+    num_layers: PositiveInt
+    num_dense_layers: NonNegativeInt = Field(description="Leading layers with a dense MLP; the rest use the MoE block")
+    hidden_size: PositiveInt
+    vocab_size: PositiveInt
+    attention: Attention
+    dense_intermediate_size: PositiveInt
+    moe: Optional[MoESpec] = None
+    weights: WeightDtypes
+    activation_dtype: Dtype = Field("bf16", description="Compute dtype of weight-only quantised GEMMs and of attention")
+    kv_cache_dtype: Dtype = "bf16"
+    kernels: EagerKernels
+    mtp_layers: NonNegativeInt = Field(0, description="Multi-token-prediction modules shipped with the model (each one decoder layer)")
+    draft_head: Optional[DraftHead] = None
+
+    @model_validator(mode="after")
+    def _layers(self):
+        if self.num_dense_layers > self.num_layers:
+            raise ValueError("num_dense_layers exceeds num_layers")
+        if self.num_dense_layers < self.num_layers and self.moe is None:
+            raise ValueError("layers past num_dense_layers need a moe block")
+        return self
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.moe else 0

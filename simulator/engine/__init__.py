@@ -1,0 +1,28 @@
+"""Assembles one SimPy Environment from a Scenario and runs the decode loop."""
+from __future__ import annotations
+
+import simpy
+
+from ..config import Scenario
+from ..errors import ConfigError
+from .machine import Machine
+from .server import Server
+
+FIDELITIES = ("fast", "layer")
+
+
+def simulate(scenario: Scenario, machine: Machine | None = None, seed: int | None = None, fidelity: str | None = None,
+             speculate: bool = True) -> Server:
+    """Run the scenario's workload to completion; the returned server holds the step log and requests."""
+    fidelity = fidelity or scenario.spec.fidelity
+    if fidelity not in FIDELITIES:
+        raise ConfigError(scenario.source, "fidelity", f"fidelity {fidelity!r} is not available", ", ".join(FIDELITIES))
+    machine = machine or Machine(scenario)
+    env = simpy.Environment()
+    server = Server(env, machine, scenario.spec.seed if seed is None else seed, fidelity, speculate)
+    env.process(server.run())
+    env.run()
+    return server
+
+
+__all__ = ["Machine", "Server", "simulate", "FIDELITIES"]

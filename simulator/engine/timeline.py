@@ -1,0 +1,132 @@
+"""The per-rank timeline of one pass: host launches, GPU kernels and the collectives that synchronise the ranks.
+
+Segment k on rank r: the host finishes launching it at H_r(k) (launches never wait for the GPU); the GPU runs the
+segment's W_k of kernel time no earlier than each kernel's launch; the rank arrives at the closing collective at
+A_r(k) = max(C_{k-1} + W_k, h_r(k)), where h_r(k) is when its own launches allow it to. The collective starts when
+the last rank arrives and ends T_k later: C_k = max_r A_r(k) + T_k. Until then each rank waits; waiting is booked
+apart from transfer. Ranks interact only at collectives, so their timelines advance as vectors between them.
+
+`host_ready` draws the launches, `collective_ends` solves the recurrence in closed form for many samples at once
+(C_k - sum_{j<=k}(W_j + T_j) is a running maximum), `LayerPass` steps the same recurrence one SimPy event per
+collective, and `breakdown` books every rank's time into categories that sum to the pass duration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hardware.gpu import Host
+
+CATEGORIES = ("compute", "memory", "launch", "allreduce_transfer", "allreduce_wait")
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """Per-segment arrays of one pass shape on one machine (identical for every step of that shape)."""
+
+    launches: np.ndarray  # host launches per segment: its kernels plus the collective's
+    compute_us: np.ndarray  # GPU time of compute-bound kernels
+    memory_us: np.ndarray  # GPU time of memory-bound (and floor-bound) kernels
+    gap_us: np.ndarray  # device-side node gaps inside a CUDA graph
+    last_us: np.ndarray  # the segment's last kernel
+    collective_us: np.ndarray  # T_k, 0 where no collective closes the segment
+    allreduce_mask: np.ndarray  # True where the closing collective is an all-reduce
+    graph: bool
+    ranks: int
+    label: str = ""
+
+    @property
+    def gpu_us(self) -> np.ndarray:
+        return self.compute_us + self.memory_us + self.gap_us
+
+    @property
+    def num_allreduces(self) -> int:
+        return int(self.allreduce_mask.sum())
+
+    @property
+    def num_segments(self) -> int:
+        return int(self.launches.shape[0])
+
+
+def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator, samples: int) -> np.ndarray:
+    """h[s, r, k]: the earliest time rank r's own host allows it to arrive at collective k."""
+    W = plan.gpu_us
+    if plan.graph:
+        start = host.graph_launch_us(rng, samples, plan.ranks)[:, :, None]
+        return start + W[None, None, :]  # every kernel is queued at the graph launch
+    L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks)
+    H = np.cumsum(L, axis=2)
+    one = L / plan.launches
+    first = H - L + one  # the segment's first kernel is launched
+    return np.maximum(np.maximum(first + W, H - one + plan.last_us), H)
+
+
+def collective_ends(plan: PassPlan, h: np.ndarray) -> np.ndarray:
+    """C[s, k] for many samples: C_k = max(C_{k-1} + W_k, max_r h_rk) + T_k, C_0 = 0, as a running maximum."""
+    W, T = plan.gpu_us, plan.collective_us
+    cum = np.cumsum(W + T)
+    u = h.max(axis=1) + T - cum
+    return np.maximum(np.maximum.accumulate(u, axis=1), 0.0) + cum
+
+
+def breakdown(plan: PassPlan, h: np.ndarray, C: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-sample duration and rank-averaged time per category (they sum to the duration)."""
+    W, T = plan.gpu_us, plan.collective_us
+    prev = np.concatenate([np.zeros((C.shape[0], 1)), C[:, :-1]], axis=1)
+    A = np.maximum(prev[:, None, :] + W, h)
+    idle = (A - prev[:, None, :] - W).mean(axis=1)  # GPU waits for its own host
+    wait = ((C - T)[:, None, :] - A).mean(axis=1)  # waits for the other ranks
+    ar = plan.allreduce_mask
+    per_rank_ar = ((C - T)[:, None, :] - A)[:, :, ar].sum(axis=2) + T[ar].sum()
+    out = {
+        "duration": C[:, -1],
+        "compute": np.full(C.shape[0], plan.compute_us.sum()),
+        "memory": np.full(C.shape[0], plan.memory_us.sum()),
+        "launch": idle.sum(axis=1) + plan.gap_us.sum(),
+        # the logits all-gather is a collective too; its time is booked with the all-reduces' transfer/wait
+        "allreduce_transfer": np.full(C.shape[0], T.sum()),
+        "allreduce_wait": wait.sum(axis=1),
+        "allreduce_only": (wait[:, ar] + T[ar]).sum(axis=1),
+        # what a profile of one rank shows: the median rank's all-reduce time (transfer + waiting)
+        "allreduce_profile": np.median(per_rank_ar, axis=1),
+    }
+    return out
+
+
+def sample_passes(plan: PassPlan, host: Host, rng: np.random.Generator, samples: int) -> dict[str, np.ndarray]:
+    """Many independent passes of one plan, evaluated at once (the closed form of the layer model)."""
+    h = host_ready(plan, host, rng, samples)
+    return breakdown(plan, h, collective_ends(plan, h))
+
+
+class LayerPass:
+    """One pass at layer fidelity: a SimPy process with an event at each collective's start and end."""
+
+    def __init__(self, plan: PassPlan, host: Host):
+        self.plan = plan
+        self.host = host
+        self._W = plan.gpu_us.tolist()
+        self._T = plan.collective_us.tolist()
+
+    def run(self, env, rng: np.random.Generator, on_collective=None):
+        """Generator for env.process: returns the breakdown dict (scalars) and keeps the timeline for tracing."""
+        h = host_ready(self.plan, self.host, rng, 1)
+        hmax = h[0].max(axis=0).tolist()
+        W, T = self._W, self._T
+        begin = env.now
+        ends = []
+        c = 0.0
+        for k in range(len(W)):
+            start = max(c + W[k], hmax[k])
+            yield env.timeout(start - c)  # the last rank arrives: the collective starts
+            if T[k] > 0.0:
+                yield env.timeout(T[k])
+            c = start + T[k]
+            ends.append(c)
+            if on_collective is not None:
+                on_collective(k, begin + start, begin + c)
+        C = np.asarray(ends)[None, :]
+        result = {key: float(value[0]) for key, value in breakdown(self.plan, h, C).items()}
+        result["_h"], result["_C"] = h[0], C[0]
+        return result

@@ -1,0 +1,100 @@
+"""A rank: the GPU that runs kernels (roofline time) and the host thread that launches them (eager or CUDA graph).
+
+Kernel time = max(FLOPs / achievable peak, bytes / achievable bandwidth, kernel floor). Eager launches cost host
+time per kernel, gamma-distributed with a per-pass, per-rank speed factor; a CUDA graph costs one launch per pass
+and a device-side gap per kernel node.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config.topology import GPUSpec, HostSpec
+from ..model.cost import Segment
+
+
+@dataclass(frozen=True)
+class SegmentTime:
+    """GPU time of one segment's kernels on one rank, split by what bounds each kernel."""
+
+    compute_us: float
+    memory_us: float
+    last_kernel_us: float
+    num_kernels: int
+
+    @property
+    def total_us(self) -> float:
+        return self.compute_us + self.memory_us
+
+
+class GPU:
+    """Roofline timing of kernels on one GPU model."""
+
+    def __init__(self, spec: GPUSpec):
+        self.spec = spec
+        self.bytes_per_us = spec.memory_bandwidth_GBps * spec.memory_efficiency * 1e3
+        self.flops_per_us = {k: v * spec.compute_efficiency * 1e6 for k, v in spec.peak_TFLOPS.items()}
+        self.floor_us = spec.kernel_floor_us
+
+    def peak_flops_per_us(self, dtype: str) -> float:
+        if dtype in self.flops_per_us:
+            return self.flops_per_us[dtype]
+        # fall back to the nearest wider format the GPU lists (e.g. int4 weights computed in bf16)
+        for wider in ("bf16", "fp16", "fp8", "fp32"):
+            if wider in self.flops_per_us:
+                return self.flops_per_us[wider]
+        return min(self.flops_per_us.values())
+
+    def kernel_us(self, flops: float, nbytes: float, dtype: str) -> tuple[float, bool]:
+        """(time, compute_bound) of one kernel."""
+        compute = flops / self.peak_flops_per_us(dtype)
+        memory = nbytes / self.bytes_per_us
+        return max(compute, memory, self.floor_us), compute > memory and compute > self.floor_us
+
+    def segment(self, segment: Segment) -> SegmentTime:
+        compute = memory = last = 0.0
+        for kernel in segment.kernels:
+            t, compute_bound = self.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)
+            if compute_bound:
+                compute += t
+            else:
+                memory += t
+            last = t
+        small, _ = self.kernel_us(0.0, segment.small_bytes, "bf16")
+        memory += small * segment.small_kernels
+        if segment.small_kernels:
+            last = small
+        return SegmentTime(compute, memory, last, segment.num_kernels)
+
+
+class Host:
+    """Host-side launch costs of the ranks of one TP group."""
+
+    def __init__(self, spec: HostSpec):
+        self.spec = spec
+
+    def eager_launch_us(self, launches: np.ndarray, rng: np.random.Generator, samples: int, ranks: int) -> np.ndarray:
+        """Host time to launch each segment's kernels: shape (samples, ranks, segments).
+
+        A launch costs Gamma(mean=eager_launch_us, cv=launch_jitter_cv); the sum of n launches is Gamma(n/cv^2, ...),
+        drawn exactly. Each rank's host runs at a per-pass speed factor, lognormal with sigma rank_skew_cv.
+        """
+        mean, cv = self.spec.eager_launch_us, self.spec.launch_jitter_cv
+        shape = (samples, ranks, launches.shape[0])
+        if cv > 0:
+            k = launches / cv**2
+            times = rng.gamma(np.broadcast_to(k, shape), mean * cv**2)
+        else:
+            times = np.broadcast_to(launches * mean, shape).astype(float)
+        if self.spec.rank_skew_cv > 0:
+            skew = rng.lognormal(0.0, self.spec.rank_skew_cv, size=(samples, ranks, 1))
+            times = times * skew
+        return times
+
+    def graph_launch_us(self, rng: np.random.Generator, samples: int, ranks: int) -> np.ndarray:
+        """Host time of one cudaGraphLaunch per rank: shape (samples, ranks)."""
+        mean, cv = self.spec.graph_launch_us, self.spec.launch_jitter_cv
+        if cv > 0:
+            return rng.gamma(1.0 / cv**2, mean * cv**2, size=(samples, ranks))
+        return np.full((samples, ranks), mean)

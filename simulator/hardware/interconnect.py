@@ -1,0 +1,126 @@
+"""The fabric as a graph: routes between GPUs, their path class, peer-to-peer or host-memory transport, link sharing."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from ..config.topology import Topology
+
+# Path classes, nearest first, as NCCL's path types NVL < PXB < PHB < SYS.
+PATH_CLASSES = ("nvlink", "pcie_switch", "cpu", "system")
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One sender->receiver transfer of a collective step: its route's directed links and its transport."""
+
+    src: int
+    dst: int
+    links: tuple[tuple[int, int], ...]  # directed (node, node) pairs
+    path_class: str
+    p2p: bool
+
+    @property
+    def over_nvlink(self) -> bool:
+        return self.path_class == "nvlink"
+
+
+class Fabric:
+    """Routes over the topology's node/link graph (fewest-latency paths, ties by fewest links)."""
+
+    def __init__(self, topology: Topology):
+        self.topology = topology
+        fabric = topology.fabric
+        self.names = [n.name for n in fabric.nodes]
+        self.kinds = [n.kind for n in fabric.nodes]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.gpus = [self.index[name] for name in topology.gpu_names]
+        n = len(self.names)
+        self.link_of: dict[tuple[int, int], object] = {}
+        weight = np.zeros((n, n))
+        for link in fabric.links:
+            a, b = self.index[link.between[0]], self.index[link.between[1]]
+            # weight: latency plus a tiny per-link cost so equal-latency routes prefer fewer links
+            w = link.latency_us + 1e-3
+            if weight[a, b] == 0 or w < weight[a, b]:
+                weight[a, b] = weight[b, a] = w
+                self.link_of[(a, b)] = self.link_of[(b, a)] = link
+        self._dist, self._pred = shortest_path(csr_matrix(weight), directed=False, return_predecessors=True)
+        self._p2p_rank = PATH_CLASSES.index(fabric.p2p_level)
+
+    def route(self, a: int, b: int) -> list[int]:
+        """Node indices from a to b; empty if b is unreachable."""
+        if a == b:
+            return [a]
+        if self._pred[a, b] < 0:
+            return []
+        path = [b]
+        while path[-1] != a:
+            path.append(int(self._pred[a, path[-1]]))
+        return path[::-1]
+
+    def path_class(self, nodes: list[int]) -> str:
+        kinds = [self.kinds[i] for i in nodes[1:-1]]
+        links = [self.link_of[(u, v)].kind for u, v in zip(nodes, nodes[1:])]
+        if "socket" in links:
+            return "system"
+        if "cpu" in kinds:
+            return "cpu"
+        if all(kind == "nvlink" for kind in links):
+            return "nvlink"
+        return "pcie_switch"
+
+    def nearest_cpu(self, gpu: int) -> int | None:
+        cpus = [i for i, k in enumerate(self.kinds) if k == "cpu" and np.isfinite(self._dist[gpu, i])]
+        return min(cpus, key=lambda c: self._dist[gpu, c]) if cpus else None
+
+    def hop(self, src_rank: int, dst_rank: int) -> Hop:
+        """The transfer from one rank's GPU to another's: P2P along the route, or staged through host memory."""
+        a, b = self.gpus[src_rank], self.gpus[dst_rank]
+        nodes = self.route(a, b)
+        if not nodes:
+            raise ValueError(f"no route between {self.names[a]} and {self.names[b]}")
+        cls = self.path_class(nodes)
+        if PATH_CLASSES.index(cls) <= self._p2p_rank:
+            return Hop(src_rank, dst_rank, tuple(zip(nodes, nodes[1:])), cls, True)
+        # Host-memory (SHM) transport: up to the sender's socket, then from there down to the receiver.
+        cpu = self.nearest_cpu(a)
+        if cpu is None:
+            raise ValueError(f"{self.names[a]} has no peer-to-peer path to {self.names[b]} and no CPU to stage through")
+        up, down = self.route(a, cpu), self.route(cpu, b)
+        links = tuple(zip(up, up[1:])) + tuple(zip(down, down[1:]))
+        return Hop(src_rank, dst_rank, links, cls, False)
+
+    def latency_us(self, hop: Hop) -> float:
+        """Latency the route adds to a step: its links, plus host-memory staging when not peer-to-peer."""
+        total = sum(self.link_of[l].latency_us for l in hop.links)
+        if not hop.p2p:
+            total += self.topology.fabric.shm_hop_latency_us
+        return total
+
+    def concurrent_bandwidth_GBps(self, hops: list[Hop]) -> list[float]:
+        """Per-hop bandwidth when all hops transfer at once: each directed link is shared equally by its flows."""
+        flows: dict[tuple[int, int], int] = {}
+        for hop in hops:
+            for link in hop.links:
+                flows[link] = flows.get(link, 0) + 1
+        return [min(self.link_of[l].bandwidth_GBps / flows[l] for l in hop.links) for hop in hops]
+
+    @cached_property
+    def has_nvswitch(self) -> bool:
+        return "nvswitch" in self.kinds
+
+    def all_pairs_p2p(self, ranks: int) -> bool:
+        return all(self.hop(i, j).p2p for i in range(ranks) for j in range(ranks) if i != j)
+
+    def all_pairs_nvlink(self, ranks: int) -> bool:
+        return all(self.hop(i, j).over_nvlink for i in range(ranks) for j in range(ranks) if i != j)
+
+    def gpu_injection_GBps(self, rank: int) -> float:
+        """Total link bandwidth out of one GPU (what a GPU can read from all peers at once)."""
+        g = self.gpus[rank]
+        return sum(link.bandwidth_GBps for (u, v), link in self.link_of.items() if u == g)

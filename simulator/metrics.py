@@ -1,0 +1,123 @@
+"""Result of a run: throughput, step times, accept statistics and a time breakdown, as pure functions of the step log."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .engine.server import KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FIELDS
+
+BREAKDOWN = ("compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other")
+
+
+def step_table(steps: list[tuple]) -> dict[str, np.ndarray]:
+    """The step log as columns (times in microseconds)."""
+    if not steps:
+        return {name: np.zeros(0) for name in STEP_FIELDS}
+    array = np.asarray(steps, dtype=float)
+    return {name: array[:, i] for i, name in enumerate(STEP_FIELDS)}
+
+
+def _stats_ms(values_us: np.ndarray) -> dict[str, float] | None:
+    if values_us.size == 0:
+        return None
+    return {"mean": float(values_us.mean()) / 1e3, "p50": float(np.percentile(values_us, 50)) / 1e3,
+            "p99": float(np.percentile(values_us, 99)) / 1e3}
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one simulated run (speculative or baseline) measured."""
+
+    tokens: int
+    sim_time_us: float
+    throughput_tok_s: float
+    steps: dict[str, np.ndarray]
+    accept_lengths: np.ndarray
+    requests: list
+
+    @property
+    def decode_steps(self) -> np.ndarray:
+        return self.steps["kind"] == KIND_DECODE
+
+    @property
+    def spec_steps(self) -> np.ndarray:
+        return self.steps["kind"] == KIND_SPEC
+
+
+def summarize(server) -> RunSummary:
+    steps = step_table(server.steps)
+    tokens = int(steps["tokens"].sum())
+    end = max((r.completed_at or 0.0) for r in server.requests) if server.requests else 0.0
+    sim_time = float(end)
+    throughput = tokens / (sim_time / 1e6) if sim_time > 0 else 0.0
+    return RunSummary(tokens, sim_time, throughput, steps, np.asarray(server.accept_lengths, dtype=int), server.requests)
+
+
+@dataclass(frozen=True)
+class Result:
+    """Everything a report, a sweep or a plot needs from one scenario run (and its baseline)."""
+
+    scenario: str
+    fidelity: str
+    seed: int
+    throughput_tok_s: float
+    baseline_tok_s: float
+    speedup: float
+    mean_accept_len: float
+    accept_len_hist: dict[str, int]
+    step_ms: dict[str, Any]
+    breakdown_ms_per_token: dict[str, float]
+    allreduce_per_pass: int
+    allreduce_ms_per_pass: dict[str, Any]
+    breakeven_accept_len: float | None
+    tokens: int
+    sim_time_s: float
+    wall_time_s: float
+    tpot_ms: float
+    ttft_ms: float
+    allreduce_choice: dict[str, Any]
+    speculation: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+    run: RunSummary | None = field(default=None, repr=False, compare=False)
+    baseline: RunSummary | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k not in ("run", "baseline", "extra")}
+        out.update(self.extra)
+        return out
+
+
+def breakdown_per_token(run: RunSummary) -> dict[str, float]:
+    """Milliseconds per generated token by category; they sum to sim_time / tokens."""
+    s = run.steps
+    if run.tokens == 0:
+        return {k: 0.0 for k in BREAKDOWN}
+    out = {k: float(s[k].sum()) for k in BREAKDOWN}
+    out["other"] += run.sim_time_us - float(s["duration_us"].sum())  # idle gaps between steps, if any
+    return {k: v / run.tokens / 1e3 for k, v in out.items()}
+
+
+def request_latency_ms(run: RunSummary) -> tuple[float, float]:
+    """Mean time per output token after the first (TPOT) and mean time to first token (TTFT)."""
+    tpot, ttft = [], []
+    for r in run.requests:
+        if r.completed_at is None or r.first_token_at is None:
+            continue
+        ttft.append(r.first_token_at - r.arrived_at)
+        if r.generated > 1:
+            tpot.append((r.completed_at - r.first_token_at) / (r.generated - 1))
+    return (float(np.mean(tpot)) / 1e3 if tpot else 0.0, float(np.mean(ttft)) / 1e3 if ttft else 0.0)
+
+
+def mean_step_us(run: RunSummary, mask: np.ndarray) -> float | None:
+    durations = run.steps["duration_us"][mask]
+    return float(durations.mean()) if durations.size else None
+
+
+def accept_histogram(lengths: np.ndarray) -> dict[str, int]:
+    if lengths.size == 0:
+        return {}
+    counts = np.bincount(lengths)
+    return {str(k): int(c) for k, c in enumerate(counts) if k > 0}

@@ -1,0 +1,75 @@
+"""Derived quantities of a model card: bytes per parameter, parameters per component, KV bytes per token, per GPU."""
+from __future__ import annotations
+
+from ..config.model_card import GQAAttention, MLAAttention, ModelCard
+
+BYTES_PER_VALUE = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
+
+
+def bytes_per_param(card: ModelCard, dtype: str) -> float:
+    """Storage per weight, with bf16 group scales for 4-bit formats (e.g. int4 group 32: 0.5 + 2/32 bytes)."""
+    size = BYTES_PER_VALUE[dtype]
+    group = card.weights.quant_group_size
+    if dtype in ("int4", "fp4") and group:
+        size += 2.0 / group
+    return size
+
+
+def compute_dtype(card: ModelCard, weight_dtype: str) -> str:
+    """Tensor-core dtype of a GEMM: fp8/fp4 weights run natively; int4/int8 weights are dequantised to activations."""
+    return weight_dtype if weight_dtype in ("fp8", "fp4") else card.activation_dtype
+
+
+def attention_params(card: ModelCard, tp: int) -> tuple[float, float]:
+    """(replicated, sharded-per-rank) attention parameters of one layer."""
+    att, d = card.attention, card.hidden_size
+    if isinstance(att, MLAAttention):
+        q_dim = att.qk_nope_head_dim + att.qk_rope_head_dim
+        replicated = d * (att.q_lora_rank + att.kv_lora_rank + att.qk_rope_head_dim) if att.q_lora_rank else \
+            d * (att.kv_lora_rank + att.qk_rope_head_dim)
+        q_in = att.q_lora_rank or d
+        sharded = (q_in * att.num_heads * q_dim
+                   + att.kv_lora_rank * att.num_heads * (att.qk_nope_head_dim + att.v_head_dim)
+                   + att.num_heads * att.v_head_dim * d) / tp
+        return float(replicated), sharded
+    assert isinstance(att, GQAAttention)
+    kv_heads_rank = max(1.0, att.num_kv_heads / tp)
+    q_rank = att.num_heads / tp
+    sharded = d * att.head_dim * (q_rank + 2 * kv_heads_rank) + q_rank * att.head_dim * d
+    return 0.0, sharded
+
+
+def kv_bytes_per_token_layer(card: ModelCard, tp: int) -> float:
+    """KV-cache bytes one token adds to one layer on one rank (MLA's latent cache is replicated on every rank)."""
+    att = card.attention
+    size = BYTES_PER_VALUE[card.kv_cache_dtype]
+    if isinstance(att, MLAAttention):
+        return (att.kv_lora_rank + att.qk_rope_head_dim) * size
+    return 2 * max(1.0, att.num_kv_heads / tp) * att.head_dim * size
+
+
+def weight_bytes_per_gpu(card: ModelCard, tp: int) -> float:
+    """All weights one rank holds (every expert shard), for the memory budget."""
+    d, w = card.hidden_size, card.weights
+    replicated, sharded = attention_params(card, tp)
+    total = card.num_layers * (replicated + sharded) * bytes_per_param(card, w.attention)
+    total += card.num_dense_layers * 3 * d * card.dense_intermediate_size / tp * bytes_per_param(card, w.dense_mlp)
+    if card.moe:
+        m = card.moe
+        per_layer = m.num_experts * 3 * d * m.intermediate_size / tp * bytes_per_param(card, w.experts)
+        per_layer += m.num_shared_experts * 3 * d * m.intermediate_size / tp * bytes_per_param(card, w.shared_experts)
+        per_layer += d * m.num_experts * bytes_per_param(card, w.router)
+        total += card.num_moe_layers * per_layer
+    total += card.vocab_size * d / tp * (bytes_per_param(card, w.embedding) + bytes_per_param(card, w.lm_head))
+    return total
+
+
+def expected_distinct_experts(num_experts: int, experts_per_token: int, tokens: int, batch: int = 1,
+                              locality: float = 0.0) -> float:
+    """Distinct experts touched by `batch` sequences of `tokens` consecutive tokens each: E (1 - (1 - k/E)^n_eff).
+
+    Uniform routing makes every token an independent draw (FACTS.md); with routing locality rho, each token after
+    the first in a sequence is a fresh draw only for a (1 - rho) share of its choices: n_eff = b (1 + (t - 1)(1 - rho)).
+    """
+    effective = batch * (1.0 + (tokens - 1) * (1.0 - locality))
+    return num_experts * (1.0 - (1.0 - experts_per_token / num_experts) ** effective)

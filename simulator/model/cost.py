@@ -1,0 +1,174 @@
+"""Per-rank cost of one forward pass: kernels (FLOPs, bytes, dtype) grouped into segments that end in a collective.
+
+A pass over T query tokens (batch b, each with its cached context) on a TP group: every layer is an attention
+segment and an MLP segment, each closed by an all-reduce of T x hidden activations (tensor parallelism's two
+all-reduces per layer); a head segment (embedding) and a tail segment (final norm, lm_head, logits all-gather,
+sampling) frame them. Heavy kernels (GEMMs, attention, experts) carry their FLOPs and bytes; the remaining
+launches counted in the model card are small element-wise kernels touching only activations.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from ..config.model_card import DraftHead, EagerKernels, GQAAttention, MLAAttention, ModelCard
+from .cards import (BYTES_PER_VALUE, attention_params, bytes_per_param, compute_dtype, expected_distinct_experts,
+                    kv_bytes_per_token_layer)
+
+
+@dataclass(frozen=True)
+class PassShape:
+    """What a pass computes: query tokens per request, requests, total cached context, and whether it is a tree."""
+
+    tokens: int = 1
+    batch: int = 1
+    context: int = 0  # cached tokens summed over the batch
+    tree: bool = False  # attention takes a tree mask
+    verify: bool = False  # speculative bookkeeping around the pass
+
+    @property
+    def query_tokens(self) -> int:
+        return self.tokens * self.batch
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    flops: float  # per rank
+    bytes: float  # per rank: weights + KV + activations
+    dtype: str  # tensor-core dtype
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Kernels launched between two collectives, and the collective that closes the segment."""
+
+    kernels: tuple[Kernel, ...]
+    small_kernels: int
+    small_bytes: float  # per small kernel
+    collective: str | None  # "allreduce" | "allgather" | None
+    collective_bytes: int  # per rank (input size)
+
+    @property
+    def num_kernels(self) -> int:
+        return len(self.kernels) + self.small_kernels
+
+
+def _gemm(name: str, tokens: int, k: float, n: float, weight_bytes: float, act: float, dtype: str) -> Kernel:
+    """tokens x k times k x n: 2 T k n FLOPs; reads the weights and the input, writes the output."""
+    return Kernel(name, 2.0 * tokens * k * n, k * n * weight_bytes + tokens * (k + n) * act, dtype)
+
+
+def _attention_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kernel]:
+    att, d, w = card.attention, card.hidden_size, card.weights
+    T = shape.query_tokens
+    act = BYTES_PER_VALUE[card.activation_dtype]
+    wb = bytes_per_param(card, w.attention)
+    cd = compute_dtype(card, w.attention)
+    kv_read = (shape.context + shape.batch * shape.tokens) * kv_bytes_per_token_layer(card, tp)
+    # every query token attends to its request's context and (tree or causal) its own pass tokens
+    keys_per_query = shape.context / max(1, shape.batch) + shape.tokens
+    mask_bytes = T * keys_per_query if shape.tree else 0.0
+    if isinstance(att, MLAAttention):
+        heads = att.num_heads / tp
+        latent = att.kv_lora_rank + att.qk_rope_head_dim
+        q_in = att.q_lora_rank or d
+        kernels = [_gemm("qkv_a_proj", T, d, (att.q_lora_rank + latent) if att.q_lora_rank else latent, wb, act, cd)]
+        q_dim = att.qk_nope_head_dim + att.qk_rope_head_dim
+        if att.q_lora_rank:
+            kernels.append(_gemm("q_b_proj", T, q_in, heads * q_dim, wb, act, cd))
+        kernels.append(_gemm("w_kc_absorb", T, heads * att.qk_nope_head_dim, att.kv_lora_rank, wb, act, cd))
+        flops = 2.0 * T * heads * keys_per_query * (latent + att.kv_lora_rank)
+        kernels.append(Kernel("mla_attention", flops, kv_read + mask_bytes + 2 * T * heads * latent * act, card.activation_dtype))
+        kernels.append(_gemm("w_vc_absorb", T, heads * att.kv_lora_rank, att.v_head_dim, wb, act, cd))
+        kernels.append(_gemm("o_proj", T, heads * att.v_head_dim, d, wb, act, cd))
+        return kernels
+    assert isinstance(att, GQAAttention)
+    q_heads = att.num_heads / tp
+    kv_heads = max(1.0, att.num_kv_heads / tp)
+    qkv = _gemm("qkv_proj", T, d, (q_heads + 2 * kv_heads) * att.head_dim, wb, act, cd)
+    flops = 2.0 * T * q_heads * keys_per_query * 2 * att.head_dim
+    core = Kernel("attention", flops, kv_read + mask_bytes + 2 * T * q_heads * att.head_dim * act, card.activation_dtype)
+    o_proj = _gemm("o_proj", T, q_heads * att.head_dim, d, wb, act, cd)
+    return [qkv, core, o_proj]
+
+
+def _dense_mlp_kernels(card: ModelCard, tp: int, T: int) -> list[Kernel]:
+    d, inter = card.hidden_size, card.dense_intermediate_size / tp
+    act = BYTES_PER_VALUE[card.activation_dtype]
+    wb, cd = bytes_per_param(card, card.weights.dense_mlp), compute_dtype(card, card.weights.dense_mlp)
+    return [_gemm("gate_up_proj", T, d, 2 * inter, wb, act, cd), _gemm("down_proj", T, inter, d, wb, act, cd)]
+
+
+def _moe_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kernel]:
+    m, d, w = card.moe, card.hidden_size, card.weights
+    act = BYTES_PER_VALUE[card.activation_dtype]
+    inter = m.intermediate_size / tp
+    T = shape.query_tokens
+    touched = expected_distinct_experts(m.num_experts, m.experts_per_token, shape.tokens, shape.batch, m.routing_locality)
+    wb, cd = bytes_per_param(card, w.experts), compute_dtype(card, w.experts)
+    routed = T * m.experts_per_token
+    kernels = [_gemm("router", T, d, m.num_experts, bytes_per_param(card, w.router), act, compute_dtype(card, w.router))]
+    kernels.append(Kernel("experts_gate_up", 2.0 * routed * d * 2 * inter,
+                          touched * d * 2 * inter * wb + routed * (d + 2 * inter) * act, cd))
+    kernels.append(Kernel("experts_down", 2.0 * routed * inter * d,
+                          touched * inter * d * wb + routed * (inter + d) * act, cd))
+    if m.num_shared_experts:
+        s_inter = m.num_shared_experts * inter
+        sb, sd = bytes_per_param(card, w.shared_experts), compute_dtype(card, w.shared_experts)
+        kernels += [_gemm("shared_gate_up", T, d, 2 * s_inter, sb, act, sd), _gemm("shared_down", T, s_inter, d, sb, act, sd)]
+    return kernels
+
+
+def _segment(kernels: list[Kernel], launches: int, T: int, card: ModelCard, collective: str | None, coll_bytes: int) -> Segment:
+    small = max(0, launches - len(kernels))
+    small_bytes = 3.0 * T * card.hidden_size * BYTES_PER_VALUE[card.activation_dtype]
+    return Segment(tuple(kernels), small, small_bytes, collective, coll_bytes)
+
+
+@lru_cache(maxsize=4096)
+def pass_segments(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm: bool = False) -> tuple[Segment, ...]:
+    """The per-rank segments of one forward pass, in launch order."""
+    k: EagerKernels = card.kernels
+    T = shape.query_tokens
+    d = card.hidden_size
+    act = BYTES_PER_VALUE[card.activation_dtype]
+    ar_bytes = int(T * d * act)
+    collective = "allreduce" if tp > 1 else None
+    fused = 1 if fused_allreduce_norm and tp > 1 else 0  # the norm after each all-reduce runs inside it
+    segments = []
+    emb = Kernel("embedding", 0.0, T * d * (act + BYTES_PER_VALUE[card.weights.embedding]), card.activation_dtype)
+    segments.append(_segment([emb], 1, T, card, collective, ar_bytes))
+    for layer in range(card.num_layers):
+        attention_launches = k.attention - fused + (k.tree_attention if shape.tree else 0)
+        segments.append(_segment(_attention_kernels(card, tp, shape), attention_launches, T, card, collective, ar_bytes))
+        if layer < card.num_dense_layers:
+            segments.append(_segment(_dense_mlp_kernels(card, tp, T), k.dense_mlp - fused, T, card, collective, ar_bytes))
+        else:
+            segments.append(_segment(_moe_kernels(card, tp, shape), k.moe - fused, T, card, collective, ar_bytes))
+    vocab = card.vocab_size / tp
+    lm_head = _gemm("lm_head", T, d, vocab, bytes_per_param(card, card.weights.lm_head), act,
+                    compute_dtype(card, card.weights.lm_head))
+    tail_launches = k.per_pass + (k.verify_per_pass if shape.verify else 0)
+    gather = int(T * vocab * act) if tp > 1 else 0
+    segments.append(_segment([lm_head], tail_launches, T, card, "allgather" if tp > 1 else None, gather))
+    return tuple(segments)
+
+
+def draft_head_card(card: ModelCard) -> ModelCard:
+    """An EAGLE-style head as a one-layer dense model card sharing the target's hidden size."""
+    head: DraftHead = card.draft_head
+    attention = GQAAttention(kind="gqa", num_heads=head.num_heads, num_kv_heads=head.num_kv_heads, head_dim=head.head_dim)
+    weights = card.weights.model_copy(update={"attention": "bf16", "dense_mlp": "bf16", "lm_head": "bf16"})
+    return card.model_copy(update={
+        "name": f"{card.name}-draft-head", "num_layers": head.num_layers, "num_dense_layers": head.num_layers,
+        "vocab_size": head.draft_vocab_size, "attention": attention, "dense_intermediate_size": head.intermediate_size,
+        "moe": None, "weights": weights, "mtp_layers": 0, "draft_head": None,
+    })
+
+
+def mtp_card(card: ModelCard) -> ModelCard:
+    """A multi-token-prediction module: one decoder layer of the target's own kind, sharing its lm_head."""
+    dense = card.num_dense_layers >= card.num_layers
+    return card.model_copy(update={"name": f"{card.name}-mtp", "num_layers": card.mtp_layers,
+                                   "num_dense_layers": card.mtp_layers if dense else 0, "draft_head": None, "mtp_layers": 0})

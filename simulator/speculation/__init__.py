@@ -1,0 +1,1 @@
+"""What is drafted and what is accepted: acceptance models, drafters, token trees and speculation policies."""
