@@ -86,6 +86,8 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
         speculation={"method": spec.speculation.method, "draft_tokens": spec.speculation.draft_tokens,
                      "verify": spec.speculation.verify,
                      "expected_accept_len": _expected(scenario)},
+        extra={"description": spec.description, "graph_verify": spec.runtime.cuda_graph_verify,
+               "eager_verify": not spec.runtime.cuda_graph_verify},
         run=main,
         baseline=base,
     )

@@ -77,24 +77,22 @@ class Host:
     def eager_launch_us(self, launches: np.ndarray, rng: np.random.Generator, samples: int, ranks: int) -> np.ndarray:
         """Host time to launch each segment's kernels: shape (samples, ranks, segments).
 
-        A launch costs Gamma(mean=eager_launch_us, cv=launch_jitter_cv); the sum of n launches is Gamma(n/cv^2, ...),
-        drawn exactly. Each rank's host runs at a per-pass speed factor, lognormal with sigma rank_skew_cv.
+        One launch costs eager_launch_us with coefficient of variation launch_jitter_cv; the sum of a segment's n
+        launches is taken as Normal(n mean, sqrt(n) cv mean) (central limit: n >= 4 per segment), truncated at a
+        tenth of the mean. Each rank's host runs at a per-pass speed factor, lognormal with sigma rank_skew_cv.
+        Draws are standard normals scaled afterwards, so a parameter change moves every draw smoothly (common
+        random numbers across what-if runs).
         """
         mean, cv = self.spec.eager_launch_us, self.spec.launch_jitter_cv
-        shape = (samples, ranks, launches.shape[0])
-        if cv > 0:
-            k = launches / cv**2
-            times = rng.gamma(np.broadcast_to(k, shape), mean * cv**2)
-        else:
-            times = np.broadcast_to(launches * mean, shape).astype(float)
+        z = rng.standard_normal((samples, ranks, launches.shape[0]))
+        skew_z = rng.standard_normal((samples, ranks, 1))
+        times = launches * mean * np.maximum(1.0 + cv * z / np.sqrt(launches), 0.1)
         if self.spec.rank_skew_cv > 0:
-            skew = rng.lognormal(0.0, self.spec.rank_skew_cv, size=(samples, ranks, 1))
-            times = times * skew
+            times = times * np.exp(self.spec.rank_skew_cv * skew_z)
         return times
 
     def graph_launch_us(self, rng: np.random.Generator, samples: int, ranks: int) -> np.ndarray:
-        """Host time of one cudaGraphLaunch per rank: shape (samples, ranks)."""
+        """Host time of one cudaGraphLaunch per rank: shape (samples, ranks), lognormal with the launch cv."""
         mean, cv = self.spec.graph_launch_us, self.spec.launch_jitter_cv
-        if cv > 0:
-            return rng.gamma(1.0 / cv**2, mean * cv**2, size=(samples, ranks))
-        return np.full((samples, ranks), mean)
+        sigma = np.sqrt(np.log1p(cv**2))
+        return mean * np.exp(sigma * rng.standard_normal((samples, ranks)) - sigma**2 / 2)

@@ -1,8 +1,10 @@
 """Drafters: what a proposal of k draft tokens costs, as passes on the ranks and host time.
 
-EAGLE-3 / MTP heads run on the target's own ranks (same TP group, their own kernels and all-reduces): k single-token
-passes propose a chain, and one extend pass over the k+1 verified positions refreshes the head's state for the next
-round (SGLang's EAGLEWorker: draft -> verify -> forward_draft_extend_after_decode).
+EAGLE-3 / MTP heads run on the target's own ranks (same TP group, their own kernels and all-reduces). A chain of k
+drafts costs k head passes a round: the first draft comes from the previous round's extend pass, k-1 single-token
+passes propose the rest, and one extend pass over the k+1 verified positions (padded in the captured graph)
+refreshes the head's state for the next round (SGLang's EAGLEWorker: draft -> verify ->
+forward_draft_extend_after_decode).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ class HeadDrafter:
         self.graph = graph
 
     def passes(self, depth: int, batch: int, context: int) -> list[DraftPass]:
-        step = [DraftPass(self.part, PassShape(1, batch, context), self.graph) for _ in range(depth)]
+        step = [DraftPass(self.part, PassShape(1, batch, context), self.graph) for _ in range(depth - 1)]
         extend = DraftPass(self.part, PassShape(depth + 1, batch, context), self.graph)
         return step + [extend]
 

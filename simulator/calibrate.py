@@ -1,0 +1,136 @@
+"""Fit named physical parameters to measured figures with scipy.optimize.least_squares.
+
+A measured file lists figures (a Result metric, its value and uncertainty) and the scenario each comes from; the
+fit varies dotted config paths, reruns the simulator (common random numbers: same seed every evaluation) and
+minimises the uncertainty-weighted residuals. Uncertainty of the fitted values comes from the Jacobian.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+from pydantic import Field, PositiveFloat
+
+from .api import resolve, run
+from .config.base import Strict, validate
+from .config.loader import read_yaml
+from .errors import ConfigError
+
+
+class Measurement(Strict):
+    name: str
+    metric: str = Field(description="Dotted path into the result, e.g. step_ms.verify.mean")
+    value: float
+    sigma: PositiveFloat = Field(description="Uncertainty of the measured value (same unit)")
+    scenario: str | None = Field(None, description="Scenario file (relative to this file); default: the file's scenario")
+    set: dict[str, Any] = Field(default_factory=dict, description="Overrides for this measurement's run")
+
+
+class MeasuredFile(Strict):
+    scenario: str
+    description: str = ""
+    set: dict[str, Any] = Field(default_factory=dict, description="Overrides for every run (e.g. a shorter workload)")
+    measurements: list[Measurement] = Field(min_length=1)
+
+
+@dataclass
+class Fit:
+    names: list[str]
+    values: np.ndarray
+    sigmas: np.ndarray
+    start: np.ndarray
+    measurements: list[Measurement]
+    predicted: np.ndarray
+    cost: float
+    success: bool
+    message: str
+
+
+def metric(result_dict: dict, path: str, file: str = "<measured>") -> float:
+    node: Any = result_dict
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            raise ConfigError(file, f"metric {path}", "no such result metric",
+                              ", ".join(sorted(k for k in result_dict if not k.startswith("_"))))
+        node = node[key]
+    if node is None:
+        raise ConfigError(file, f"metric {path}", "the run produced no value for this metric")
+    return float(node)
+
+
+def load_measured(path: str) -> tuple[MeasuredFile, str]:
+    data = read_yaml(path)
+    return validate(MeasuredFile, data, path), os.path.dirname(os.path.abspath(path))
+
+
+def _get(scenario, path: str) -> float:
+    data = {**scenario.spec.model_dump(mode="json"), "topology": scenario.topology.model_dump(mode="json"),
+            "model": scenario.model.model_dump(mode="json")}
+    node: Any = data
+    for key in path.split("."):
+        if isinstance(node, list):
+            node = node[int(key)]
+        elif isinstance(node, dict) and key in node:
+            node = node[key]
+        else:
+            raise ConfigError(scenario.source, path, "no such parameter to fit")
+    if not isinstance(node, (int, float)) or isinstance(node, bool):
+        raise ConfigError(scenario.source, path, f"cannot fit a non-numeric parameter ({node!r})")
+    return float(node)
+
+
+def calibrate(scenario_path: str, measured_path: str, fit: list[str], set_args: list[str] | None = None,
+              progress: Callable[[int, np.ndarray, float], None] | None = None) -> Fit:
+    from scipy.optimize import least_squares
+
+    measured, base_dir = load_measured(measured_path)
+    if len(fit) > len(measured.measurements):
+        raise ConfigError(measured_path, "--fit", f"{len(fit)} unknowns but only {len(measured.measurements)} "
+                          "measurements: the fit is underdetermined", f"at most {len(measured.measurements)} parameters")
+    base = resolve(scenario_path, set_args=set_args)
+    start = np.array([_get(base, name) for name in fit])
+    scale = np.where(start != 0, np.abs(start), 1.0)
+    sigmas = np.array([m.sigma for m in measured.measurements])
+    values = np.array([m.value for m in measured.measurements])
+    cache: dict[tuple, np.ndarray] = {}
+    calls = [0]
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        key = tuple(np.round(x, 12))
+        if key in cache:
+            return cache[key]
+        params = {name: float(v) for name, v in zip(fit, x)}
+        out = []
+        for m in measured.measurements:
+            path = os.path.join(base_dir, m.scenario) if m.scenario else scenario_path
+            overrides = {**measured.set, **m.set, **params}
+            scenario = resolve(path, set_args=set_args) if m.scenario else base
+            result = run(scenario, **{k.replace(".", "__"): v for k, v in overrides.items()})
+            out.append(metric(result.to_dict(), m.metric, measured_path))
+        cache[key] = np.array(out)
+        calls[0] += 1
+        if progress:
+            progress(calls[0], x, float(np.sum(((cache[key] - values) / sigmas) ** 2)))
+        return cache[key]
+
+    def residuals(z: np.ndarray) -> np.ndarray:
+        return (predict(z * scale) - values) / sigmas
+
+    z0 = start / scale
+    solution = least_squares(residuals, z0, diff_step=0.02, x_scale=1.0, bounds=(np.zeros_like(z0), np.inf),
+                             max_nfev=60)
+    J = solution.jac
+    JtJ = J.T @ J
+    if np.linalg.matrix_rank(JtJ, tol=1e-9 * max(1.0, np.abs(JtJ).max())) < len(fit):
+        dead = [fit[i] for i in range(len(fit)) if np.allclose(J[:, i], 0.0)]
+        names = ", ".join(dead) or "a combination of " + ", ".join(fit)
+        raise ConfigError(measured_path, "--fit", f"unidentifiable: the measurements do not constrain {names}",
+                          "parameters that move at least one measured figure")
+    dof = max(1, len(values) - len(fit))
+    resid_var = max(1.0, float(solution.fun @ solution.fun) / dof) if len(values) > len(fit) else 1.0
+    cov = np.linalg.inv(JtJ) * resid_var
+    x = solution.x * scale
+    return Fit(list(fit), x, np.sqrt(np.diag(cov)) * scale, start, list(measured.measurements), predict(x),
+               float(solution.cost), bool(solution.success), str(solution.message))

@@ -1,0 +1,71 @@
+"""Command line: `python -m simulator SCENARIO.yaml` runs a scenario; other verbs are subcommands.
+
+Exit status: 0 success, 2 configuration error (one line on stderr), 1 internal error.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+from ..errors import ConfigError
+
+COMMANDS = {
+    "run": ("run", "simulate one scenario and its no-speculation baseline"),
+    "collective": ("collective", "predicted time of one collective on a topology"),
+    "calibrate": ("calibrate", "fit named parameters to measured figures"),
+    "bench": ("bench", "simulated tokens per wall-second of each fidelity"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: python -m simulator SCENARIO.yaml [options]", "       python -m simulator COMMAND [options]", "",
+             "commands:"]
+    lines += [f"  {name:<11} {help_text}" for name, (_, help_text) in COMMANDS.items()]
+    lines.append("\n'python -m simulator COMMAND --help' for a command's options.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    command = argv[0]
+    if command not in COMMANDS:
+        if command.endswith((".yaml", ".yml")) or os.path.exists(command):
+            command, argv = "run", argv
+        else:
+            print(f"specsim: unknown command {command!r} (allowed: {', '.join(COMMANDS)}, or a scenario .yaml)",
+                  file=sys.stderr)
+            return 2
+    else:
+        argv = argv[1:]
+    module_name = COMMANDS[command][0]
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        module = __import__(f"{__name__}.{module_name}", fromlist=["main"])
+        return int(module.main(argv) or 0)
+    except ConfigError as exc:
+        print(exc.line(), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # an internal error: say so in one line, the traceback on request
+        if debug:
+            traceback.print_exc()
+        print(f"specsim: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports usage mistakes as configuration errors (exit 2, one line)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise ConfigError("command line", self.prog, message)

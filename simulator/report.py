@@ -1,0 +1,112 @@
+"""Human-readable and scriptable renderings of a Result: a table, JSON, CSV."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from .metrics import BREAKDOWN, Result
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        elif isinstance(value, (list, tuple)):
+            out[name] = json.dumps(value)
+        else:
+            out[name] = value
+    return out
+
+
+def to_json(result: Result) -> str:
+    return json.dumps(result.to_dict(), indent=2, default=float)
+
+
+def to_csv(result: Result) -> str:
+    row = flatten(result.to_dict())
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(row))
+    writer.writeheader()
+    writer.writerow(row)
+    return buffer.getvalue()
+
+
+def verdict(result: Result) -> list[str]:
+    """Plain words: does speculation pay here, and why not."""
+    be, acc = result.breakeven_accept_len, result.mean_accept_len
+    if result.speculation["method"] == "none" or be is None:
+        return []
+    step = result.step_ms.get("step") or {}
+    base = result.step_ms.get("baseline_decode") or {}
+    lines = [f"break-even: speculation pays when the accept length exceeds {be:.2f} "
+             f"(speculative step {_fmt(step.get('mean'))} ms / plain decode step {_fmt(base.get('mean'), 2)} ms)."]
+    if acc > be:
+        lines.append(f"verdict: speculation PAYS here: accept length {acc:.2f} > {be:.2f}, {result.speedup:.2f}x the baseline.")
+    else:
+        lines.append(f"verdict: speculation LOSES here: accept length {acc:.2f} < {be:.2f}, "
+                     f"{result.speedup:.2f}x the baseline.")
+    bd = result.breakdown_ms_per_token
+    total = sum(bd.values())
+    verify = result.allreduce_ms_per_pass.get("verify")
+    vstep = (result.step_ms.get("verify") or {}).get("mean")
+    if verify and vstep:
+        share = verify["rank_mean"] / vstep
+        lines.append(f"why: all-reduces take {verify['profiled_rank']:.1f} ms of each {vstep:.1f} ms verify pass "
+                     f"on a typical rank ({share:.0%} on average over ranks), mostly waiting for the slowest rank's "
+                     f"host to launch its kernels" + (" eagerly." if result.extra.get("eager_verify") else "."))
+    if total > 0:
+        top = max(bd, key=bd.get)
+        lines.append(f"largest cost per token: {top.replace('_', ' ')} ({bd[top]:.2f} of {total:.2f} ms).")
+    return lines
+
+
+def to_table(result: Result) -> str:
+    r = result
+    lines = []
+    lines.append(f"specsim: {r.scenario}")
+    if r.extra.get("description"):
+        lines.append(f"  {r.extra['description']}")
+    lines.append(f"fidelity {r.fidelity}, seed {r.seed}, {r.tokens:,} tokens, simulated {r.sim_time_s:,.1f} s "
+                 f"in {r.wall_time_s:.2f} s wall")
+    lines.append("")
+    spec = r.speculation["method"] != "none"
+    lines.append(f"  throughput          {r.throughput_tok_s:8.1f} tok/s" +
+                 (f"   baseline {r.baseline_tok_s:.1f} tok/s   speedup {r.speedup:.2f}x" if spec else ""))
+    if spec:
+        expected = r.speculation.get("expected_accept_len")
+        lines.append(f"  mean accept length  {r.mean_accept_len:8.2f}" +
+                     (f"         (acceptance model's expectation {expected:.2f})" if expected else ""))
+        hist = "  ".join(f"{k}:{v}" for k, v in r.accept_len_hist.items())
+        lines.append(f"  accept histogram    {hist}")
+    s = r.step_ms
+    if spec:
+        lines.append(f"  verify pass         {_fmt(s['verify']['mean']):>8} ms   p50 {_fmt(s['verify']['p50'])}  "
+                     f"p99 {_fmt(s['verify']['p99'])}   ({'CUDA graph' if r.extra.get('graph_verify') else 'eager'})")
+        lines.append(f"  drafting            {_fmt(s['draft']['mean'], 2):>8} ms   whole step {_fmt(s['step']['mean'])} ms")
+    if s.get("baseline_decode"):
+        lines.append(f"  plain decode step   {_fmt(s['baseline_decode']['mean'], 2):>8} ms")
+    choice = r.allreduce_choice
+    lines.append(f"  all-reduce          {r.allreduce_per_pass:8d} per pass; {choice['algorithm']}/{choice['protocol']} "
+                 f"{choice['time_us']:.1f} us at {choice['bytes']:,} B")
+    for kind, ar in r.allreduce_ms_per_pass.items():
+        lines.append(f"    per {kind} pass    {ar['profiled_rank']:8.1f} ms on a typical rank (profile), "
+                     f"{ar['rank_mean']:.1f} ms averaged over ranks (transfer + waiting)")
+    if r.extra.get("accept_len_windows"):
+        pass
+    lines.append("")
+    bd = r.breakdown_ms_per_token
+    lines.append("  time per token (ms): " + "  ".join(f"{k.replace('allreduce_', 'AR ')} {bd[k]:.2f}" for k in BREAKDOWN)
+                 + f"  = {sum(bd.values()):.2f}")
+    text = verdict(r)
+    if text:
+        lines.append("")
+        lines.extend("  " + line for line in text)
+    return "\n".join(lines)
