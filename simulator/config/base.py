@@ -15,16 +15,31 @@ class Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-def _dotted(loc: tuple) -> str:
+def _dotted(loc: tuple, root: type[BaseModel] | None = None) -> str:
+    """A pydantic error location as a user's key path (discriminator tags and validator names dropped)."""
     parts: list[str] = []
+    current: Any = root
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        else:
-            # pydantic puts the discriminator tag or a function name into loc; skip those
-            if parts and (str(item).startswith("function-") or str(item).endswith("]")):
+            continue
+        text = str(item)
+        if text.startswith("function-") or text.endswith("]"):
+            continue
+        model = _as_model(current) if current is not None else None
+        if model is None and current is not None:
+            tagged = [m for m in _members(current) if _tag(m) == item]
+            if tagged:  # a discriminated union's tag: descend without naming it
+                current = tagged[0]
                 continue
-            parts.append(("." if parts else "") + str(item))
+        if model is not None and text not in model.model_fields:
+            tagged = [m for m in _members(current) if _tag(m) == item]
+            if tagged:
+                current = tagged[0]
+                continue
+        field = model.model_fields.get(text) if model is not None else None
+        current = field.annotation if field is not None else None
+        parts.append(("." if parts else "") + text)
     return "".join(parts).replace(".[", "[")
 
 
@@ -106,7 +121,7 @@ def validate(model: type[BaseModel], data: Any, file: str | None, prefix: str = 
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         loc = error["loc"]
-        path = _dotted(loc)
+        path = _dotted(loc, model)
         if prefix:
             path = f"{prefix}.{path}" if path else prefix
         kind = error["type"]
@@ -116,7 +131,7 @@ def validate(model: type[BaseModel], data: Any, file: str | None, prefix: str = 
             problem = "required key is missing"
         else:
             problem = error["msg"]
-            if "input" in error and kind not in ("model_type", "dict_type"):
+            if "input" in error and not isinstance(error["input"], (dict, list, tuple)):
                 shown = repr(error["input"])
                 if len(shown) > 60:
                     shown = shown[:57] + "..."

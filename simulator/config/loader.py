@@ -40,12 +40,27 @@ class Scenario:
         return build(raw, self.source, os.path.dirname(self.source) if os.path.isfile(self.source) else ".")
 
 
+# libyaml's implementation of the safe loader when present (same safe subset as yaml.safe_load, ~10x faster)
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_FILE_CACHE: dict[tuple, Any] = {}
+
+
+def safe_load(text: str) -> Any:
+    """yaml.safe_load, through libyaml when available."""
+    return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a SafeLoader: no arbitrary objects
+
+
 def read_yaml(path: str, key_for_missing: str = "<file>", referrer: str | None = None) -> Any:
+    """Parse a YAML file (cached per path and modification time; callers get their own copy)."""
     if not os.path.isfile(path):
         raise ConfigError(referrer or path, key_for_missing, f"file not found: {path}")
     try:
-        with open(path, encoding="utf-8") as handle:
-            return yaml.safe_load(handle)
+        stat = os.stat(path)
+        key = (os.path.abspath(path), stat.st_mtime_ns, stat.st_size)
+        if key not in _FILE_CACHE:
+            with open(path, encoding="utf-8") as handle:
+                _FILE_CACHE[key] = safe_load(handle.read())
+        return copy.deepcopy(_FILE_CACHE[key])
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "<yaml>"
@@ -64,7 +79,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not path:
         raise ConfigError("--set", text, "empty key path")
     try:
-        return path, yaml.safe_load(value)
+        return path, safe_load(value)
     except yaml.YAMLError:
         return path, value
 

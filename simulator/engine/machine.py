@@ -1,12 +1,16 @@
 """One TP group on one machine: turns a pass shape into a PassPlan (cost model x roofline x collectives).
 
-Plans and their fast-fidelity samples are memoised per (machine, pass kind, shape): a shape is costed once.
+A plan's cost is affine in the cached context (KV bytes and attention FLOPs grow with it), so plans are built at
+anchor contexts on a sqrt(2) grid and interpolated between them; a pass shape is costed once per anchor.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import OrderedDict
+from dataclasses import replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -15,12 +19,28 @@ from ..errors import ConfigError
 from ..hardware.collectives import AllReduce, NotPermitted
 from ..hardware.gpu import GPU, Host
 from ..hardware.interconnect import Fabric
-from ..model.cost import PassShape, draft_head_card, mtp_card, pass_segments
+from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
 from .timeline import PassPlan, sample_passes
 
 FAST_SAMPLES = 64  # passes drawn per shape for the fast fidelity's memoised distribution
-_SAMPLE_CACHE: "OrderedDict[tuple, dict]" = OrderedDict()
-_SAMPLE_CACHE_SIZE = 20000
+_SAMPLE_CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+_SAMPLE_CACHE_SIZE = 4096
+SAMPLE_FIELDS = ("duration", "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait",
+                 "allreduce_only", "allreduce_profile")
+
+
+@lru_cache(maxsize=1 << 16)
+def context_anchors(context: int) -> tuple[int, int, float]:
+    """The grid contexts below and above `context` (0, 128, 181, 256, ... a sqrt(2) ladder) and the weight of the upper."""
+    if context <= 0:
+        return 0, 0, 0.0
+    if context < 128:
+        return 0, 128, context / 128.0
+    j = math.floor(2.0 * math.log2(context / 128.0) + 1e-9)
+    low, high = round(128 * 2 ** (j / 2)), round(128 * 2 ** ((j + 1) / 2))
+    if context <= low:
+        return low, low, 0.0
+    return low, high, (context - low) / (high - low)
 
 
 class Machine:
@@ -54,52 +74,69 @@ class Machine:
         self.key = hashlib.sha1(json.dumps(physical, sort_keys=True).encode()).hexdigest()
         self._plans: dict[tuple, PassPlan] = {}
 
-    def plan(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
-        """The plan of a pass of `part` (target, draft_head, mtp) over `shape`, eager or graph-captured."""
+    # -- plans -------------------------------------------------------------------------------------------------
+    def anchor_plan(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
+        """The plan at exactly shape.context (used at anchor contexts)."""
         key = (part, shape, graph)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = self._build(part, shape, graph)
         return plan
 
+    def plan(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
+        """The plan of a pass of `part` (target, draft_head, mtp) over `shape`, interpolated in context."""
+        low, high, weight = context_anchors(shape.context)
+        a = self.anchor_plan(part, replace(shape, context=low), graph)
+        if weight == 0.0:
+            return a
+        b = self.anchor_plan(part, replace(shape, context=high), graph)
+        mix = lambda x, y: x + (y - x) * weight  # noqa: E731
+        return replace(a, compute_us=mix(a.compute_us, b.compute_us), memory_us=mix(a.memory_us, b.memory_us),
+                       last_us=mix(a.last_us, b.last_us), label=a.label.replace(f"ctx{low}", f"ctx{shape.context}"))
+
     def _build(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
-        segments = pass_segments(self.cards[part], self.tp, shape, self.runtime.fuse_allreduce_rmsnorm)
-        times = [self.gpu.segment(s) for s in segments]
+        layout = pass_layout(self.cards[part], self.tp, shape, self.runtime.fuse_allreduce_rmsnorm)
         node_us = self.scenario.topology.host.graph_node_us if graph else 0.0
-        collective = []
-        for s in segments:
+        rows = []
+        for s in layout.segments:
+            t = self.gpu.segment(s)
             if s.collective == "allreduce":
-                collective.append(self.allreduce.cost(s.collective_bytes).time_us)
+                coll = self.allreduce.cost(s.collective_bytes).time_us
             elif s.collective == "allgather":
-                collective.append(self.allgather.allgather_us(s.collective_bytes))
+                coll = self.allgather.allgather_us(s.collective_bytes)
             else:
-                collective.append(0.0)
+                coll = 0.0
+            launches = t.num_kernels + (1 if s.collective else 0)
+            rows.append((launches, t.compute_us, t.memory_us, launches * node_us, t.last_kernel_us, coll,
+                         s.collective == "allreduce"))
+        table = np.array(rows, dtype=float)[list(layout.order)]
         return PassPlan(
-            launches=np.array([t.num_kernels + (1 if s.collective else 0) for t, s in zip(times, segments)], float),
-            compute_us=np.array([t.compute_us for t in times]),
-            memory_us=np.array([t.memory_us for t in times]),
-            gap_us=np.array([(t.num_kernels + (1 if s.collective else 0)) * node_us for t, s in zip(times, segments)]),
-            last_us=np.array([t.last_kernel_us for t in times]),
-            collective_us=np.array(collective),
-            allreduce_mask=np.array([s.collective == "allreduce" for s in segments]),
-            graph=graph,
-            ranks=self.tp,
+            launches=table[:, 0], compute_us=table[:, 1], memory_us=table[:, 2], gap_us=table[:, 3],
+            last_us=table[:, 4], collective_us=table[:, 5], allreduce_mask=table[:, 6].astype(bool),
+            graph=graph, ranks=self.tp,
             label=f"{part} {shape.tokens}x{shape.batch} ctx{shape.context}{' tree' if shape.tree else ''}"
                   f" {'graph' if graph else 'eager'}",
         )
 
-    def samples(self, part: str, shape: PassShape, graph: bool, seed: int) -> dict[str, np.ndarray]:
-        """FAST_SAMPLES passes of this shape from the layer model, memoised across runs of the same machine."""
+    # -- fast fidelity ----------------------------------------------------------------------------------------
+    def samples(self, part: str, shape: PassShape, graph: bool, seed: int) -> np.ndarray:
+        """FAST_SAMPLES passes of this shape at an anchor context: array (samples, SAMPLE_FIELDS), memoised.
+
+        The draws depend on the seed and the shape without its context, not on the machine: anchors of one shape
+        and what-if runs of other machines share them (common random numbers), so interpolating between anchors
+        and comparing scenarios moves every sample smoothly.
+        """
         key = (self.key, part, shape, graph, seed)
         hit = _SAMPLE_CACHE.get(key)
         if hit is not None:
             _SAMPLE_CACHE.move_to_end(key)
             return hit
-        # the draws depend on the seed and the shape, not on the machine: what-if runs share them (common numbers)
-        entropy = int.from_bytes(hashlib.sha1(repr((part, shape, graph)).encode()).digest()[:8], "little")
+        family = (part, replace(shape, context=0), graph)
+        entropy = int.from_bytes(hashlib.sha1(repr(family).encode()).digest()[:8], "little")
         rng = np.random.default_rng([seed, entropy])
-        result = sample_passes(self.plan(part, shape, graph), self.host, rng, FAST_SAMPLES)
-        _SAMPLE_CACHE[key] = result
+        result = sample_passes(self.anchor_plan(part, shape, graph), self.host, rng, FAST_SAMPLES)
+        table = np.stack([result[f] for f in SAMPLE_FIELDS], axis=1)
+        _SAMPLE_CACHE[key] = table
         if len(_SAMPLE_CACHE) > _SAMPLE_CACHE_SIZE:
             _SAMPLE_CACHE.popitem(last=False)
-        return result
+        return table

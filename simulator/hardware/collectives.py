@@ -107,10 +107,11 @@ class AllReduce:
                     bus = bw * 0.92
                     bus = {"LL": min(bus / 3.8, NCCL_LL_MAX_BW_GBPS), "LL128": bus * 7.0 / 9.0, "Simple": bus}[proto]
                     ratio = 0.5
-                tables[(algo, proto)] = (latency, bus * ratio, bus)
+                tables[(algo, proto)] = (latency, bus * ratio, bus * ratio * steps / n)
         if self._nvls_ok():
             bw = min(self.fabric.concurrent_bandwidth_GBps([self.fabric.hop(i, (i + 1) % n) for i in range(n)]))
-            tables[("nvls", "Simple")] = (NCCL_HOP_LATENCY_US["nvlink"][("nvls", "Simple")], bw * 5.0 / 6.0, bw)
+            algbw = bw * 5.0 / 6.0
+            tables[("nvls", "Simple")] = (NCCL_HOP_LATENCY_US["nvlink"][("nvls", "Simple")], algbw, algbw * 2 * (n - 1) / n)
         return tables
 
     def nccl_options(self, nbytes: int) -> list[CollectiveCost]:
@@ -135,7 +136,8 @@ class AllReduce:
             return []
         hops = [self.fabric.hop(j, i) for i in range(n) for j in range(n) if i != j]
         cls = "nvlink" if self._nvlink_all else "pcie"
-        flag = NCCL_HOP_LATENCY_US[cls][("ring", "LL")] + max(self.fabric.latency_us(h) for h in hops)
+        # a flag barrier is a round trip to the peers: twice NCCL's per-step LL latency plus the route's
+        flag = 2 * (NCCL_HOP_LATENCY_US[cls][("ring", "LL")] + max(self.fabric.latency_us(h) for h in hops))
         flow_bw = min(self.fabric.concurrent_bandwidth_GBps(hops))  # every rank reads every peer at once
         bus = 2 * (n - 1) / n
         out = []

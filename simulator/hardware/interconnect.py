@@ -30,7 +30,7 @@ class Hop:
 
 
 class Fabric:
-    """Routes over the topology's node/link graph (fewest-latency paths, ties by fewest links)."""
+    """Routes over the topology's node/link graph: the path that moves a small (1 KiB) message fastest."""
 
     def __init__(self, topology: Topology):
         self.topology = topology
@@ -44,8 +44,8 @@ class Fabric:
         weight = np.zeros((n, n))
         for link in fabric.links:
             a, b = self.index[link.between[0]], self.index[link.between[1]]
-            # weight: latency plus a tiny per-link cost so equal-latency routes prefer fewer links
-            w = link.latency_us + 1e-3
+            # weight: time to move 1 KiB across the link, so equal-latency routes prefer the faster links
+            w = link.latency_us + 1.024 / link.bandwidth_GBps
             if weight[a, b] == 0 or w < weight[a, b]:
                 weight[a, b] = weight[b, a] = w
                 self.link_of[(a, b)] = self.link_of[(b, a)] = link

@@ -9,7 +9,6 @@ launches counted in the model card are small element-wise kernels touching only 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 from ..config.model_card import DraftHead, EagerKernels, GQAAttention, MLAAttention, ModelCard
 from .cards import (BYTES_PER_VALUE, attention_params, bytes_per_param, compute_dtype, expected_distinct_experts,
@@ -66,8 +65,9 @@ def _attention_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kerne
     wb = bytes_per_param(card, w.attention)
     cd = compute_dtype(card, w.attention)
     kv_read = (shape.context + shape.batch * shape.tokens) * kv_bytes_per_token_layer(card, tp)
-    # every query token attends to its request's context and (tree or causal) its own pass tokens
-    keys_per_query = shape.context / max(1, shape.batch) + shape.tokens
+    # every query token attends to its request's context and, causally (or along its tree path), about half of
+    # its own pass's tokens
+    keys_per_query = shape.context / max(1, shape.batch) + (shape.tokens + 1) / 2
     mask_bytes = T * keys_per_query if shape.tree else 0.0
     if isinstance(att, MLAAttention):
         heads = att.num_heads / tp
@@ -126,9 +126,16 @@ def _segment(kernels: list[Kernel], launches: int, T: int, card: ModelCard, coll
     return Segment(tuple(kernels), small, small_bytes, collective, coll_bytes)
 
 
-@lru_cache(maxsize=4096)
-def pass_segments(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm: bool = False) -> tuple[Segment, ...]:
-    """The per-rank segments of one forward pass, in launch order."""
+@dataclass(frozen=True)
+class PassLayout:
+    """A pass as distinct segments and their launch order (every MoE layer is the same segment, so cost it once)."""
+
+    segments: tuple[Segment, ...]
+    order: tuple[int, ...]
+
+
+def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm: bool = False) -> PassLayout:
+    """The per-rank segments of one forward pass: head, per layer attention + MLP, tail."""
     k: EagerKernels = card.kernels
     T = shape.query_tokens
     d = card.hidden_size
@@ -136,23 +143,29 @@ def pass_segments(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_no
     ar_bytes = int(T * d * act)
     collective = "allreduce" if tp > 1 else None
     fused = 1 if fused_allreduce_norm and tp > 1 else 0  # the norm after each all-reduce runs inside it
-    segments = []
     emb = Kernel("embedding", 0.0, T * d * (act + BYTES_PER_VALUE[card.weights.embedding]), card.activation_dtype)
-    segments.append(_segment([emb], 1, T, card, collective, ar_bytes))
-    for layer in range(card.num_layers):
-        attention_launches = k.attention - fused + (k.tree_attention if shape.tree else 0)
-        segments.append(_segment(_attention_kernels(card, tp, shape), attention_launches, T, card, collective, ar_bytes))
-        if layer < card.num_dense_layers:
-            segments.append(_segment(_dense_mlp_kernels(card, tp, T), k.dense_mlp - fused, T, card, collective, ar_bytes))
-        else:
-            segments.append(_segment(_moe_kernels(card, tp, shape), k.moe - fused, T, card, collective, ar_bytes))
+    head = _segment([emb], 1, T, card, collective, ar_bytes)
+    attention_launches = k.attention - fused + (k.tree_attention if shape.tree else 0)
+    attention = _segment(_attention_kernels(card, tp, shape), attention_launches, T, card, collective, ar_bytes)
+    dense = _segment(_dense_mlp_kernels(card, tp, T), k.dense_mlp - fused, T, card, collective, ar_bytes)
+    moe = _segment(_moe_kernels(card, tp, shape), k.moe - fused, T, card, collective, ar_bytes) if card.moe else dense
     vocab = card.vocab_size / tp
     lm_head = _gemm("lm_head", T, d, vocab, bytes_per_param(card, card.weights.lm_head), act,
                     compute_dtype(card, card.weights.lm_head))
     tail_launches = k.per_pass + (k.verify_per_pass if shape.verify else 0)
     gather = int(T * vocab * act) if tp > 1 else 0
-    segments.append(_segment([lm_head], tail_launches, T, card, "allgather" if tp > 1 else None, gather))
-    return tuple(segments)
+    tail = _segment([lm_head], tail_launches, T, card, "allgather" if tp > 1 else None, gather)
+    order = [0]
+    for layer in range(card.num_layers):
+        order += [1, 2 if layer < card.num_dense_layers else 3]
+    order.append(4)
+    return PassLayout((head, attention, dense, moe, tail), tuple(order))
+
+
+def pass_segments(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm: bool = False) -> tuple[Segment, ...]:
+    """The per-rank segments of one forward pass, in launch order."""
+    layout = pass_layout(card, tp, shape, fused_allreduce_norm)
+    return tuple(layout.segments[i] for i in layout.order)
 
 
 def draft_head_card(card: ModelCard) -> ModelCard:

@@ -17,6 +17,7 @@ class ChainAcceptance:
     def __init__(self, probs: list[float], repeat_last: bool = False):
         self.probs = [float(p) for p in probs]
         self.repeat_last = repeat_last
+        self._by_depth: dict[int, list[float]] = {}
 
     def prob(self, depth: int) -> float:
         """p at 1-based depth."""
@@ -31,7 +32,9 @@ class ChainAcceptance:
 
     def accepted(self, uniforms, depth: int) -> int:
         """Accepted drafts of a chain of `depth`, given `depth` uniforms."""
-        probs = self.depth_probs(depth)
+        probs = self._by_depth.get(depth)
+        if probs is None:
+            probs = self._by_depth[depth] = self.depth_probs(depth)
         for d in range(depth):
             if uniforms[d] >= probs[d]:
                 return d

@@ -27,10 +27,11 @@ class HeadDrafter:
         self.part = part
         self.graph = graph
 
-    def passes(self, depth: int, batch: int, context: int) -> list[DraftPass]:
-        step = [DraftPass(self.part, PassShape(1, batch, context), self.graph) for _ in range(depth - 1)]
-        extend = DraftPass(self.part, PassShape(depth + 1, batch, context), self.graph)
-        return step + [extend]
+    def passes(self, depth: int, batch: int) -> tuple[DraftPass, ...]:
+        """The head's passes for one round (shapes without context: the step applies it)."""
+        step = [DraftPass(self.part, PassShape(1, batch), self.graph) for _ in range(depth - 1)]
+        extend = DraftPass(self.part, PassShape(depth + 1, batch), self.graph)
+        return tuple(step + [extend])
 
     def host_us(self, depth: int, batch: int) -> float:
         return 0.0

@@ -1,0 +1,34 @@
+"""`python -m simulator bench`: simulated tokens per wall-second for the reference scenarios at each fidelity."""
+from __future__ import annotations
+
+import os
+import sys
+
+from . import ArgumentParser
+
+
+def main(argv: list[str]) -> int:
+    from ..bench import DEFAULT_TOKENS, REFERENCE_SCENARIOS, measure
+
+    p = ArgumentParser(prog="python -m simulator bench", description="Benchmark the simulator's speed.")
+    p.add_argument("scenarios", nargs="*", help="scenario files (default: the reference scenarios that exist)")
+    p.add_argument("--fidelity", action="append", choices=tuple(DEFAULT_TOKENS), help="repeatable; default: all")
+    p.add_argument("--tokens", help="comma-separated generated-token counts (default per fidelity)")
+    args = p.parse_args(argv)
+    scenarios = args.scenarios or [s for s in REFERENCE_SCENARIOS if os.path.exists(s)]
+    from ..engine import FIDELITIES
+
+    fidelities = [f for f in (args.fidelity or DEFAULT_TOKENS) if f in FIDELITIES]
+    print(f"{'scenario':<34} {'fidelity':<8} {'tokens':>7} {'wall s':>8} {'sim tok/wall s':>15} {'x real time':>12}")
+    seed = 1000
+    for scenario in scenarios:
+        for fidelity in fidelities:
+            counts = [int(t) for t in args.tokens.split(",")] if args.tokens else DEFAULT_TOKENS[fidelity]
+            for tokens in counts:
+                seed += 1
+                print(f"  running {os.path.basename(scenario)} {fidelity} {tokens}...", end="\r", file=sys.stderr,
+                      flush=True)
+                row = measure(scenario, fidelity, tokens, seed)
+                print(f"{os.path.basename(scenario):<34} {fidelity:<8} {row.tokens:>7} {row.wall_s:>8.3f} "
+                      f"{row.tokens_per_wall_s:>15,.0f} {row.faster_than_real_time:>12,.0f}", flush=True)
+    return 0

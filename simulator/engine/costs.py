@@ -1,0 +1,118 @@
+"""What a step costs: its passes (drafts, then a decode/verify/prefill pass), host-side drafting and overheads.
+
+`FastStepCosts` draws a whole step from memoised samples of the layer model at the two anchor contexts around the
+step's context and interpolates (one lookup per step); `LayerStepCosts` runs every pass at layer fidelity, one
+SimPy event per collective. Both return the same STEP_COST tuple.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..model.cost import PassShape
+from .machine import Machine, context_anchors
+from .timeline import LayerPass
+
+# duration, main pass, drafting, then the main pass's categories, other, and the all-reduce views
+STEP_COST = ("duration", "pass_us", "draft_us", "compute", "memory", "launch", "allreduce_transfer",
+             "allreduce_wait", "other", "allreduce_only", "allreduce_profile")
+INDEX_BLOCK = 1 << 14
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    part: str
+    shape: PassShape  # context 0: the step's context is applied when it runs
+    graph: bool
+
+
+@dataclass(frozen=True, eq=False)
+class StepSpec:
+    """The passes of one step and its host-side costs (compared by identity: the server keeps one per kind)."""
+
+    main: PassSpec
+    drafts: tuple[PassSpec, ...] = ()
+    draft_host_us: float = 0.0  # proposals computed on the CPU (n-gram lookup)
+    other_us: float = 0.0  # scheduler work and the end-of-step synchronisation
+
+
+class FastStepCosts:
+    """Steps drawn from per-shape samples of the layer model (fast fidelity)."""
+
+    def __init__(self, machine: Machine, seed: int, rng: np.random.Generator):
+        self.machine = machine
+        self.seed = seed
+        self._rng = rng
+        self._tables: dict[tuple, list] = {}
+        self._indices: list[int] = []
+        self._at = 0
+
+    def _index(self, size: int) -> int:
+        if self._at >= len(self._indices):
+            self._indices = self._rng.integers(0, 1 << 30, INDEX_BLOCK).tolist()
+            self._at = 0
+        value = self._indices[self._at]
+        self._at += 1
+        return value % size
+
+    def _table(self, step: StepSpec, context: int) -> list:
+        key = (step, context)
+        table = self._tables.get(key)
+        if table is not None:
+            return table
+        m = self.machine
+        main = m.samples(step.main.part, replace(step.main.shape, context=context), step.main.graph, self.seed)
+        n = main.shape[0]
+        draft = np.full(n, step.draft_host_us)
+        entropy = int.from_bytes(hashlib.sha1(repr(step).encode()).digest()[:8], "little")
+        perm_rng = np.random.default_rng([self.seed, entropy])
+        for d in step.drafts:
+            samples = m.samples(d.part, replace(d.shape, context=context), d.graph, self.seed)
+            draft += samples[perm_rng.permutation(n), 0]  # independent passes: pair samples at random
+        pass_us = main[:, 0]
+        duration = pass_us + draft + step.other_us
+        cols = [duration, pass_us, draft, main[:, 1], main[:, 2], main[:, 3], main[:, 4], main[:, 5],
+                np.full(n, step.other_us), main[:, 6], main[:, 7]]
+        table = np.stack(cols, axis=1).tolist()
+        self._tables[key] = table
+        return table
+
+    def step(self, step: StepSpec, context: int) -> list[float]:
+        """One step's cost at `context` (hot path: one table lookup per anchor, a linear blend)."""
+        low, high, weight = context_anchors(context)
+        a = self._table(step, low)
+        i = self._index(len(a))
+        if weight == 0.0:
+            return a[i]
+        row_a, row_b = a[i], self._table(step, high)[i]
+        return [x + (y - x) * weight for x, y in zip(row_a, row_b)]
+
+
+class LayerStepCosts:
+    """Steps whose passes run at layer fidelity: an event at each collective's start and end."""
+
+    def __init__(self, machine: Machine, rng: np.random.Generator):
+        self.machine = machine
+        self._rng = rng
+
+    def _run(self, env, spec: PassSpec, context: int):
+        plan = self.machine.plan(spec.part, replace(spec.shape, context=context), spec.graph)
+        result = yield from LayerPass(plan, self.machine.host).run(env, self._rng)
+        return result
+
+    def step(self, env, step: StepSpec, context: int):
+        """Generator: runs the step's passes and host costs; returns the STEP_COST list."""
+        draft = step.draft_host_us
+        if step.draft_host_us > 0:
+            yield env.timeout(step.draft_host_us)
+        for d in step.drafts:
+            result = yield from self._run(env, d, context)
+            draft += result["duration"]
+        r = yield from self._run(env, step.main, context)
+        if step.other_us > 0:
+            yield env.timeout(step.other_us)
+        return [r["duration"] + draft + step.other_us, r["duration"], draft, r["compute"], r["memory"], r["launch"],
+                r["allreduce_transfer"], r["allreduce_wait"], step.other_us, r["allreduce_only"],
+                r["allreduce_profile"]]

@@ -1,0 +1,311 @@
+"""Token trees for tree verification, and the walk that decides how deep the target accepts into one.
+
+A tree is a parents list: node 0 is the root (the last accepted token, parent -1) and every other node's
+parent has a smaller index. Siblings are ranked by order of appearance: a node's first child is its rank-1
+child, the drafter's most likely token.
+
+Acceptance is positional (Sequoia, Chen et al. 2024): P = [P_1, P_2, ...], where P_k is the probability that
+the rank-k child of an accepted node is the one accepted (sum_k P_k <= 1; ranks beyond len(P) get 0). P may
+also be a table P[d-1][k-1] for children at depth d (rows beyond the table get 0); a chain with per-depth
+acceptance p_d is the table [[p_1], [p_2], ...].
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import numbers
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+import numpy as np
+
+_SUM_TOLERANCE = 1e-9
+_MAX_CACHED = 32
+
+
+def _is_sequence(value) -> bool:
+    return hasattr(value, "__len__") and not isinstance(value, (str, bytes))
+
+
+def _checked_row(row) -> tuple[float, ...]:
+    values = tuple(float(p) for p in row)
+    if any(not (0.0 <= p <= 1.0) for p in values):  # also rejects NaN
+        raise ValueError(f"acceptance probabilities must lie in [0, 1], got {values}.")
+    if sum(values) > 1.0 + _SUM_TOLERANCE:
+        raise ValueError(f"positional acceptance probabilities of one node's children sum above 1: {values}.")
+    return values
+
+
+def positional_rows(P, max_depth: int) -> tuple[tuple[float, ...], ...]:
+    """Validated acceptance rows for child depths 1..max_depth: element d-1 holds P_k by rank for depth d."""
+    if isinstance(P, np.ndarray):
+        P = P.tolist()
+    if not _is_sequence(P):
+        raise ValueError(f"positional acceptance must be a list of probabilities or a table of them, got {P!r}.")
+    nested = [_is_sequence(x) for x in P]
+    if any(nested) and not all(nested):
+        raise ValueError("positional acceptance mixes numbers and rows; give a 1-D list or a 2-D table.")
+    if not P or not nested[0]:
+        return (_checked_row(P),) * max_depth
+    table = tuple(_checked_row(row) for row in P)
+    return table[:max_depth] + ((),) * max(0, max_depth - len(table))
+
+
+def _cache_key(P):
+    """Hashable form of P (a tuple of floats, or a tuple of tuples)."""
+    if isinstance(P, tuple):
+        return P
+    if isinstance(P, np.ndarray):
+        P = P.tolist()
+    if P and _is_sequence(P[0]):
+        return tuple(tuple(row) for row in P)
+    return tuple(P)
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A validated token tree; derived shape (depths, children, ranks) is computed once at construction."""
+
+    parents: tuple[int, ...]
+    depths: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    children: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
+    ranks: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _compiled: dict = field(init=False, repr=False, compare=False, default_factory=dict)
+
+    def __post_init__(self):
+        parents = _checked_parents(self.parents)
+        depths, ranks = [0], [0]
+        children: list[list[int]] = [[] for _ in parents]
+        for node in range(1, len(parents)):
+            parent = parents[node]
+            children[parent].append(node)
+            depths.append(depths[parent] + 1)
+            ranks.append(len(children[parent]))
+        object.__setattr__(self, "parents", parents)
+        object.__setattr__(self, "depths", tuple(depths))
+        object.__setattr__(self, "children", tuple(tuple(c) for c in children))
+        object.__setattr__(self, "ranks", tuple(ranks))
+
+    @property
+    def size(self) -> int:
+        """Nodes including the root (a chain of 3 drafts has size 4)."""
+        return len(self.parents)
+
+    @property
+    def num_drafts(self) -> int:
+        return len(self.parents) - 1
+
+    @property
+    def depth(self) -> int:
+        return max(self.depths)
+
+    # --- constructors -------------------------------------------------------------------------------
+
+    @classmethod
+    def from_parents(cls, parents) -> "Tree":
+        return cls(parents)
+
+    @classmethod
+    def chain(cls, num_drafts: int) -> "Tree":
+        if num_drafts < 0:
+            raise ValueError(f"a chain needs num_drafts >= 0, got {num_drafts}.")
+        return cls(tuple(range(-1, num_drafts)))
+
+    @classmethod
+    def k_ary(cls, branching: int, depth: int) -> "Tree":
+        """Every node above `depth` has `branching` children (breadth-first numbering)."""
+        if branching < 1 or depth < 0:
+            raise ValueError(f"a k-ary tree needs branching >= 1 and depth >= 0, got {branching} and {depth}.")
+        parents, level = [-1], [0]
+        for _ in range(depth):
+            next_level = []
+            for parent in level:
+                for _ in range(branching):
+                    next_level.append(len(parents))
+                    parents.append(parent)
+            level = next_level
+        return cls(tuple(parents))
+
+    @classmethod
+    def topk(cls, k: int, depth: int, P) -> "Tree":
+        """EAGLE-2-style per-depth top-k: at each depth keep the k children with the highest path probability.
+
+        Each kept node offers its ranks 1..k as candidates; a rank is kept only with its better-ranked siblings
+        (a tree cannot hold rank 3 without rank 2), which is plain top-k whenever P is non-increasing in rank.
+        Ties go to the earlier parent, then the better rank. Exactly k nodes per depth: size = 1 + k * depth.
+        """
+        if k < 1 or depth < 0:
+            raise ValueError(f"a top-k tree needs k >= 1 and depth >= 0, got {k} and {depth}.")
+        rows = positional_rows(P, depth)
+        parents, level, level_probs = [-1], [0], [1.0]
+        for d in range(1, depth + 1):
+            row = rows[d - 1] + (0.0,) * k
+
+            def candidate(slot: int, rank: int):  # heap key: best path probability, then parent, then rank
+                return (-level_probs[slot] * row[rank - 1], slot, rank)
+
+            frontier = [candidate(slot, 1) for slot in range(len(level))]
+            heapq.heapify(frontier)
+            kept = []
+            while len(kept) < k:
+                neg_prob, slot, rank = heapq.heappop(frontier)
+                kept.append((slot, rank, -neg_prob))
+                if rank < k:
+                    heapq.heappush(frontier, candidate(slot, rank + 1))
+            kept.sort()  # breadth-first numbering: by parent, then rank
+            next_level = []
+            for slot, _, _ in kept:
+                next_level.append(len(parents))
+                parents.append(level[slot])
+            level, level_probs = next_level, [prob for _, _, prob in kept]
+        return cls(tuple(parents))
+
+    @classmethod
+    def optimal(cls, P, size: int, max_depth: int | None = None) -> "Tree":
+        """The tree of exactly `size` nodes with the most expected tokens under P (Sequoia's dynamic program)."""
+        return optimal_tree_and_value(P, size, max_depth)[0]
+
+    # --- acceptance -----------------------------------------------------------------------------------
+
+    def path_probs(self, P) -> tuple[float, ...]:
+        """Probability that each node is accepted: the product of P along its path (root 1)."""
+        rows = positional_rows(P, self.depth)
+        probs = [1.0]
+        for node in range(1, self.size):
+            row, rank = rows[self.depths[node] - 1], self.ranks[node]
+            probs.append(probs[self.parents[node]] * (row[rank - 1] if rank <= len(row) else 0.0))
+        return tuple(probs)
+
+    def expected_tokens(self, P) -> float:
+        """Mean tokens per verify, bonus included: the sum of path_probs (plain decode = 1.0)."""
+        return math.fsum(self.path_probs(P))
+
+    def thresholds(self, P) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[int, ...], ...]]:
+        """Per node: cumulative child acceptance thresholds in rank order, and the children; cached per P."""
+        key = _cache_key(P)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            rows = positional_rows(key, self.depth)
+            cums = []
+            for node, kids in enumerate(self.children):
+                row = rows[self.depths[node]] if kids else ()
+                cums.append(tuple(np.cumsum(row[: len(kids)]).tolist()))
+            compiled = (tuple(cums), self.children)
+            if len(self._compiled) >= _MAX_CACHED:
+                self._compiled.clear()
+            self._compiled[key] = compiled
+        return compiled
+
+
+def _checked_parents(parents) -> tuple[int, ...]:
+    try:
+        parents = tuple(parents)
+    except TypeError:
+        raise ValueError(f"a tree is a list of parent indices, got {parents!r}.") from None
+    if not parents:
+        raise ValueError("a tree needs at least the root node, got an empty parents list.")
+    if any(isinstance(p, bool) or not isinstance(p, numbers.Integral) for p in parents):
+        raise ValueError(f"parent indices must be integers, got {parents}.")
+    parents = tuple(int(p) for p in parents)
+    if parents[0] != -1:
+        raise ValueError(f"node 0 is the root and must have parent -1, got {parents[0]}.")
+    for node in range(1, len(parents)):
+        if not 0 <= parents[node] < node:
+            raise ValueError(f"node {node} has parent {parents[node]}; a parent must be an earlier node (0..{node - 1}).")
+    return parents
+
+
+def optimal_tree_and_value(P, size: int, max_depth: int | None = None) -> tuple[Tree, float]:
+    """Sequoia's dynamic program over subtree sizes; 1-D P or a per-depth table.
+
+    best[a, n]: most expected tokens of an n-node subtree whose root sits at absolute depth a (root counts 1).
+    Its root's children take ranks 1, 2, ... in order; split[a, k, n] is how many of n nodes go to the rank-k
+    child's subtree when ranks k.. share n nodes. Cost O(depth * size^3) numpy work, a few ms at size 64.
+    """
+    if size < 1:
+        raise ValueError(f"a tree has at least one node, got size {size}.")
+    depth = size - 1 if max_depth is None else min(max_depth, size - 1)
+    if depth < 0 or (depth == 0 and size > 1):
+        raise ValueError(f"{size} nodes do not fit within max_depth {max_depth}.")
+    ranks = size - 1
+    rows = [np.array((row + (0.0,) * ranks)[:ranks]) for row in positional_rows(P, depth)]
+    n_idx = np.arange(size + 1)
+    offset = n_idx[:, None] - n_idx[None, :]  # n - m
+    invalid = (offset < 0) | (n_idx[None, :] == 0)  # a child takes at least one node
+    offset = np.clip(offset, 0, size)
+
+    best = np.full((depth + 1, size + 1), -np.inf)
+    best[depth, 1] = 1.0
+    split = np.zeros((depth, ranks, size + 1), dtype=np.int64)
+    for a in range(depth - 1, -1, -1):
+        child = best[a + 1]
+        reachable = np.isfinite(child)
+        rest = np.full(size + 1, -np.inf)
+        rest[0] = 0.0  # ranks beyond the last: only zero nodes fit
+        for k in range(ranks - 1, -1, -1):
+            gain = np.full(size + 1, -np.inf)
+            gain[reachable] = rows[a][k] * child[reachable]  # kept apart: 0 * -inf would be NaN
+            options = gain[None, :] + rest[offset]
+            options[invalid] = -np.inf
+            split[a, k] = np.argmax(options, axis=1)
+            rest = options.max(axis=1)
+            rest[0], split[a, k, 0] = 0.0, 0
+        best[a, 1:] = 1.0 + rest[:-1]
+
+    parents, queue = [-1], [(0, size, 0)]  # (node, subtree size, depth): breadth-first numbering
+    for node, n, a in queue:
+        remaining, k = n - 1, 0
+        while remaining > 0:
+            m = int(split[a, k, remaining])
+            queue.append((len(parents), m, a + 1))
+            parents.append(node)
+            remaining, k = remaining - m, k + 1
+    return Tree(tuple(parents)), float(best[0, size])
+
+
+def walk(tree: Tree, P, uniforms) -> int:
+    """Accepted draft tokens in one verify: the depth of the last accepted node.
+
+    uniforms[d] decides the step from depth d to d+1: with cumulative sums cum of P over the current node's
+    children in rank order, move to child k when cum[k-1] <= u < cum[k], else stop. A walk owns exactly
+    tree.depth uniforms (it needs at least that many; later ones are ignored), so a caller that advances its
+    stream by tree.depth per walk keeps runs with the same seed aligned (common random numbers).
+    """
+    # Hot path (once per request per step): cached thresholds, bisect in C, no allocation.
+    depth = tree.depth
+    if len(uniforms) < depth:
+        raise ValueError(f"a walk over a tree of depth {depth} needs {depth} uniforms, got {len(uniforms)}.")
+    cums, children = tree.thresholds(P)
+    node = 0
+    for d in range(depth):
+        node_cums = cums[node]
+        k = bisect_right(node_cums, uniforms[d])
+        if k == len(node_cums):
+            return d
+        node = children[node][k]
+    return depth
+
+
+def walk_many(tree: Tree, P, uniforms: np.ndarray) -> np.ndarray:
+    """walk() over each row of a (num_walks, >= tree.depth) array, vectorised; same results row by row."""
+    uniforms = np.asarray(uniforms, dtype=float)
+    depth = tree.depth
+    if uniforms.ndim != 2 or uniforms.shape[1] < depth:
+        raise ValueError(f"walk_many needs a (num_walks, >= {depth}) array of uniforms, got shape {uniforms.shape}.")
+    cums, children = tree.thresholds(P)
+    width = max(len(c) for c in cums)
+    cum_table = np.full((tree.size, width + 1), np.inf)
+    child_table = np.zeros((tree.size, width + 1), dtype=np.int64)
+    num_thresholds = np.array([len(c) for c in cums])
+    for node, (node_cums, kids) in enumerate(zip(cums, children)):
+        cum_table[node, : len(node_cums)] = node_cums
+        child_table[node, : len(node_cums)] = kids[: len(node_cums)]
+    node = np.zeros(len(uniforms), dtype=np.int64)
+    accepted = np.zeros(len(uniforms), dtype=np.int64)
+    alive = np.ones(len(uniforms), dtype=bool)
+    for d in range(depth):
+        k = (cum_table[node] <= uniforms[:, d : d + 1]).sum(axis=1)
+        alive &= k < num_thresholds[node]
+        node = np.where(alive, child_table[node, np.minimum(k, width)], node)
+        accepted += alive
+    return accepted

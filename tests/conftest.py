@@ -1,0 +1,31 @@
+"""Shared fixtures: paths to the shipped scenarios, a short workload for fast tests."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCENARIOS = os.path.join(ROOT, "scenarios")
+TOPOLOGIES = os.path.join(ROOT, "topologies")
+
+
+def scenario_path(name: str) -> str:
+    return os.path.join(SCENARIOS, name)
+
+
+def topology_path(name: str) -> str:
+    return os.path.join(TOPOLOGIES, name)
+
+
+SHORT = {"workload__requests": 1, "workload__output_tokens": 256}
+
+
+@pytest.fixture
+def eagle3() -> str:
+    return scenario_path("pcie8_eagle3.yaml")
+
+
+@pytest.fixture
+def baseline() -> str:
+    return scenario_path("pcie8_baseline.yaml")

@@ -1,0 +1,120 @@
+"""A configuration mistake ends with exit status 2 and one line naming file, key path, problem and what is allowed."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from simulator.cli import main
+from conftest import ROOT, scenario_path
+
+EAGLE3 = scenario_path("pcie8_eagle3.yaml")
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_scenario(tmp_path, mutate=None, text: str | None = None) -> str:
+    """A copy of pcie8_eagle3 in tmp_path (paths made absolute), optionally mutated."""
+    with open(EAGLE3) as handle:
+        data = yaml.safe_load(handle)
+    data["topology"] = os.path.join(ROOT, "topologies", "pcie8_rtx_pro_6000.yaml")
+    data["model"] = os.path.join(ROOT, "scenarios", "models", "kimi_k2_5.yaml")
+    if mutate:
+        mutate(data)
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text if text is not None else yaml.safe_dump(data))
+    return str(path)
+
+
+def assert_one_line(err: str, *fragments: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+CASES = [
+    # (id, mutate, cli extra args, expected fragments)
+    ("unknown key", lambda d: d["runtime"].update(cuda_graph_verfy=True), [],
+     ["runtime.cuda_graph_verfy", "unknown key", "allowed: cuda_graph_decode"]),
+    ("wrong type", lambda d: d["workload"].update(requests="many"), [], ["workload.requests", "integer"]),
+    ("zero draft tokens", lambda d: d["speculation"].update(draft_tokens=0), [],
+     ["speculation.draft_tokens", "greater than 0", "allowed: > 0"]),
+    ("probability above 1", lambda d: d["speculation"].update(acceptance={"kind": "iid", "alpha": 1.5}), [],
+     ["speculation.acceptance", "alpha", "less than or equal to 1"]),
+    ("unknown acceptance kind", lambda d: d["speculation"].update(acceptance={"kind": "magic"}), [],
+     ["speculation.acceptance", "iid", "positional"]),
+    ("tp does not divide gpus", lambda d: d["parallelism"].update(tp=3), [],
+     ["parallelism.tp", "does not divide the 8 GPUs", "allowed: 1, 2, 4, 8"]),
+    ("unknown topology file", lambda d: d.update(topology="no_such_machine.yaml"), [],
+     ["topology", "file not found", "no_such_machine.yaml"]),
+    ("missing model key", lambda d: d.pop("model"), [], ["model", "required key is missing"]),
+    ("unknown allreduce", lambda d: d["runtime"].update(allreduce="carrier_pigeon"), [],
+     ["runtime.allreduce", "allowed:", "nccl_ring"]),
+    ("one-shot without P2P", lambda d: d["runtime"].update(allreduce="one_shot"), [],
+     ["runtime.allreduce", "peer-to-peer"]),
+    ("negative bandwidth via --set", None, ["--set", "topology.gpu.memory_bandwidth_GBps=-5"],
+     ["pcie8_rtx_pro_6000.yaml", "gpu.memory_bandwidth_GBps", "greater than 0"]),
+    ("zero GPUs via --set", None, ["--set", "topology.fabric.nodes=[{name: cpu0, kind: cpu}]", "--set",
+                                   "topology.fabric.links=[]"], ["fabric", "zero GPUs"]),
+    ("tp does not divide heads", None, ["--set", "model.attention.num_heads=12"],
+     ["parallelism.tp", "12 attention heads"]),
+    ("bad --set syntax", None, ["--set", "speculation.draft_tokens"], ["--set", "dotted.path=value"]),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_config_mistake_is_one_line_exit_2(tmp_path, capsys, case):
+    _, mutate, extra, fragments = case
+    path = write_scenario(tmp_path, mutate) if mutate else EAGLE3
+    code, out, err = run_cli(capsys, path, *extra)
+    assert code == 2
+    assert out == ""
+    assert_one_line(err, *fragments)
+
+
+def test_bad_yaml_syntax(tmp_path, capsys):
+    path = write_scenario(tmp_path, text="name: x\nruntime: {cuda_graph_decode: true\n")
+    code, _, err = run_cli(capsys, path)
+    assert code == 2
+    assert_one_line(err, str(path), "YAML syntax error", "line")
+
+
+def test_missing_scenario_file(capsys):
+    code, _, err = run_cli(capsys, "does/not/exist.yaml")
+    assert code == 2
+    assert_one_line(err, "file not found")
+
+
+def test_topology_file_error_names_that_file(tmp_path, capsys):
+    topo = tmp_path / "topo.yaml"
+    with open(os.path.join(ROOT, "topologies", "pcie8_rtx_pro_6000.yaml")) as handle:
+        data = yaml.safe_load(handle)
+    data["fabric"]["links"][0]["bandwidth_GBps"] = -1
+    topo.write_text(yaml.safe_dump(data))
+    path = write_scenario(tmp_path, lambda d: d.update(topology=str(topo)))
+    code, _, err = run_cli(capsys, path)
+    assert code == 2
+    assert_one_line(err, str(topo), "fabric.links[0].bandwidth_GBps")
+
+
+def test_unknown_command(capsys):
+    code, _, err = run_cli(capsys, "frobnicate")
+    assert code == 2
+    assert_one_line(err, "unknown command")
+
+
+def test_real_process_exit_status():
+    """The installed entry point really exits 2 with one line on stderr (not a traceback)."""
+    proc = subprocess.run([sys.executable, "-m", "simulator", EAGLE3, "--set", "parallelism.tp=5"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert_one_line(proc.stderr, "parallelism.tp")
