@@ -59,9 +59,14 @@ def verdict(result: Result) -> list[str]:
     vstep = (result.step_ms.get("verify") or {}).get("mean")
     if verify and vstep:
         share = verify["rank_mean"] / vstep
+        waiting = bd["allreduce_wait"] > bd["allreduce_transfer"]
+        cause = ("mostly waiting at the barrier for the slowest rank's host to launch its kernels"
+                 + (" eagerly" if result.extra.get("eager_verify") else "")) if waiting else \
+            (f"mostly transfer: {result.allreduce_per_pass} all-reduces of "
+             f"{result.allreduce_choice['time_us']:.0f}+ us each ({result.allreduce_choice['algorithm']}/"
+             f"{result.allreduce_choice['protocol']})")
         lines.append(f"why: all-reduces take {verify['profiled_rank']:.1f} ms of each {vstep:.1f} ms verify pass "
-                     f"on a typical rank ({share:.0%} on average over ranks), mostly waiting for the slowest rank's "
-                     f"host to launch its kernels" + (" eagerly." if result.extra.get("eager_verify") else "."))
+                     f"on a typical rank ({share:.0%} averaged over ranks), {cause}.")
     if total > 0:
         top = max(bd, key=bd.get)
         lines.append(f"largest cost per token: {top.replace('_', ' ')} ({bd[top]:.2f} of {total:.2f} ms).")

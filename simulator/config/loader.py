@@ -84,8 +84,24 @@ def parse_override(text: str) -> tuple[str, Any]:
         return path, value
 
 
+def split_path(path: str) -> list[str]:
+    """'fabric.links[8].latency_us' -> ['fabric', 'links', '8', 'latency_us'] (also accepts 'links.8')."""
+    keys: list[str] = []
+    for part in path.split("."):
+        while "[" in part and part.endswith("]"):
+            head, _, rest = part.partition("[")
+            if head:
+                keys.append(head)
+            index, _, tail = rest.partition("]")
+            keys.append(index)
+            part = tail
+        if part:
+            keys.append(part)
+    return keys
+
+
 def set_path(data: dict, path: str, value: Any, file: str) -> None:
-    keys = path.split(".")
+    keys = split_path(path)
     node: Any = data
     for i, key in enumerate(keys[:-1]):
         if isinstance(node, list):

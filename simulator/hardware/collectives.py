@@ -90,7 +90,9 @@ class AllReduce:
     def _nccl_tables(self) -> dict:
         n = self.ranks
         ring_hops = [self.fabric.hop(i, (i + 1) % n) for i in range(n)]
-        chain_hops = [self.fabric.hop(i, i + 1) for i in range(n - 1)] + [self.fabric.hop(i + 1, i) for i in range(n - 1)]
+        # NCCL's one-node tree is a chain; reduce (up) and broadcast (down) share each link, which NCCL's 0.5
+        # bus-to-algorithm ratio accounts for, so the chain's bandwidth is taken one direction at a time
+        chain_hops = [self.fabric.hop(i, i + 1) for i in range(n - 1)]
         tables = {}
         steps = 2 * (n - 1)
         for algo, hops in (("ring", ring_hops), ("tree", chain_hops)):
