@@ -8,7 +8,7 @@ import numpy as np
 
 from .config import Scenario, load_scenario
 from .engine import Machine, simulate
-from .metrics import (Result, accept_histogram, breakdown_per_token, mean_step_us, request_latency_ms, summarize,
+from .metrics import (Result, accept_histogram, accept_windows, breakdown_per_token, mean_step_us, request_latency_ms, summarize,
                       _stats_ms)
 from .model.cost import PassShape
 
@@ -87,15 +87,68 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
                      "verify": spec.speculation.verify,
                      "expected_accept_len": _expected(scenario)},
         extra={"description": spec.description, "graph_verify": spec.runtime.cuda_graph_verify,
-               "eager_verify": not spec.runtime.cuda_graph_verify},
+               "eager_verify": not spec.runtime.cuda_graph_verify,
+               "accept_len_windows": accept_windows(main.accept_lengths, main.accept_positions),
+               "policy": policy_summary(spec, main),
+               "what_if": what_if(scenario, machine, main, base)},
         run=main,
         baseline=base,
     )
 
 
+def what_if(scenario: Scenario, machine: Machine, main, base) -> dict:
+    """Quick levers for the report: the same step with the verify pass captured in a CUDA graph.
+
+    Uses the layer model's memoised pass samples at the run's mean context; `python -m simulator plan` runs the
+    full what-if simulations for every lever.
+    """
+    from .speculation.setup import build_speculation
+
+    spec_mask = main.spec_steps
+    base_step = mean_step_us(base, base.decode_steps)
+    if not spec_mask.any() or not base_step:
+        return {}
+    slot = build_speculation(scenario).slots[0]
+    tree = slot.tree
+    work = scenario.spec.workload
+    context = work.prompt_tokens + work.output_tokens // 2
+    is_tree = tree.depth < tree.num_drafts
+    shape = PassShape(tree.size, 1, context, is_tree, True)
+    out = {}
+    if not scenario.spec.runtime.cuda_graph_verify:
+        samples = machine.samples("target", shape, True, scenario.spec.seed)
+        host = scenario.topology.host
+        step = float(samples[:, 0].mean()) + float(main.steps["draft_us"][spec_mask].mean()) + host.sync_us + \
+            host.step_overhead_us
+        breakeven = step / base_step
+        lengths = main.accept_lengths
+        accept = float(lengths.mean()) if lengths.size else 1.0
+        out["cuda_graph_verify"] = {"verify_ms": float(samples[:, 0].mean()) / 1e3, "breakeven_accept_len": breakeven,
+                                    "speedup_at_this_accept_len": accept / breakeven}
+    return out
+
+
+def policy_summary(spec, run) -> dict:
+    """How often the policy speculated, and with which drafter."""
+    steps = run.steps
+    decode_or_spec = steps["kind"] > 0
+    n = int(decode_or_spec.sum())
+    drafters = steps["drafter"][decode_or_spec]
+    names = [spec.speculation.method] + ([spec.policy.fallback.method] if spec.policy.kind == "multi_drafter" else [])
+    out = {"kind": spec.policy.kind, "steps": n,
+           "speculative_share": float((drafters >= 0).mean()) if n else 0.0}
+    if len(names) > 1:
+        out["drafter_share"] = {name: float((drafters == i).mean()) for i, name in enumerate(names)}
+    return out
+
+
 def _expected(scenario: Scenario) -> float | None:
-    from .speculation.acceptance import build_acceptance
-    s = scenario.spec.speculation
-    if s.method == "none" or s.acceptance is None:
+    """The acceptance model's analytic tokens per verify for the scenario's own drafter and tree."""
+    from .speculation.setup import build_speculation
+    setup = build_speculation(scenario)
+    if not setup.slots:
         return None
-    return build_acceptance(s.acceptance).expected_tokens(s.draft_tokens)
+    slot = setup.slots[0]
+    if scenario.spec.speculation.acceptance.kind == "ngram_context":
+        return None  # its hit rate depends on the history: no single expectation
+    return slot.acceptance.expected_tokens(slot.tree)

@@ -26,6 +26,23 @@ def _stats_ms(values_us: np.ndarray) -> dict[str, float] | None:
             "p99": float(np.percentile(values_us, 99)) / 1e3}
 
 
+WINDOW_TOKENS = 512
+
+
+def accept_windows(lengths: np.ndarray, positions: np.ndarray, window: int = WINDOW_TOKENS) -> list[dict]:
+    """Mean accept length of the speculative steps whose request had generated [start, end) tokens."""
+    if lengths.size == 0:
+        return []
+    bins = positions // window
+    out = []
+    for b in range(int(bins.max()) + 1):
+        mask = bins == b
+        if mask.any():
+            out.append({"start": b * window, "end": (b + 1) * window, "mean_accept_len": float(lengths[mask].mean()),
+                        "steps": int(mask.sum())})
+    return out
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """What one simulated run (speculative or baseline) measured."""
@@ -35,6 +52,7 @@ class RunSummary:
     throughput_tok_s: float
     steps: dict[str, np.ndarray]
     accept_lengths: np.ndarray
+    accept_positions: np.ndarray
     requests: list
 
     @property
@@ -52,7 +70,8 @@ def summarize(server) -> RunSummary:
     end = max((r.completed_at or 0.0) for r in server.requests) if server.requests else 0.0
     sim_time = float(end)
     throughput = tokens / (sim_time / 1e6) if sim_time > 0 else 0.0
-    return RunSummary(tokens, sim_time, throughput, steps, np.asarray(server.accept_lengths, dtype=int), server.requests)
+    return RunSummary(tokens, sim_time, throughput, steps, np.asarray(server.accept_lengths, dtype=int),
+                      np.asarray(server.accept_positions, dtype=int), server.requests)
 
 
 @dataclass(frozen=True)

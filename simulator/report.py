@@ -67,6 +67,15 @@ def verdict(result: Result) -> list[str]:
              f"{result.allreduce_choice['protocol']})")
         lines.append(f"why: all-reduces take {verify['profiled_rank']:.1f} ms of each {vstep:.1f} ms verify pass "
                      f"on a typical rank ({share:.0%} averaged over ranks), {cause}.")
+    graph = (result.extra.get("what_if") or {}).get("cuda_graph_verify")
+    if acc <= be:
+        flip = f"what would flip it: an accept length above {be:.2f}"
+        if graph:
+            flip += (f"; or capturing the verify in a CUDA graph ({graph['verify_ms']:.1f} ms instead of "
+                     f"{vstep:.1f} ms) lowers the break-even to {graph['breakeven_accept_len']:.2f}, "
+                     f"which this drafter's {acc:.2f} would turn into {graph['speedup_at_this_accept_len']:.2f}x")
+        flip += " (python -m simulator plan ranks every lever)."
+        lines.append(flip)
     if total > 0:
         top = max(bd, key=bd.get)
         lines.append(f"largest cost per token: {top.replace('_', ' ')} ({bd[top]:.2f} of {total:.2f} ms).")
@@ -104,8 +113,17 @@ def to_table(result: Result) -> str:
     for kind, ar in r.allreduce_ms_per_pass.items():
         lines.append(f"    per {kind} pass    {ar['profiled_rank']:8.1f} ms on a typical rank (profile), "
                      f"{ar['rank_mean']:.1f} ms averaged over ranks (transfer + waiting)")
-    if r.extra.get("accept_len_windows"):
-        pass
+    windows = r.extra.get("accept_len_windows") or []
+    if spec and len(windows) > 1:
+        values = " ".join(f"{w['mean_accept_len']:.2f}" for w in windows)
+        lines.append(f"  accept length per {windows[0]['end'] - windows[0]['start']}-token window of each request: "
+                     f"{values}")
+    pol = r.extra.get("policy") or {}
+    if spec and pol.get("kind", "static") != "static":
+        share = f"  policy {pol['kind']}: speculated in {pol['speculative_share']:.0%} of {pol['steps']:,} steps"
+        if pol.get("drafter_share"):
+            share += " (" + ", ".join(f"{k} {v:.0%}" for k, v in pol["drafter_share"].items()) + ")"
+        lines.append(share)
     lines.append("")
     bd = r.breakdown_ms_per_token
     lines.append("  time per token (ms): " + "  ".join(f"{k.replace('allreduce_', 'AR ')} {bd[k]:.2f}" for k in BREAKDOWN)

@@ -1,7 +1,7 @@
 """Requests: when they arrive, how long their prompts are, how many tokens they generate."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .config.scenario import Workload
 
@@ -18,7 +18,7 @@ class Request:
     first_token_at: float | None = None
     completed_at: float | None = None
     generated: int = 0
-    token_times: list = field(default_factory=list)
+    acceptance_state: object = None  # a regime acceptance model's per-request state
 
     @property
     def context(self) -> int:

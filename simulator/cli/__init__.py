@@ -16,6 +16,7 @@ COMMANDS = {
     "collective": ("collective", "predicted time of one collective on a topology"),
     "calibrate": ("calibrate", "fit named parameters to measured figures"),
     "bench": ("bench", "simulated tokens per wall-second of each fidelity"),
+    "tree": ("tree", "the best token tree for a positional acceptance vector"),
     "sweep": ("sweep", "run a scenario over a grid, zip or random sample of config values"),
 }
 

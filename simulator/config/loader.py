@@ -23,6 +23,7 @@ class Scenario:
     topology: Topology
     model: ModelCard
     source: str = "<inline>"
+    draft_model: ModelCard | None = None
 
     @property
     def name(self) -> str:
@@ -35,6 +36,8 @@ class Scenario:
             "topology": self.topology.model_dump(mode="json"),
             "model": self.model.model_dump(mode="json"),
         }
+        if self.draft_model is not None:
+            raw["speculation"]["draft_model"]["model"] = self.draft_model.model_dump(mode="json")
         for path, value in overrides.items():
             set_path(raw, path, value, self.source)
         return build(raw, self.source, os.path.dirname(self.source) if os.path.isfile(self.source) else ".")
@@ -162,8 +165,17 @@ def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any
             set_path(data, sub, value, name)
         parts[key] = validate(model, data, name)
         raw[key] = parts[key].model_dump(mode="json")
+    draft_card = None
+    draft_cfg = (raw.get("speculation") or {}).get("draft_model") if isinstance(raw.get("speculation"), dict) else None
+    if isinstance(draft_cfg, dict) and draft_cfg.get("model") is not None:
+        data, name = _load_part(draft_cfg["model"], "speculation.draft_model.model", file, base_dir)
+        if not isinstance(data, dict):
+            raise ConfigError(name, "<root>", "expected a mapping for the draft model card")
+        draft_card = validate(ModelCard, data, name)
+        draft_cfg["model"] = name if isinstance(draft_cfg["model"], str) else "<inline>"
     spec = validate(ScenarioSpec, raw, file)
-    scenario = Scenario(spec=spec, topology=parts["topology"], model=parts["model"], source=file)
+    scenario = Scenario(spec=spec, topology=parts["topology"], model=parts["model"], source=file,
+                        draft_model=draft_card)
     check(scenario)
     return scenario
 
@@ -194,8 +206,22 @@ def check(scenario: Scenario) -> None:
         raise ConfigError(file, "speculation.method", f"eagle3 needs model.draft_head; {card.name} defines none",
                           "a model card with draft_head")
     acc = spec_cfg.acceptance
-    if spec_cfg.method != "none" and acc is not None and acc.kind == "positional":
+    if spec_cfg.method != "none" and acc is not None and acc.kind == "positional" and not acc.repeat_last:
         if len(acc.probs) < spec_cfg.draft_tokens and spec_cfg.verify == "chain":
             raise ConfigError(file, "speculation.acceptance.probs",
                               f"{len(acc.probs)} probabilities for a chain of {spec_cfg.draft_tokens} drafts",
-                              f"at least {spec_cfg.draft_tokens} entries, one per depth")
+                              f"at least {spec_cfg.draft_tokens} entries, one per depth (or repeat_last: true)")
+    policy = spec.policy
+    if policy.kind == "multi_drafter":
+        if spec_cfg.method != "ngram":
+            raise ConfigError(file, "policy.kind", "multi_drafter drafts with the n-gram cache where it matches: "
+                              f"speculation.method must be ngram, not {spec_cfg.method}", "static, hybrid, adaptive_length")
+        fallback = policy.fallback.method
+        if fallback == "eagle3" and card.draft_head is None:
+            raise ConfigError(file, "policy.fallback.method", f"eagle3 needs model.draft_head; {card.name} has none",
+                              "mtp, draft_model")
+        if fallback == "mtp" and card.mtp_layers == 0:
+            raise ConfigError(file, "policy.fallback.method", f"{card.name} has no MTP modules", "eagle3, draft_model")
+        if fallback == "draft_model" and scenario.draft_model is None:
+            raise ConfigError(file, "policy.fallback.method", "draft_model needs speculation.draft_model.model",
+                              "a draft model card path")

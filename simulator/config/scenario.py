@@ -1,13 +1,13 @@
 """A scenario: which machine, which model, how it is run, what it serves, and how it speculates."""
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Any, Literal, Union
 
-from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt
 
 from .base import Strict
-
-Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+from .policy import Policy, StaticPolicy
+from .speculation import Speculation
 
 ALLREDUCE_CHOICES = ("auto", "nccl", "nccl_ring", "nccl_tree", "nvls", "one_shot", "two_shot")
 
@@ -31,43 +31,6 @@ class Workload(Strict):
     prompt_tokens: PositiveInt = 1000
     output_tokens: PositiveInt = 2048
     concurrency: PositiveInt = 1
-
-
-class IIDAcceptance(Strict):
-    """Every draft token accepted with the same probability, independent of depth."""
-
-    kind: Literal["iid"]
-    alpha: Probability
-
-
-class PositionalAcceptance(Strict):
-    """Draft token at depth d accepted with probability probs[d-1], given its parent was."""
-
-    kind: Literal["positional"]
-    probs: list[Probability] = Field(min_length=1)
-
-
-Acceptance = Annotated[Union[IIDAcceptance, PositionalAcceptance], Field(discriminator="kind")]
-
-
-class Speculation(Strict):
-    method: Literal["none", "eagle3", "mtp", "draft_model", "ngram"] = "none"
-    draft_tokens: PositiveInt = Field(3, description="Draft tokens proposed per step (chain length)")
-    verify: Literal["chain", "tree"] = "chain"
-    acceptance: Optional[Acceptance] = None
-
-    @model_validator(mode="after")
-    def _needs_acceptance(self):
-        if self.method != "none" and self.acceptance is None:
-            raise ValueError("a speculation method needs an acceptance model")
-        return self
-
-
-class StaticPolicy(Strict):
-    kind: Literal["static"]
-
-
-Policy = Annotated[Union[StaticPolicy], Field(discriminator="kind")]
 
 
 class ScenarioSpec(Strict):

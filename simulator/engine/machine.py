@@ -67,9 +67,12 @@ class Machine:
             self.cards["draft_head"] = draft_head_card(self.card)
         if self.card.mtp_layers:
             self.cards["mtp"] = mtp_card(self.card)
+        if scenario.draft_model is not None:
+            self.cards["draft_model"] = scenario.draft_model
         physical = {
             "topology": scenario.topology.model_dump(mode="json"), "model": self.card.model_dump(mode="json"),
             "tp": self.tp, "runtime": self.runtime.model_dump(mode="json"),
+            "draft_model": scenario.draft_model.model_dump(mode="json") if scenario.draft_model else None,
         }
         self.key = hashlib.sha1(json.dumps(physical, sort_keys=True).encode()).hexdigest()
         self._plans: dict[tuple, PassPlan] = {}

@@ -1,69 +1,272 @@
-"""Acceptance models: how many draft tokens of a chain the target accepts, drawn from uniforms (common random numbers).
+"""Acceptance models: how far into a draft chain or token tree the target accepts, from uniforms (common numbers).
 
-Each model maps a row of uniforms u_1..u_k (one per depth) to the accepted count: the first depth d with
-u_d >= p_d stops the chain. Using the same uniforms across scenarios couples them monotonically: a higher
-acceptance probability never accepts fewer tokens for the same draws. Models also give their analytic mean.
+Every model turns its parameters into positional tables P[d-1][k-1]: the probability that, at an accepted node, the
+rank-k child at depth d is the one accepted (children tried in rank order, each with its own conditional chance).
+A verify walks the tree with one uniform per depth (trees.walk): the same uniforms give the same or a deeper walk
+when acceptance rises, so compared scenarios differ by the change, not by noise. Regime models (bursty, n-gram
+context) keep a per-request state that moves with the tokens generated; trace replay reads accept lengths from CSV.
 """
 from __future__ import annotations
 
-import numpy as np
+import csv
+import os
+from bisect import bisect_right
 
-from ..config.scenario import IIDAcceptance, PositionalAcceptance
+from ..config.speculation import (BurstyAcceptance, IIDAcceptance, NgramContextAcceptance, PositionalAcceptance,
+                                  Regime, TraceAcceptance)
+from ..errors import ConfigError
+from .trees import Tree
+
+MAX_RANKS = 16  # siblings per node the tables cover
 
 
-class ChainAcceptance:
-    """Depth-conditional acceptance probabilities p_1, p_2, ... (p_d: depth d accepted given depth d-1 was)."""
+def positional_table(probs: list[float], sibling_decay: float, depth: int, repeat_last: bool = False):
+    """Marginal rank probabilities per depth: q_k = p_d decay^(k-1), P_k = q_k prod_{j<k} (1 - q_j)."""
+    rows = []
+    for d in range(1, depth + 1):
+        if d <= len(probs):
+            p = probs[d - 1]
+        else:
+            p = probs[-1] if repeat_last else 0.0
+        row, survive = [], 1.0
+        for k in range(MAX_RANKS):
+            q = p * sibling_decay**k
+            row.append(survive * q)
+            survive *= 1.0 - q
+        rows.append(tuple(row))
+    return tuple(rows)
 
-    def __init__(self, probs: list[float], repeat_last: bool = False):
-        self.probs = [float(p) for p in probs]
-        self.repeat_last = repeat_last
-        self._by_depth: dict[int, list[float]] = {}
 
-    def prob(self, depth: int) -> float:
-        """p at 1-based depth."""
-        if depth <= len(self.probs):
-            return self.probs[depth - 1]
-        if self.repeat_last:
-            return self.probs[-1]
-        return 0.0
+class Walker:
+    """A tree with its acceptance thresholds compiled: one call per request per step (hot path)."""
 
-    def depth_probs(self, depth: int) -> list[float]:
-        return [self.prob(d) for d in range(1, depth + 1)]
+    __slots__ = ("depth", "cums", "children")
 
-    def accepted(self, uniforms, depth: int) -> int:
-        """Accepted drafts of a chain of `depth`, given `depth` uniforms."""
-        probs = self._by_depth.get(depth)
-        if probs is None:
-            probs = self._by_depth[depth] = self.depth_probs(depth)
-        for d in range(depth):
-            if uniforms[d] >= probs[d]:
+    def __init__(self, tree: Tree, table):
+        self.depth = tree.depth
+        self.cums, self.children = tree.thresholds(table)
+
+    def __call__(self, uniforms) -> int:
+        cums, children = self.cums, self.children
+        node = 0
+        for d in range(self.depth):
+            node_cums = cums[node]
+            k = bisect_right(node_cums, uniforms[d])
+            if k == len(node_cums):
                 return d
-        return depth
-
-    def expected_tokens(self, depth: int) -> float:
-        """Mean tokens emitted per verify, bonus included: 1 + sum_d prod_{j<=d} p_j."""
-        total, survive = 1.0, 1.0
-        for p in self.depth_probs(depth):
-            survive *= p
-            total += survive
-        return total
-
-    def variance_tokens(self, depth: int) -> float:
-        """Variance of tokens emitted per verify (for standard errors in tests)."""
-        probs = self.depth_probs(depth)
-        survive, pmf = 1.0, []
-        for p in probs:
-            pmf.append(survive * (1 - p))
-            survive *= p
-        pmf.append(survive)
-        values = np.arange(1, depth + 2)
-        mean = float(np.dot(values, pmf))
-        return float(np.dot((values - mean) ** 2, pmf))
+            node = children[node][k]
+        return self.depth
 
 
-def build_acceptance(config) -> ChainAcceptance:
+class AcceptanceModel:
+    """A stationary model: the same table for every request and step."""
+
+    stateful = False
+
+    def __init__(self, probs: list[float], sibling_decay: float = 1.0, repeat_last: bool = False):
+        self.probs, self.sibling_decay, self.repeat_last = list(probs), sibling_decay, repeat_last
+        self._walkers: dict[int, Walker] = {}
+
+    def table(self, depth: int, state=None):
+        return positional_table(self.probs, self.sibling_decay, depth, self.repeat_last)
+
+    def start(self, prompt_tokens: int):
+        return None
+
+    def walker(self, tree: Tree, state=None) -> Walker:
+        key = id(tree)
+        walker = self._walkers.get(key)
+        if walker is None:
+            walker = self._walkers[key] = Walker(tree, self.table(tree.depth))
+        return walker
+
+    def accepted(self, tree: Tree, state, uniforms) -> int:
+        return self.walker(tree, state)(uniforms)
+
+    def advance(self, state, emitted: int, u: float):
+        """Move a request's state on by `emitted` tokens (u: one uniform for regime switches)."""
+        return state
+
+    def match_tokens(self, state) -> int:
+        """Length of the n-gram cache match the drafter would find (only regime models know it)."""
+        return 0
+
+    def expected_tokens(self, tree: Tree) -> float:
+        """Tokens per verify, bonus included (the analytic mean the simulation must match)."""
+        return tree.expected_tokens(self.table(tree.depth))
+
+
+class RegimeModel(AcceptanceModel):
+    """Two regimes per request (easy/copy and hard/novel), switching per generated token."""
+
+    stateful = True
+
+    def __init__(self, easy: Regime, hard: Regime):
+        super().__init__(hard.probs, hard.sibling_decay)
+        self.regimes = (easy, hard)
+        self._walkers2: dict[tuple, Walker] = {}
+
+    def walker(self, tree: Tree, state) -> Walker:
+        regime = 0 if state[0] else 1
+        key = (id(tree), regime)
+        walker = self._walkers2.get(key)
+        if walker is None:
+            r = self.regimes[regime]
+            walker = self._walkers2[key] = Walker(tree, positional_table(r.probs, r.sibling_decay, tree.depth, True))
+        return walker
+
+    def enter_probability(self, state) -> float:
+        raise NotImplementedError
+
+    def leave_probability(self, state) -> float:
+        raise NotImplementedError
+
+    def advance(self, state, emitted: int, u: float):
+        easy, seen = state
+        per_token = self.leave_probability(state) if easy else self.enter_probability(state)
+        switch = 1.0 - (1.0 - per_token) ** emitted
+        if u < switch:
+            easy = not easy
+        return (easy, seen + emitted)
+
+    def expected_tokens(self, tree: Tree) -> float:
+        """Stationary mean of the two regimes' expectations (weighted by their long-run shares)."""
+        easy, hard = (tree.expected_tokens(positional_table(r.probs, r.sibling_decay, tree.depth, True))
+                      for r in self.regimes)
+        share = self.stationary_easy_share()
+        return share * easy + (1 - share) * hard
+
+    def stationary_easy_share(self) -> float:
+        return 0.5
+
+
+class BurstyModel(RegimeModel):
+    """Markov-modulated: easy and hard stretches with geometric lengths."""
+
+    def __init__(self, config: BurstyAcceptance):
+        super().__init__(config.easy, config.hard)
+        self.config = config
+
+    def start(self, prompt_tokens: int):
+        return (self.config.start_easy, prompt_tokens)
+
+    def enter_probability(self, state) -> float:
+        return 1.0 / self.config.mean_hard_tokens
+
+    def leave_probability(self, state) -> float:
+        return 1.0 / self.config.mean_easy_tokens
+
+    def stationary_easy_share(self) -> float:
+        c = self.config
+        return c.mean_easy_tokens / (c.mean_easy_tokens + c.mean_hard_tokens)
+
+
+class NgramContextModel(RegimeModel):
+    """Copy stretches whose onset, and novel-text hits, grow as the history (prompt + generated) fills the cache."""
+
+    MATCH_IN_COPY = 12  # tokens an n-gram lookup matches inside a repeated stretch (SGLang's max match window)
+    FILL_LEVELS = 16  # the novel regime's table is recompiled at this many fill levels
+
+    def __init__(self, config: NgramContextAcceptance):
+        super().__init__(config.copying, config.novel)
+        self.config = config
+
+    def start(self, prompt_tokens: int):
+        return (False, prompt_tokens)
+
+    def fill(self, seen: float) -> float:
+        s3 = (seen / self.config.warmup_tokens) ** 3
+        return s3 / (1.0 + s3)
+
+    def enter_probability(self, state) -> float:
+        return self.config.repetitiveness * self.fill(state[1])
+
+    def leave_probability(self, state) -> float:
+        return 1.0 / self.config.mean_copy_tokens
+
+    def walker(self, tree: Tree, state) -> Walker:
+        if state[0] or self.config.novel_gain == 0.0:
+            return super().walker(tree, state)
+        level = min(self.FILL_LEVELS, int(self.fill(state[1]) * self.FILL_LEVELS + 0.5))
+        key = (id(tree), "novel", level)
+        walker = self._walkers2.get(key)
+        if walker is None:
+            r, gain = self.regimes[1], 1.0 + self.config.novel_gain * level / self.FILL_LEVELS
+            probs = [min(1.0, p * gain) for p in r.probs]
+            walker = self._walkers2[key] = Walker(tree, positional_table(probs, r.sibling_decay, tree.depth, True))
+        return walker
+
+    def match_tokens(self, state) -> int:
+        return self.MATCH_IN_COPY if state[0] else 1
+
+    def stationary_easy_share(self) -> float:
+        c = self.config
+        enter = c.repetitiveness
+        return enter / (enter + 1.0 / c.mean_copy_tokens) if enter > 0 else 0.0
+
+
+class TraceModel(AcceptanceModel):
+    """Replays accept lengths (bonus included) row by row, cycling; capped by the verify tree's depth."""
+
+    def __init__(self, lengths: list[int]):
+        super().__init__([0.0])
+        self.lengths = lengths
+        self.position = 0
+
+    def accepted(self, tree: Tree, state, uniforms) -> int:
+        value = self.lengths[self.position % len(self.lengths)]
+        self.position += 1
+        return min(value - 1, tree.depth)
+
+    def expected_tokens(self, tree: Tree) -> float:
+        return sum(min(v - 1, tree.depth) + 1 for v in self.lengths) / len(self.lengths)
+
+
+def read_trace(config: TraceAcceptance, base_dir: str, scenario_file: str) -> list[int]:
+    path = os.path.normpath(os.path.join(base_dir, config.file))
+    key = "speculation.acceptance.file"
+    if not os.path.isfile(path):
+        raise ConfigError(scenario_file, key, f"trace file not found: {path}")
+    lengths = []
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        if not reader.fieldnames or config.column not in reader.fieldnames:
+            raise ConfigError(path, "header", f"no column {config.column!r}",
+                              ", ".join(reader.fieldnames or []) or "a CSV header row")
+        for line, row in enumerate(reader, start=2):
+            text = (row.get(config.column) or "").strip()
+            try:
+                value = float(text)
+            except ValueError:
+                raise ConfigError(path, f"line {line}", f"{config.column}={text!r} is not a number",
+                                  "an accept length >= 1 (bonus token included)") from None
+            if value != int(value) or value < 1:
+                raise ConfigError(path, f"line {line}", f"{config.column}={text!r} is not a whole accept length",
+                                  "an integer >= 1 (bonus token included)")
+            lengths.append(int(value))
+    if not lengths:
+        raise ConfigError(path, "rows", "the trace has no rows", "at least one accept length")
+    return lengths
+
+
+def build_acceptance(config, base_dir: str = ".", scenario_file: str = "<scenario>") -> AcceptanceModel:
     if isinstance(config, IIDAcceptance):
-        return ChainAcceptance([config.alpha], repeat_last=True)
+        return AcceptanceModel([config.alpha], 1.0, repeat_last=True)
     if isinstance(config, PositionalAcceptance):
-        return ChainAcceptance(list(config.probs))
+        return AcceptanceModel(list(config.probs), config.sibling_decay, config.repeat_last)
+    if isinstance(config, BurstyAcceptance):
+        return BurstyModel(config)
+    if isinstance(config, NgramContextAcceptance):
+        return NgramContextModel(config)
+    if isinstance(config, TraceAcceptance):
+        return TraceModel(read_trace(config, base_dir, scenario_file))
     raise TypeError(f"unknown acceptance model {config!r}")
+
+
+def typical_table(model: AcceptanceModel, depth: int):
+    """The table a tree is shaped for: the model's own, or for regime models their long-run mixture."""
+    if isinstance(model, RegimeModel):
+        share = model.stationary_easy_share()
+        easy, hard = (positional_table(r.probs, r.sibling_decay, depth, True) for r in model.regimes)
+        return tuple(tuple(share * a + (1 - share) * b for a, b in zip(ra, rb)) for ra, rb in zip(easy, hard))
+    return model.table(depth)

@@ -1,23 +1,32 @@
-"""Drafters: what a proposal of k draft tokens costs, as passes on the ranks and host time.
+"""Drafters: what one round of proposals costs, as passes on the ranks and time on the host CPU.
 
-EAGLE-3 / MTP heads run on the target's own ranks (same TP group, their own kernels and all-reduces). A chain of k
-drafts costs k head passes a round: the first draft comes from the previous round's extend pass, k-1 single-token
-passes propose the rest, and one extend pass over the k+1 verified positions (padded in the captured graph)
-refreshes the head's state for the next round (SGLang's EAGLEWorker: draft -> verify ->
-forward_draft_extend_after_decode).
+EAGLE-3 / MTP heads and separate draft models run on the target's own ranks (same TP group, their own kernels and
+all-reduces). A head drafting a chain of k costs k head passes a round: the first draft comes from the previous
+round's extend pass, k-1 single-token passes propose the rest, and one extend pass over the k+1 verified positions
+(padded in the captured graph) refreshes the head's state (SGLang's EAGLEWorker: draft -> verify ->
+forward_draft_extend_after_decode). A tree of depth D and widest level w costs D-1 passes of w tokens per request
+plus the extend. A separate draft model runs k single-token passes. The n-gram drafter looks proposals up in a
+cache on the host CPU: no GPU passes, host time per step and per request.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from ..model.cost import PassShape
+from .trees import Tree
 
 
 @dataclass(frozen=True)
 class DraftPass:
-    part: str  # which card runs it: draft_head | mtp
-    shape: PassShape
+    part: str  # which model card runs it: draft_head | mtp | draft_model
+    shape: PassShape  # context 0: the step applies its context
     graph: bool
+
+
+def widest_level(tree: Tree) -> int:
+    counts = Counter(tree.depths[1:])
+    return max(counts.values()) if counts else 1
 
 
 class HeadDrafter:
@@ -27,21 +36,55 @@ class HeadDrafter:
         self.part = part
         self.graph = graph
 
-    def passes(self, depth: int, batch: int) -> tuple[DraftPass, ...]:
-        """The head's passes for one round (shapes without context: the step applies it)."""
-        step = [DraftPass(self.part, PassShape(1, batch), self.graph) for _ in range(depth - 1)]
-        extend = DraftPass(self.part, PassShape(depth + 1, batch), self.graph)
-        return tuple(step + [extend])
+    def passes(self, tree: Tree, batch: int) -> tuple[DraftPass, ...]:
+        width = widest_level(tree)
+        steps = [DraftPass(self.part, PassShape(width, batch), self.graph) for _ in range(tree.depth - 1)]
+        extend = DraftPass(self.part, PassShape(tree.depth + 1, batch), self.graph)
+        return tuple(steps + [extend])
 
-    def host_us(self, depth: int, batch: int) -> float:
+    def host_us(self, tree: Tree, batch: int) -> float:
         return 0.0
 
 
-def build_drafter(method: str, runtime) -> HeadDrafter | None:
+class DraftModelDrafter:
+    """A separate small model drafting autoregressively on the same ranks."""
+
+    part = "draft_model"
+
+    def __init__(self, graph: bool):
+        self.graph = graph
+
+    def passes(self, tree: Tree, batch: int) -> tuple[DraftPass, ...]:
+        width = widest_level(tree)
+        return tuple(DraftPass(self.part, PassShape(width, batch), self.graph) for _ in range(tree.depth))
+
+    def host_us(self, tree: Tree, batch: int) -> float:
+        return 0.0
+
+
+class NgramDrafter:
+    """Prompt lookup / n-gram cache on the host: proposals cost CPU time, not GPU passes."""
+
+    def __init__(self, host_us_per_step: float, host_us_per_request: float):
+        self.per_step = host_us_per_step
+        self.per_request = host_us_per_request
+
+    def passes(self, tree: Tree, batch: int) -> tuple[DraftPass, ...]:
+        return ()
+
+    def host_us(self, tree: Tree, batch: int) -> float:
+        return self.per_step + self.per_request * batch
+
+
+def build_drafter(method: str, speculation, runtime):
     if method == "none":
         return None
     if method == "eagle3":
         return HeadDrafter("draft_head", runtime.cuda_graph_draft)
     if method == "mtp":
         return HeadDrafter("mtp", runtime.cuda_graph_draft)
-    raise NotImplementedError(f"speculation.method={method} is not modelled yet")
+    if method == "draft_model":
+        return DraftModelDrafter(runtime.cuda_graph_draft)
+    if method == "ngram":
+        return NgramDrafter(speculation.ngram.host_us_per_step, speculation.ngram.host_us_per_request)
+    raise ValueError(f"unknown speculation method {method!r}")

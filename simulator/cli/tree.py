@@ -1,0 +1,52 @@
+"""`python -m simulator tree --accept P1,P2,... --size N`: the best token tree for a positional acceptance vector."""
+from __future__ import annotations
+
+import json
+
+from . import ArgumentParser
+
+
+def main(argv: list[str]) -> int:
+    p = ArgumentParser(prog="python -m simulator tree",
+                       description="Optimal token tree (Sequoia's dynamic program) for positional acceptance.")
+    p.add_argument("--accept", required=True,
+                   help="P1,P2,...: P_k is the chance that the k-th ranked child of an accepted node is accepted")
+    p.add_argument("--size", type=int, required=True, help="tokens in the verify pass, the root included")
+    p.add_argument("--max-depth", type=int, help="deepest draft allowed")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    args = p.parse_args(argv)
+    from ..analytic import chain_expected_tokens, optimal_tree
+    from ..errors import ConfigError
+
+    try:
+        probs = [float(x) for x in args.accept.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError("command line", "--accept", f"not a list of numbers: {args.accept!r}",
+                          "comma-separated probabilities, e.g. 0.6,0.2,0.1") from None
+    if not probs:
+        raise ConfigError("command line", "--accept", "no probabilities given", "e.g. 0.6,0.2,0.1")
+    for k, value in enumerate(probs, start=1):
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError("command line", f"--accept P{k}", f"probability {value} is outside [0, 1]", "0 <= P_k <= 1")
+    if sum(probs) > 1.0 + 1e-9:
+        raise ConfigError("command line", "--accept", f"the ranked children's probabilities sum to {sum(probs):.3f} > 1",
+                          "P_k are exclusive outcomes at one node: sum <= 1")
+    if args.size < 1:
+        raise ConfigError("command line", "--size", f"size {args.size} < 1", ">= 1 (the root counts)")
+    if args.size > 512:
+        raise ConfigError("command line", "--size", f"size {args.size} is too large", "<= 512")
+    if args.max_depth is not None and (args.max_depth < 0 or (args.max_depth == 0 and args.size > 1)):
+        raise ConfigError("command line", "--max-depth", f"{args.size} nodes do not fit within depth {args.max_depth}",
+                          ">= 1")
+    tree, expected = optimal_tree(probs, args.size, args.max_depth)
+    chain = chain_expected_tokens([probs[0]] * (args.size - 1))
+    out = {"accept": probs, "size": tree.size, "parents": list(tree.parents), "expected_tokens": expected,
+           "depth": tree.depth, "chain_expected_tokens": chain}
+    if args.format == "json":
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"optimal tree of {tree.size} nodes (root included) for P = {probs}")
+        print(f"  parents         {list(tree.parents)}")
+        print(f"  depth           {tree.depth}")
+        print(f"  expected tokens {expected:.4f} per verify (bonus included); a chain of the same size: {chain:.4f}")
+    return 0

@@ -1,0 +1,114 @@
+"""Speculation settings: the drafter, the verify shape (chain or token tree) and the acceptance model."""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+from .base import Strict
+
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class IIDAcceptance(Strict):
+    """Every draft token accepted with the same probability, whatever its depth or rank."""
+
+    kind: Literal["iid"]
+    alpha: Probability
+
+
+class PositionalAcceptance(Strict):
+    """probs[d-1]: a depth-d draft accepted given its parent was; siblings tried in rank order, each with
+    probability probs[d-1] * sibling_decay^(rank-1)."""
+
+    kind: Literal["positional"]
+    probs: list[Probability] = Field(min_length=1)
+    sibling_decay: Probability = Field(1.0, description="Factor per sibling rank on a tree (1: every sibling alike)")
+    repeat_last: bool = Field(False, description="Depths beyond the list reuse its last probability (else 0)")
+
+
+class Regime(Strict):
+    """Acceptance inside one regime of a regime-switching model."""
+
+    probs: list[Probability] = Field(min_length=1, description="Per-depth acceptance in this regime (the last repeats)")
+    sibling_decay: Probability = 1.0
+
+
+class BurstyAcceptance(Strict):
+    """A Markov-modulated regime model: stretches of easy (repetitive) text and of novel text, per request."""
+
+    kind: Literal["bursty"]
+    easy: Regime
+    hard: Regime
+    mean_easy_tokens: PositiveFloat = Field(description="Mean length of an easy stretch, in generated tokens")
+    mean_hard_tokens: PositiveFloat = Field(description="Mean length of a hard stretch, in generated tokens")
+    start_easy: bool = False
+
+
+class NgramContextAcceptance(Strict):
+    """An n-gram cache's hit chance grows with the tokens already seen: while the text repeats something in the
+    cache (a copying stretch) the continuation is accepted with `copying` probabilities, otherwise with `novel` ones.
+    With fill h = s^3 / (1 + s^3), s = seen / warmup_tokens (near 0 while the history is short, a plateau once it
+    is long), a copying stretch starts per generated token with probability repetitiveness * h and lasts
+    mean_copy_tokens on average (geometric), and novel text is accepted (1 + novel_gain * h) times as often (the
+    cache holds more partial matches)."""
+
+    kind: Literal["ngram_context"]
+    repetitiveness: Probability = Field(description="Chance per token, in a long history, that the text starts to repeat")
+    warmup_tokens: PositiveFloat = Field(description="History length over which the cache fills (e-folding, tokens)")
+    mean_copy_tokens: PositiveFloat = Field(description="Mean length of a repeated stretch, in generated tokens")
+    novel_gain: NonNegativeFloat = Field(0.0, description="Relative rise of novel-text acceptance once the cache is full")
+    copying: Regime
+    novel: Regime
+
+
+class TraceAcceptance(Strict):
+    """Replay per-step accept lengths (bonus token included) from a CSV, e.g. exported from a serving engine's log."""
+
+    kind: Literal["trace"]
+    file: str = Field(description="CSV path, relative to the scenario file")
+    column: str = Field("accept_len", description="Column holding the accept length of each step")
+
+
+Acceptance = Annotated[Union[IIDAcceptance, PositionalAcceptance, BurstyAcceptance, NgramContextAcceptance,
+                             TraceAcceptance], Field(discriminator="kind")]
+
+
+class TreeShape(Strict):
+    """The verify tree. Size counts the root: `draft_tokens` drafts make a tree of draft_tokens + 1 nodes."""
+
+    kind: Literal["chain", "topk", "k_ary", "parents", "optimal"] = "optimal"
+    k: PositiveInt = Field(2, description="topk: nodes kept per depth; k_ary: children per node")
+    depth: Optional[PositiveInt] = Field(None, description="topk / k_ary depth; optimal: maximum depth")
+    parents: Optional[list[int]] = Field(None, description="parents: the explicit tree (root -1)")
+
+
+class NgramDrafter(Strict):
+    """Prompt lookup / n-gram cache proposals, computed on the host CPU (SGLang's C++ trie + Python tensor prep)."""
+
+    host_us_per_step: NonNegativeFloat = Field(400.0, description="Lookup and tensor preparation per step")
+    host_us_per_request: NonNegativeFloat = Field(150.0, description="Per request in the batch (mask building)")
+
+
+class DraftModel(Strict):
+    """A separate, smaller model drafting on the same ranks (its own TP passes)."""
+
+    model: str = Field(description="Model card YAML of the draft model, relative to the scenario file")
+
+
+class Speculation(Strict):
+    method: Literal["none", "eagle3", "mtp", "draft_model", "ngram"] = "none"
+    draft_tokens: PositiveInt = Field(3, description="Draft tokens verified per step (tree: nodes besides the root)")
+    verify: Literal["chain", "tree"] = "chain"
+    tree: TreeShape = TreeShape()
+    acceptance: Optional[Acceptance] = None
+    ngram: NgramDrafter = NgramDrafter()
+    draft_model: Optional[DraftModel] = None
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.method != "none" and self.acceptance is None:
+            raise ValueError("a speculation method needs an acceptance model")
+        if self.method == "draft_model" and self.draft_model is None:
+            raise ValueError("method draft_model needs speculation.draft_model.model")
+        return self

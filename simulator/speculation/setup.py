@@ -1,0 +1,78 @@
+"""Assembles a scenario's speculation: drafters with their acceptance models and verify trees, and the policy."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from .acceptance import AcceptanceModel, build_acceptance, typical_table
+from .drafters import build_drafter
+from .policies import build_policy
+from .trees import Tree
+
+
+@dataclass
+class DrafterSlot:
+    method: str
+    drafter: object
+    acceptance: AcceptanceModel
+    tree: Tree
+
+
+def build_tree(config, draft_tokens: int, verify: str, acceptance: AcceptanceModel, file: str, key: str) -> Tree:
+    """The verify tree a speculation config describes (a chain unless verify is tree)."""
+    if verify == "chain" or config.kind == "chain":
+        return Tree.chain(draft_tokens)
+    try:
+        if config.kind == "parents":
+            if not config.parents:
+                raise ConfigError(file, f"{key}.parents", "a parents tree needs its parents list", "e.g. [-1, 0, 0, 1]")
+            tree = Tree.from_parents(config.parents)
+        elif config.kind == "k_ary":
+            depth = config.depth or 1
+            tree = Tree.k_ary(config.k, depth)
+        elif config.kind == "topk":
+            depth = config.depth or max(1, draft_tokens // config.k)
+            tree = Tree.topk(config.k, depth, typical_table(acceptance, depth))
+        else:  # optimal
+            depth = config.depth or draft_tokens
+            tree = Tree.optimal(typical_table(acceptance, depth), draft_tokens + 1, depth)
+    except ValueError as exc:
+        raise ConfigError(file, key, str(exc).rstrip("."), "a list where node 0 has parent -1 and every other "
+                          "node's parent is an earlier node") from None
+    if tree.num_drafts != draft_tokens:
+        raise ConfigError(file, f"{key}", f"this {config.kind} tree has {tree.num_drafts} drafts but "
+                          f"speculation.draft_tokens is {draft_tokens}", f"draft_tokens: {tree.num_drafts}")
+    return tree
+
+
+@dataclass
+class SpeculationSetup:
+    slots: list[DrafterSlot]
+    policy: object
+
+
+def build_speculation(scenario, speculate: bool = True) -> SpeculationSetup:
+    spec = scenario.spec
+    s = spec.speculation
+    base_dir = os.path.dirname(os.path.abspath(scenario.source)) if os.path.isfile(scenario.source) else "."
+    file = scenario.source
+    if not speculate or s.method == "none":
+        return SpeculationSetup([], build_policy(spec.policy, None))
+    acceptance = build_acceptance(s.acceptance, base_dir, file)
+    tree = build_tree(s.tree, s.draft_tokens, s.verify, acceptance, file, "speculation.tree")
+    slots = [DrafterSlot(s.method, build_drafter(s.method, s, spec.runtime), acceptance, tree)]
+    fallback_tree = None
+    policy_cfg = spec.policy
+    if policy_cfg.kind == "multi_drafter":
+        fb = policy_cfg.fallback
+        fb_acceptance = build_acceptance(fb.acceptance, base_dir, file)
+        fallback_tree = build_tree(fb.tree, fb.draft_tokens, fb.verify, fb_acceptance, file, "policy.fallback.tree")
+        slots.append(DrafterSlot(fb.method, build_drafter(fb.method, s, spec.runtime), fb_acceptance, fallback_tree))
+
+    def make_tree(k: int) -> Tree:
+        if s.verify == "tree" and s.tree.kind == "optimal":
+            return build_tree(s.tree, k, s.verify, acceptance, file, "speculation.tree")
+        return Tree.chain(k)
+
+    return SpeculationSetup(slots, build_policy(policy_cfg, tree, make_tree, fallback_tree))
