@@ -12,14 +12,17 @@ FIDELITIES = ("fast", "layer")
 
 
 def simulate(scenario: Scenario, machine: Machine | None = None, seed: int | None = None, fidelity: str | None = None,
-             speculate: bool = True) -> Server:
-    """Run the scenario's workload to completion; the returned server holds the step log and requests."""
+             speculate: bool = True, on_pass=None, max_steps: int | None = None) -> Server:
+    """Run the scenario's workload to completion (or max_steps); the server holds the step log and requests.
+
+    on_pass(spec, plan, result) sees every pass with its rank timeline (layer fidelity only).
+    """
     fidelity = fidelity or scenario.spec.fidelity
     if fidelity not in FIDELITIES:
         raise ConfigError(scenario.source, "fidelity", f"fidelity {fidelity!r} is not available", ", ".join(FIDELITIES))
     machine = machine or Machine(scenario)
     env = simpy.Environment()
-    server = Server(env, machine, scenario.spec.seed if seed is None else seed, fidelity, speculate)
+    server = Server(env, machine, scenario.spec.seed if seed is None else seed, fidelity, speculate, on_pass, max_steps)
     env.process(server.run())
     env.run()
     return server

@@ -91,15 +91,21 @@ class FastStepCosts:
 
 
 class LayerStepCosts:
-    """Steps whose passes run at layer fidelity: an event at each collective's start and end."""
+    """Steps whose passes run at layer fidelity: an event at each collective's start and end.
 
-    def __init__(self, machine: Machine, rng: np.random.Generator):
+    `on_pass(spec, plan, result)`, when given, receives every pass with its rank timeline (result['_spans']).
+    """
+
+    def __init__(self, machine: Machine, rng: np.random.Generator, on_pass=None):
         self.machine = machine
         self._rng = rng
+        self.on_pass = on_pass
 
     def _run(self, env, spec: PassSpec, context: int):
         plan = self.machine.plan(spec.part, replace(spec.shape, context=context), spec.graph)
         result = yield from LayerPass(plan, self.machine.host).run(env, self._rng)
+        if self.on_pass is not None:
+            self.on_pass(spec, plan, result)
         return result
 
     def step(self, env, step: StepSpec, context: int):

@@ -25,7 +25,8 @@ UNIFORM_BLOCK = 1 << 14
 class Server:
     """Serves a scenario's workload on its machine; `speculate=False` is the same machine with speculation off."""
 
-    def __init__(self, env, machine: Machine, seed: int, fidelity: str, speculate: bool = True):
+    def __init__(self, env, machine: Machine, seed: int, fidelity: str, speculate: bool = True,
+                 on_pass=None, max_steps: int | None = None):
         scenario = machine.scenario
         spec = scenario.spec
         self.env = env
@@ -40,7 +41,8 @@ class Server:
         acceptance_seq, jitter_seq = np.random.SeedSequence(seed).spawn(2)
         self._acceptance_rng = np.random.default_rng(acceptance_seq)
         jitter = np.random.default_rng(jitter_seq)
-        self.costs = FastStepCosts(machine, seed, jitter) if self.fast else LayerStepCosts(machine, jitter)
+        self.costs = FastStepCosts(machine, seed, jitter) if self.fast else LayerStepCosts(machine, jitter, on_pass)
+        self.max_steps = max_steps  # stop early (traces record the first steps only)
         self._uniforms: list[float] = []
         self._uniform_at = 0
         # the scheduler's per-step host work overlaps the GPU in plain decode, not while speculating (SGLang)
@@ -99,6 +101,8 @@ class Server:
         step_cost = self.costs.step if fast else None
         policy = self.policy
         while pending or self.active:
+            if self.max_steps is not None and len(steps) >= self.max_steps:
+                return
             admitted = []
             while pending and len(self.active) + len(admitted) < concurrency:
                 admitted.append(pending.pop(0))

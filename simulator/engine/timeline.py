@@ -49,17 +49,22 @@ class PassPlan:
         return int(self.launches.shape[0])
 
 
-def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator, samples: int) -> np.ndarray:
-    """h[s, r, k]: the earliest time rank r's own host allows it to arrive at collective k."""
+def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator, samples: int, with_host: bool = False):
+    """h[s, r, k]: the earliest time rank r's own host allows it to arrive at collective k.
+
+    With with_host, also H[s, r, k]: when rank r's host has launched segment k (for timelines and traces).
+    """
     W = plan.gpu_us
     if plan.graph:
         start = host.graph_launch_us(rng, samples, plan.ranks)[:, :, None]
-        return start + W[None, None, :]  # every kernel is queued at the graph launch
+        h = start + W[None, None, :]  # every kernel is queued at the graph launch
+        return (h, np.broadcast_to(start, h.shape)) if with_host else h
     L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks)
     H = np.cumsum(L, axis=2)
     one = L / plan.launches
     first = H - L + one  # the segment's first kernel is launched
-    return np.maximum(np.maximum(first + W, H - one + plan.last_us), H)
+    h = np.maximum(np.maximum(first + W, H - one + plan.last_us), H)
+    return (h, H) if with_host else h
 
 
 def collective_ends(plan: PassPlan, h: np.ndarray) -> np.ndarray:
@@ -110,8 +115,8 @@ class LayerPass:
         self._T = plan.collective_us.tolist()
 
     def run(self, env, rng: np.random.Generator, on_collective=None):
-        """Generator for env.process: returns the breakdown dict (scalars) and keeps the timeline for tracing."""
-        h = host_ready(self.plan, self.host, rng, 1)
+        """Generator for env.process: returns the breakdown dict (scalars); '_spans' holds the rank timeline."""
+        h, H = host_ready(self.plan, self.host, rng, 1, with_host=True)
         hmax = h[0].max(axis=0).tolist()
         W, T = self._W, self._T
         begin = env.now
@@ -128,5 +133,22 @@ class LayerPass:
                 on_collective(k, begin + start, begin + c)
         C = np.asarray(ends)[None, :]
         result = {key: float(value[0]) for key, value in breakdown(self.plan, h, C).items()}
-        result["_h"], result["_C"] = h[0], C[0]
+        result["_spans"] = spans(self.plan, h[0], H[0], C[0], begin)
         return result
+
+
+def spans(plan: PassPlan, h: np.ndarray, H: np.ndarray, C: np.ndarray, begin: float = 0.0) -> dict[str, np.ndarray]:
+    """One pass's timeline in absolute times, per rank r and segment k, for traces.
+
+    host_start/host_end (R, K): the host launching segment k; arrive (R, K): the rank reaches collective k (its GPU
+    work for the segment done); collective_start/collective_end (K,): the last rank arrived / the transfer ended.
+    GPU busy time of segment k on rank r is gpu_us[k] ending at `arrive` unless the rank waited for its own host.
+    """
+    prev = np.concatenate([[0.0], C[:-1]])
+    arrive = np.maximum(prev + plan.gpu_us, h)
+    host_end = H
+    host_start = np.concatenate([np.zeros((H.shape[0], 1)), H[:, :-1]], axis=1) if not plan.graph else \
+        np.zeros_like(H)
+    return {"host_start": begin + host_start, "host_end": begin + host_end, "arrive": begin + arrive,
+            "collective_start": begin + C - plan.collective_us, "collective_end": begin + C,
+            "gpu_us": plan.gpu_us, "collective_us": plan.collective_us, "allreduce": plan.allreduce_mask}
