@@ -8,7 +8,7 @@ from ..errors import ConfigError
 from .machine import Machine
 from .server import Server
 
-FIDELITIES = ("fast", "layer")
+FIDELITIES = ("fast", "layer", "link")
 
 
 def simulate(scenario: Scenario, machine: Machine | None = None, seed: int | None = None, fidelity: str | None = None,

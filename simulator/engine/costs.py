@@ -13,6 +13,8 @@ import numpy as np
 
 from ..model.cost import PassShape
 from .machine import Machine, context_anchors
+from ..hardware.links import LinkNetwork
+from .linkpass import LinkPass
 from .timeline import LayerPass
 
 # duration, main pass, drafting, then the main pass's categories, other, and the all-reduce views
@@ -91,19 +93,24 @@ class FastStepCosts:
 
 
 class LayerStepCosts:
-    """Steps whose passes run at layer fidelity: an event at each collective's start and end.
+    """Steps whose passes run at layer (an event per collective) or link fidelity (rank and collective processes).
 
     `on_pass(spec, plan, result)`, when given, receives every pass with its rank timeline (result['_spans']).
     """
 
-    def __init__(self, machine: Machine, rng: np.random.Generator, on_pass=None):
+    def __init__(self, machine: Machine, rng: np.random.Generator, on_pass=None, links: bool = False):
         self.machine = machine
         self._rng = rng
         self.on_pass = on_pass
+        self.network = LinkNetwork(machine.fabric) if links else None
 
     def _run(self, env, spec: PassSpec, context: int):
         plan = self.machine.plan(spec.part, replace(spec.shape, context=context), spec.graph)
-        result = yield from LayerPass(plan, self.machine.host).run(env, self._rng)
+        traced = self.on_pass is not None
+        if self.network is not None:  # link fidelity: ranks and collective steps as processes
+            result = yield from LinkPass(plan, self.machine.host, self.network).run(env, self._rng, traced)
+        else:
+            result = yield from LayerPass(plan, self.machine.host).run(env, self._rng, with_spans=traced)
         if self.on_pass is not None:
             self.on_pass(spec, plan, result)
         return result

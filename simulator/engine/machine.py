@@ -16,7 +16,7 @@ import numpy as np
 
 from ..config import Scenario
 from ..errors import ConfigError
-from ..hardware.collectives import AllReduce, NotPermitted
+from ..hardware.collectives import AllReduce, NotPermitted, StepPlan
 from ..hardware.gpu import GPU, Host
 from ..hardware.interconnect import Fabric
 from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
@@ -41,6 +41,23 @@ def context_anchors(context: int) -> tuple[int, int, float]:
     if context <= low:
         return low, low, 0.0
     return low, high, (context - low) / (high - low)
+
+
+def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
+    """Weights per GPU (target and draft parts) against the usable device memory; what is left holds the KV cache."""
+    from ..model.cards import kv_bytes_per_token_layer, weight_bytes_per_gpu
+
+    gpu = scenario.topology.gpu
+    usable = gpu.memory_GB * 1e9 * scenario.spec.runtime.memory_fraction
+    weights = sum(weight_bytes_per_gpu(card, tp) for card in cards.values())
+    if weights > usable:
+        raise ConfigError(scenario.source, "parallelism.tp",
+                          f"{scenario.model.name} does not fit: {weights / 1e9:.1f} GB of weights per GPU at tp={tp}, "
+                          f"more than {scenario.spec.runtime.memory_fraction:.0%} of one {gpu.name}'s {gpu.memory_GB:g} GB",
+                          "a larger tp, GPUs with more memory, or a higher runtime.memory_fraction")
+    kv_per_token = sum(kv_bytes_per_token_layer(card, tp) * card.num_layers for card in cards.values())
+    return {"usable_GB": usable / 1e9, "weights_GB": weights / 1e9, "kv_GB": (usable - weights) / 1e9,
+            "kv_bytes_per_token": kv_per_token, "kv_capacity_tokens": int((usable - weights) // kv_per_token)}
 
 
 class Machine:
@@ -69,6 +86,7 @@ class Machine:
             self.cards["mtp"] = mtp_card(self.card)
         if scenario.draft_model is not None:
             self.cards["draft_model"] = scenario.draft_model
+        self.memory = memory_budget(scenario, self.cards, self.tp)
         physical = {
             "topology": scenario.topology.model_dump(mode="json"), "model": self.card.model_dump(mode="json"),
             "tp": self.tp, "runtime": self.runtime.model_dump(mode="json"),
@@ -100,15 +118,19 @@ class Machine:
     def _build(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
         layout = pass_layout(self.cards[part], self.tp, shape, self.runtime.fuse_allreduce_rmsnorm)
         node_us = self.scenario.topology.host.graph_node_us if graph else 0.0
-        rows = []
+        rows, step_plans = [], []
         for s in layout.segments:
             t = self.gpu.segment(s)
             if s.collective == "allreduce":
                 coll = self.allreduce.cost(s.collective_bytes).time_us
+                step_plans.append(self.allreduce.step_plan(s.collective_bytes))
             elif s.collective == "allgather":
                 coll = self.allgather.allgather_us(s.collective_bytes)
+                ring = self.allgather.step_plan(0)
+                step_plans.append(StepPlan(0.0, 1, ring.hops, 0.0, coll, ring.bandwidth_GBps))
             else:
                 coll = 0.0
+                step_plans.append(None)
             launches = t.num_kernels + (1 if s.collective else 0)
             rows.append((launches, t.compute_us, t.memory_us, launches * node_us, t.last_kernel_us, coll,
                          s.collective == "allreduce"))
@@ -116,7 +138,7 @@ class Machine:
         return PassPlan(
             launches=table[:, 0], compute_us=table[:, 1], memory_us=table[:, 2], gap_us=table[:, 3],
             last_us=table[:, 4], collective_us=table[:, 5], allreduce_mask=table[:, 6].astype(bool),
-            graph=graph, ranks=self.tp,
+            graph=graph, ranks=self.tp, collective_steps=tuple(step_plans[i] for i in layout.order),
             label=f"{part} {shape.tokens}x{shape.batch} ctx{shape.context}{' tree' if shape.tree else ''}"
                   f" {'graph' if graph else 'eager'}",
         )

@@ -41,7 +41,8 @@ class Server:
         acceptance_seq, jitter_seq = np.random.SeedSequence(seed).spawn(2)
         self._acceptance_rng = np.random.default_rng(acceptance_seq)
         jitter = np.random.default_rng(jitter_seq)
-        self.costs = FastStepCosts(machine, seed, jitter) if self.fast else LayerStepCosts(machine, jitter, on_pass)
+        self.costs = FastStepCosts(machine, seed, jitter) if self.fast else \
+            LayerStepCosts(machine, jitter, on_pass, links=fidelity == "link")
         self.max_steps = max_steps  # stop early (traces record the first steps only)
         self._uniforms: list[float] = []
         self._uniform_at = 0

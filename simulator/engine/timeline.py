@@ -35,6 +35,7 @@ class PassPlan:
     graph: bool
     ranks: int
     label: str = ""
+    collective_steps: tuple = ()  # per segment: its collective as a StepPlan over links (link fidelity), or None
 
     @property
     def gpu_us(self) -> np.ndarray:
@@ -106,7 +107,8 @@ def sample_passes(plan: PassPlan, host: Host, rng: np.random.Generator, samples:
 
 
 class LayerPass:
-    """One pass at layer fidelity: a SimPy process with an event at each collective's start and end."""
+    """One pass at layer fidelity: a SimPy process with an event per collective (at its end; it started when the
+    last rank arrived, reported to on_collective)."""
 
     def __init__(self, plan: PassPlan, host: Host):
         self.plan = plan
@@ -114,8 +116,8 @@ class LayerPass:
         self._W = plan.gpu_us.tolist()
         self._T = plan.collective_us.tolist()
 
-    def run(self, env, rng: np.random.Generator, on_collective=None):
-        """Generator for env.process: returns the breakdown dict (scalars); '_spans' holds the rank timeline."""
+    def run(self, env, rng: np.random.Generator, on_collective=None, with_spans: bool = False):
+        """Generator for env.process: returns the breakdown dict (scalars); with_spans adds the rank timeline."""
         h, H = host_ready(self.plan, self.host, rng, 1, with_host=True)
         hmax = h[0].max(axis=0).tolist()
         W, T = self._W, self._T
@@ -123,17 +125,16 @@ class LayerPass:
         ends = []
         c = 0.0
         for k in range(len(W)):
-            start = max(c + W[k], hmax[k])
-            yield env.timeout(start - c)  # the last rank arrives: the collective starts
-            if T[k] > 0.0:
-                yield env.timeout(T[k])
+            start = max(c + W[k], hmax[k])  # the last rank arrives: the collective starts
+            yield env.timeout(start - c + T[k])  # one event per collective, at its end
             c = start + T[k]
             ends.append(c)
             if on_collective is not None:
                 on_collective(k, begin + start, begin + c)
         C = np.asarray(ends)[None, :]
         result = {key: float(value[0]) for key, value in breakdown(self.plan, h, C).items()}
-        result["_spans"] = spans(self.plan, h[0], H[0], C[0], begin)
+        if with_spans:
+            result["_spans"] = spans(self.plan, h[0], H[0], C[0], begin)
         return result
 
 

@@ -43,6 +43,19 @@ CUSTOM_ALGORITHMS = ("one_shot", "two_shot")
 
 
 @dataclass(frozen=True)
+class StepPlan:
+    """A collective as steps over links: base latency, then `steps` steps, each a latency plus a transfer that
+    takes `transfer_us` at `bandwidth_GBps` (the hops' shared bottleneck when only this collective runs)."""
+
+    base_us: float
+    steps: int
+    hops: tuple
+    step_latency_us: float
+    transfer_us: float
+    bandwidth_GBps: float
+
+
+@dataclass(frozen=True)
 class CollectiveCost:
     algorithm: str
     protocol: str
@@ -153,6 +166,27 @@ class AllReduce:
         algbw = flow_bw * n / 2.0
         out.append(CollectiveCost("two_shot", "P2P", latency + nbytes / (1000.0 * algbw), latency, algbw, algbw * bus))
         return out
+
+    @lru_cache(maxsize=4096)
+    def step_plan(self, nbytes: int) -> StepPlan:
+        """The chosen all-reduce of nbytes decomposed into its steps (the same total time when links are free)."""
+        c = self.cost(nbytes)
+        n = self.ranks
+        if n <= 1:
+            return StepPlan(0.0, 0, (), 0.0, 0.0, float("inf"))
+        if c.algorithm in ("nccl_ring", "nccl_tree"):
+            algo = "ring" if c.algorithm == "nccl_ring" else "tree"
+            hops = [self.fabric.hop(i, (i + 1) % n) for i in range(n)] if algo == "ring" else \
+                [self.fabric.hop(i, i + 1) for i in range(n - 1)]
+            steps, base = 2 * (n - 1), NCCL_BASE_LATENCY_US[(algo, c.protocol)]
+        elif c.algorithm == "nvls":
+            hops, steps, base = [self.fabric.hop(i, (i + 1) % n) for i in range(n)], 1, 0.0
+        else:  # one-shot reads every peer at once; two-shot does it twice with 1/n chunks
+            hops = [self.fabric.hop(j, i) for i in range(n) for j in range(n) if i != j]
+            steps, base = (1 if c.algorithm == "one_shot" else 2), 0.0
+        transfer = nbytes / (1000.0 * c.algbw_GBps) if c.algbw_GBps > 0 else 0.0
+        bandwidth = min(self.fabric.concurrent_bandwidth_GBps(hops))
+        return StepPlan(base, steps, tuple(hops), (c.latency_us - base) / steps, transfer / steps, bandwidth)
 
     @lru_cache(maxsize=1024)
     def allgather_us(self, nbytes_per_rank: int) -> float:

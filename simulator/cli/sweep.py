@@ -1,0 +1,37 @@
+"""`python -m simulator sweep SWEEP.yaml`: run a sweep's points in parallel, rows streamed to a resumable CSV."""
+from __future__ import annotations
+
+import sys
+
+from ..errors import ConfigError
+from . import ArgumentParser
+
+
+def parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m simulator sweep", description="Run a sweep of a scenario over config paths; "
+                       "a rerun skips the points that already have an ok row.")
+    p.add_argument("sweep", help="sweep YAML file")
+    p.add_argument("--workers", type=int, metavar="N", help="local worker processes (default: the number of CPUs)")
+    p.add_argument("--dask", metavar="tcp://HOST:PORT", help="run on this Dask scheduler instead of local processes")
+    p.add_argument("--out", metavar="RESULTS.csv", help="results file (default: <sweep name>.results.csv next to "
+                   "the sweep file)")
+    p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override every point's fidelity")
+    p.add_argument("--chunk", type=int, metavar="N", help="points per task sent to a worker (default: automatic)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal anyway)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError("command line", "--workers", f"{args.workers} workers", ">= 1")
+    if args.chunk is not None and args.chunk < 1:
+        raise ConfigError("command line", "--chunk", f"{args.chunk} points per task", ">= 1")
+    if args.workers is not None and args.dask:
+        raise ConfigError("command line", "--workers", "has no effect with --dask (the cluster has its workers)")
+    from ..sweep import run_sweep
+
+    report = run_sweep(args.sweep, workers=args.workers, dask_address=args.dask, out=args.out,
+                       fidelity=args.fidelity, progress=False if args.no_progress else None, chunk_size=args.chunk)
+    print(report.line(), file=sys.stderr)
+    return 0
