@@ -50,17 +50,18 @@ class PassPlan:
         return int(self.launches.shape[0])
 
 
-def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator, samples: int, with_host: bool = False):
+def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int, with_host: bool = False,
+               draws: tuple | None = None):
     """h[s, r, k]: the earliest time rank r's own host allows it to arrive at collective k.
 
     With with_host, also H[s, r, k]: when rank r's host has launched segment k (for timelines and traces).
     """
     W = plan.gpu_us
     if plan.graph:
-        start = host.graph_launch_us(rng, samples, plan.ranks)[:, :, None]
+        start = host.graph_launch_us(rng, samples, plan.ranks, draws)[:, :, None]
         h = start + W[None, None, :]  # every kernel is queued at the graph launch
         return (h, np.broadcast_to(start, h.shape)) if with_host else h
-    L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks)
+    L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks, draws)
     H = np.cumsum(L, axis=2)
     one = L / plan.launches
     first = H - L + one  # the segment's first kernel is launched
@@ -100,9 +101,10 @@ def breakdown(plan: PassPlan, h: np.ndarray, C: np.ndarray) -> dict[str, np.ndar
     return out
 
 
-def sample_passes(plan: PassPlan, host: Host, rng: np.random.Generator, samples: int) -> dict[str, np.ndarray]:
+def sample_passes(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int,
+                  draws: tuple | None = None) -> dict[str, np.ndarray]:
     """Many independent passes of one plan, evaluated at once (the closed form of the layer model)."""
-    h = host_ready(plan, host, rng, samples)
+    h = host_ready(plan, host, rng, samples, draws=draws)
     return breakdown(plan, h, collective_ends(plan, h))
 
 

@@ -74,7 +74,27 @@ class Host:
     def __init__(self, spec: HostSpec):
         self.spec = spec
 
-    def eager_launch_us(self, launches: np.ndarray, rng: np.random.Generator, samples: int, ranks: int) -> np.ndarray:
+    @staticmethod
+    def draws(rng: np.random.Generator, samples: int, ranks: int, segments: int,
+              stratified: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The standard normals a pass needs: per launch segment (samples, ranks, segments), per rank speed.
+
+        stratified: scrambled Sobol points mapped through the normal quantile, so a small set of passes covers the
+        distribution evenly (the fast fidelity's memoised samples: a lower error of their mean for the same count).
+        """
+        if not stratified:
+            return rng.standard_normal((samples, ranks, segments)), rng.standard_normal((samples, ranks, 1))
+        from scipy.special import ndtri
+        from scipy.stats import qmc
+
+        dims = ranks * (segments + 1)
+        points = qmc.Sobol(d=dims, scramble=True, seed=rng).random(samples)
+        z = ndtri(np.clip(points, 1e-12, 1 - 1e-12))
+        skew = z[:, :ranks].reshape(samples, ranks, 1)  # the leading Sobol dimensions are the best spread
+        return z[:, ranks:].reshape(samples, ranks, segments), skew
+
+    def eager_launch_us(self, launches: np.ndarray, rng: np.random.Generator | None, samples: int, ranks: int,
+                        draws: tuple | None = None) -> np.ndarray:
         """Host time to launch each segment's kernels: shape (samples, ranks, segments).
 
         One launch costs eager_launch_us with coefficient of variation launch_jitter_cv; the sum of a segment's n
@@ -84,15 +104,16 @@ class Host:
         random numbers across what-if runs).
         """
         mean, cv = self.spec.eager_launch_us, self.spec.launch_jitter_cv
-        z = rng.standard_normal((samples, ranks, launches.shape[0]))
-        skew_z = rng.standard_normal((samples, ranks, 1))
+        z, skew_z = draws if draws is not None else self.draws(rng, samples, ranks, launches.shape[0])
         times = launches * mean * np.maximum(1.0 + cv * z / np.sqrt(launches), 0.1)
         if self.spec.rank_skew_cv > 0:
             times = times * np.exp(self.spec.rank_skew_cv * skew_z)
         return times
 
-    def graph_launch_us(self, rng: np.random.Generator, samples: int, ranks: int) -> np.ndarray:
+    def graph_launch_us(self, rng: np.random.Generator | None, samples: int, ranks: int,
+                        draws: tuple | None = None) -> np.ndarray:
         """Host time of one cudaGraphLaunch per rank: shape (samples, ranks), lognormal with the launch cv."""
         mean, cv = self.spec.graph_launch_us, self.spec.launch_jitter_cv
         sigma = np.sqrt(np.log1p(cv**2))
-        return mean * np.exp(sigma * rng.standard_normal((samples, ranks)) - sigma**2 / 2)
+        z = draws[1][:, :, 0] if draws is not None else rng.standard_normal((samples, ranks))
+        return mean * np.exp(sigma * z - sigma**2 / 2)

@@ -1,0 +1,133 @@
+"""`python -m simulator compare A.yaml B.yaml ...`: scenarios, or variants of one, side by side on common random numbers.
+
+Every run uses the same seed (the first scenario's, or --seed), so the acceptance draws are identical wherever the
+speculation set-up is: a difference between columns comes from the change, not from noise.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import sys
+
+from ..errors import ConfigError
+from . import ArgumentParser
+
+# a new override starts where whitespace, ';' or ',' is followed by a dotted key and '='
+_OVERRIDE_START = re.compile(r"[\s;,]+(?=[A-Za-z_][\w.\[\]]*\s*=)")
+
+
+def parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m simulator compare",
+                       description="Simulate scenarios (or variants of one) with the same seed and show them side by side.")
+    p.add_argument("scenarios", nargs="+", metavar="SCENARIO.yaml", help="scenario YAML files")
+    p.add_argument("--variant", action="append", default=[], metavar='"LABEL: path=value [path=value ...]"',
+                   help="a variant of each scenario: a label and one or more dotted overrides (paths relative to the "
+                   "scenario file's folder); repeatable")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value",
+                   help="override applied to every run; repeatable")
+    p.add_argument("--seed", type=int, help="the common seed (default: the first scenario's)")
+    p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override every run's fidelity")
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    p.add_argument("--plot", metavar="OUT.png", help="grouped bars: throughput and baseline per run")
+    return p
+
+
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    """'graph verify: runtime.cuda_graph_verify=true a.b=1' -> ('graph verify', ['runtime...=true', 'a.b=1'])."""
+    label, sep, rest = text.partition(":")
+    if not sep or not label.strip() or "=" in label:
+        raise ConfigError("command line", "--variant", f"{text!r} has no label",
+                          '"LABEL: dotted.path=value [dotted.path=value ...]"')
+    overrides = [part.strip() for part in _OVERRIDE_START.split(rest.strip()) if part.strip()]
+    if not overrides or any("=" not in o for o in overrides):
+        raise ConfigError("command line", "--variant", f"{text!r} has no dotted.path=value override",
+                          '"LABEL: dotted.path=value [dotted.path=value ...]"')
+    return label.strip(), overrides
+
+
+def runs_of(args) -> list[tuple[str, str, list[str]]]:
+    """(label, scenario path, overrides) for every run, in order."""
+    variants = [parse_variant(v) for v in args.variant]
+    common = list(args.overrides) + ([f"fidelity={args.fidelity}"] if args.fidelity else [])
+    runs = []
+    for path in args.scenarios:
+        prefix = os.path.splitext(os.path.basename(path))[0]
+        runs.append((prefix, path, common))
+        for label, overrides in variants:
+            runs.append((f"{prefix}: {label}" if len(args.scenarios) > 1 else label, path, common + overrides))
+    return runs
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    runs = runs_of(args)
+    from ..api import resolve, run
+
+    seed = args.seed if args.seed is not None else resolve(args.scenarios[0], None, args.overrides).spec.seed
+    scenarios = [resolve(path, None, overrides + [f"seed={seed}"]) for _, path, overrides in runs]  # errors first
+    rows = []
+    for i, ((label, _, _), scenario) in enumerate(zip(runs, scenarios), start=1):
+        print(f"compare: [{i}/{len(runs)}] {label}", file=sys.stderr)
+        rows.append(summary(label, run(scenario)))
+    text = {"table": to_table, "json": lambda r: json.dumps(r, indent=2), "csv": to_csv}[args.format](rows)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+def summary(label: str, result) -> dict:
+    mean = lambda key: (result.step_ms.get(key) or {}).get("mean")  # noqa: E731
+    return {"label": label, "scenario": result.scenario, "seed": result.seed,
+            "throughput_tok_s": result.throughput_tok_s, "baseline_tok_s": result.baseline_tok_s,
+            "speedup": result.speedup, "mean_accept_len": result.mean_accept_len,
+            "verify_ms": mean("verify"), "draft_ms": mean("draft"), "step_ms": mean("step"),
+            "baseline_decode_ms": mean("baseline_decode"), "breakeven_accept_len": result.breakeven_accept_len,
+            "breakdown_ms_per_token": dict(result.breakdown_ms_per_token),
+            "accept_len_hist": dict(result.accept_len_hist)}
+
+
+ROWS = (("throughput (tok/s)", "throughput_tok_s", 1), ("baseline (tok/s)", "baseline_tok_s", 1),
+        ("speedup", "speedup", 2), ("mean accept length", "mean_accept_len", 2), ("verify pass (ms)", "verify_ms", 2),
+        ("drafting (ms)", "draft_ms", 2), ("speculative step (ms)", "step_ms", 2),
+        ("plain decode step (ms)", "baseline_decode_ms", 2), ("break-even accept length", "breakeven_accept_len", 2))
+
+
+def to_table(rows: list[dict]) -> str:
+    width = max(12, *(len(r["label"]) for r in rows))
+    fmt = lambda x, d: "-" if x is None else f"{x:,.{d}f}"  # noqa: E731
+    lines = [f"{'':28}" + "".join(f" {r['label']:>{width}}" for r in rows)]
+    for name, key, digits in ROWS:
+        lines.append(f"{name:28}" + "".join(f" {fmt(r[key], digits):>{width}}" for r in rows))
+    lines.append("time per token (ms)")
+    for category in rows[0]["breakdown_ms_per_token"]:
+        lines.append(f"  {category:26}" + "".join(f" {r['breakdown_ms_per_token'][category]:>{width}.2f}" for r in rows))
+    lines.append(f"  {'total':26}" + "".join(f" {sum(r['breakdown_ms_per_token'].values()):>{width}.2f}" for r in rows))
+    lines.append(f"common random numbers: every run used seed {rows[0]['seed']}.")
+    return "\n".join(lines)
+
+
+def to_csv(rows: list[dict]) -> str:
+    from ..report import flatten
+
+    flat = [flatten(r) for r in rows]
+    fields = list(dict.fromkeys(k for row in flat for k in row))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(flat)
+    return buffer.getvalue()
+
+
+def plot(rows: list[dict], path: str) -> None:
+    try:
+        from ..plots import grouped_bars
+    except ImportError as exc:
+        raise ConfigError("command line", "--plot", f"plotting is unavailable: {exc}", "install matplotlib") from None
+    grouped_bars([r["label"] for r in rows],
+                 {"speculative": [r["throughput_tok_s"] for r in rows], "plain decode": [r["baseline_tok_s"] for r in rows]},
+                 ylabel="tokens/s", title="throughput, speculative vs plain decode (same seed)", path=path)
+    print(f"plot: {path}", file=sys.stderr)

@@ -1,0 +1,88 @@
+"""`python -m simulator plan SCENARIO.yaml`: one lever at a time, what each change does to throughput, ranked.
+
+The levers are declared in one list, `simulator.planning.LEVERS`.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import ConfigError
+from . import ArgumentParser
+
+
+def parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m simulator plan",
+                       description="Simulate the scenario with one change at a time (NVLink, CUDA-graph verify, "
+                       "all-reduce options, memory bandwidth, a better drafter, chain/tree, draft length) and rank "
+                       "the changes by throughput.")
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value",
+                   help="override applied to every run; repeatable")
+    p.add_argument("--seed", type=int, help="override the scenario's seed (all runs share it)")
+    p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override every run's fidelity")
+    p.add_argument("--plot", metavar="OUT.png", help="tornado chart of the levers' throughput")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    from ..planning import plan_levers
+
+    overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else []) + \
+        ([f"fidelity={args.fidelity}"] if args.fidelity else [])
+    plan = plan_levers(args.scenario, overrides, progress=lambda text: print(text, file=sys.stderr))
+    if args.format == "json":
+        print(json.dumps(to_dict(plan), indent=2, default=str))
+    else:
+        print(to_table(plan))
+    if args.plot:
+        plot(plan, args.plot)
+    return 0
+
+
+def to_dict(plan) -> dict:
+    return {"scenario": plan.scenario, "today": plan.today.to_dict(),
+            "levers": [o.to_dict(plan.today) for o in plan.ranked],
+            "skipped": [{"lever": o.name, "why": o.note} for o in plan.skipped], "conclusion": plan.conclusion()}
+
+
+def to_table(plan) -> str:
+    from ..planning import describe_overrides
+
+    today = plan.today
+    if plan.speculating:
+        state = (f"plain decode {today.baseline_tok_s:.1f} tok/s, speedup {today.speedup:.2f}x, accept length "
+                 f"{today.mean_accept_len:.2f}: speculation {'PAYS' if today.pays else 'LOSES'}")
+    else:
+        state = "speculation off (levers about drafting do not apply)"
+    lines = [f"plan: {plan.scenario}, one change at a time (same seed for every run)",
+             f"today: {today.throughput_tok_s:.1f} tok/s, {state}", "",
+             f"  {'#':>2}  {'lever':28} {'tok/s':>7} {'vs today':>8} {'baseline':>8} {'speedup':>7} {'accept':>6} "
+             f"{'verify ms':>9}  pays  change"]
+    for rank, o in enumerate(plan.ranked, start=1):
+        verify = "-" if o.verify_ms is None else f"{o.verify_ms:.1f}"
+        lines.append(f"  {rank:>2}  {o.name:28} {o.throughput_tok_s:7.1f} "
+                     f"{o.throughput_tok_s / today.throughput_tok_s - 1:+8.0%} {o.baseline_tok_s:8.1f} "
+                     f"{o.speedup:6.2f}x {o.mean_accept_len:6.2f} {verify:>9}  {'yes ' if o.pays else 'no  '}  "
+                     f"{describe_overrides(o.overrides)}")
+    lines += ["", "speedup: against plain decode on the same (changed) machine; baseline: that plain decode's tok/s."]
+    for o in plan.ranked:
+        note = f"  {o.name}: {o.description}" + (f" ({o.note})" if o.note else "")
+        lines.append(note)
+    for o in plan.skipped:
+        lines.append(f"  skipped {o.name}: {o.note}")
+    lines += ["", plan.conclusion()]
+    return "\n".join(lines)
+
+
+def plot(plan, path: str) -> None:
+    try:
+        from ..plots import tornado
+    except ImportError as exc:
+        raise ConfigError("command line", "--plot", f"plotting is unavailable: {exc}", "install matplotlib") from None
+    tornado([(o.name, o.throughput_tok_s) for o in plan.ranked], baseline_value=plan.today.baseline_tok_s,
+            current_value=plan.today.throughput_tok_s, xlabel="speculative throughput (tok/s)",
+            title=f"{plan.scenario}: one change at a time", path=path)
+    print(f"plot: {path}", file=sys.stderr)

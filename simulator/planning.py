@@ -1,0 +1,476 @@
+"""Planning questions on top of the simulator: break-even accept lengths, and what single change would help.
+
+`breakeven_table` answers "what accept length must a drafter reach?" for chains and trees, eager and CUDA-graph
+verify, from the machine's memoised pass samples at the workload's mean context (no decode loop is run; the figure
+for the scenario's own configuration agrees with a full run's `breakeven_accept_len`, a test). `LEVERS` lists the
+one-at-a-time changes `plan_levers` simulates; adding a lever is one entry there.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .config import Scenario
+from .engine.machine import Machine, context_anchors
+from .errors import ConfigError
+from .model.cost import PassShape
+from .speculation.acceptance import build_acceptance, positional_table, typical_table
+from .speculation.drafters import build_drafter
+from .speculation.setup import build_speculation, build_tree
+from .speculation.trees import Tree
+
+CHAIN_DRAFTS = tuple(range(1, 9))
+TREE_DRAFTS = (4, 8, 16, 32)
+GENERIC_TABLE = dict(probs=[0.7], sibling_decay=0.5)  # shapes trees when a scenario has no acceptance model
+
+
+# -- break-even ------------------------------------------------------------------------------------------------
+def _pass_us(machine: Machine, part: str, shape: PassShape, graph: bool, seed: int) -> float:
+    """Mean pass time at shape.context, blended between anchor contexts exactly as the fast engine does."""
+    low, high, weight = context_anchors(shape.context)
+    at = lambda c: float(machine.samples(part, PassShape(shape.tokens, shape.batch, c, shape.tree, shape.verify),  # noqa: E731
+                                         graph, seed)[:, 0].mean())
+    a = at(low)
+    return a if weight == 0.0 else a + (at(high) - a) * weight
+
+
+@dataclass(frozen=True)
+class StepCost:
+    verify_ms: float
+    draft_ms: float
+    other_ms: float  # scheduler work and end-of-step synchronisation
+
+    @property
+    def step_ms(self) -> float:
+        return self.verify_ms + self.draft_ms + self.other_ms
+
+
+@dataclass(frozen=True)
+class BreakevenRow:
+    label: str
+    tree: Tree
+    expected_accept_len: float | None  # the scenario's acceptance model on this tree
+    eager: StepCost
+    graph: StepCost
+    is_own: bool = False
+
+
+@dataclass
+class BreakevenTable:
+    scenario: str
+    method: str
+    batch: int
+    context: int
+    decode_step_ms: float
+    own_graph_verify: bool
+    rows: list[BreakevenRow]
+    note: str = ""
+
+    @property
+    def baseline_tok_s(self) -> float:
+        return self.batch * 1e3 / self.decode_step_ms
+
+    def verify_only(self, cost: StepCost) -> float:
+        return cost.verify_ms / self.decode_step_ms
+
+    def with_drafting(self, cost: StepCost) -> float:
+        return cost.step_ms / self.decode_step_ms
+
+    @property
+    def own(self) -> BreakevenRow | None:
+        """The scenario's own drafter and tree (None when it does not speculate)."""
+        return next((r for r in self.rows if r.is_own), None)
+
+    def own_cost(self) -> StepCost | None:
+        own = self.own
+        return None if own is None else own.graph if self.own_graph_verify else own.eager
+
+
+def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) -> BreakevenTable:
+    spec = scenario.spec
+    machine = Machine(scenario)
+    host = scenario.topology.host
+    work = spec.workload
+    batch = work.concurrency
+    context = batch * (work.prompt_tokens + work.output_tokens // 2)  # the server costs a step at the batch's sum
+    seed = spec.seed
+    setup = build_speculation(scenario)
+    note = ""
+    if setup.slots:
+        slot = setup.slots[0]
+        method, drafter, acceptance, own_tree = slot.method, slot.drafter, slot.acceptance, slot.tree
+    else:
+        card = scenario.model
+        method = "eagle3" if card.draft_head is not None else "mtp" if card.mtp_layers else "ngram"
+        drafter, acceptance, own_tree = build_drafter(method, spec.speculation, spec.runtime), None, None
+        note = f"speculation is off in this scenario: drafting costed as {method}, trees shaped for a generic drafter"
+    has_expectation = acceptance is not None and spec.speculation.acceptance.kind != "ngram_context"
+
+    def table(depth: int):
+        return typical_table(acceptance, depth) if acceptance is not None else \
+            positional_table(GENERIC_TABLE["probs"], GENERIC_TABLE["sibling_decay"], depth, True)
+
+    def cost(tree: Tree, graph: bool) -> StepCost:
+        is_tree = tree.depth < tree.num_drafts
+        verify = _pass_us(machine, "target", PassShape(tree.size, batch, context, is_tree, True), graph, seed)
+        draft = drafter.host_us(tree, batch) + sum(
+            _pass_us(machine, d.part, PassShape(d.shape.tokens, d.shape.batch, context), d.graph, seed)
+            for d in drafter.passes(tree, batch))
+        return StepCost(verify / 1e3, draft / 1e3, (host.sync_us + host.step_overhead_us) / 1e3)
+
+    def row(label: str, tree: Tree) -> BreakevenRow:
+        expected = acceptance.expected_tokens(tree) if has_expectation else None
+        return BreakevenRow(label, tree, expected, cost(tree, False), cost(tree, True), tree == own_tree)
+
+    rows = [row(f"chain {k}", Tree.chain(k)) for k in chains]
+    rows += [row(f"tree {n}", Tree.optimal(table(n), n + 1)) for n in trees]
+    if own_tree is not None and not any(r.is_own for r in rows):
+        rows.insert(0, row(f"own {spec.speculation.verify} {own_tree.num_drafts}", own_tree))
+    decode = _pass_us(machine, "target", PassShape(1, batch, context), spec.runtime.cuda_graph_decode, seed)
+    decode_other = host.sync_us + (0.0 if spec.runtime.overlap_schedule else host.step_overhead_us)
+    return BreakevenTable(spec.name, method, batch, context, (decode + decode_other) / 1e3,
+                          spec.runtime.cuda_graph_verify, rows, note)
+
+
+def throughput_map(table: BreakevenTable, accept_lens, verify_ms):
+    """Tokens/s over (verify cost, accept length) with the own configuration's drafting and overheads."""
+    import numpy as np
+
+    rows = table.rows
+    own = table.own_cost() or next((r.eager for r in rows if r.label == "chain 3"), rows[0].eager)
+    extra = own.draft_ms + own.other_ms
+    return table.batch * 1e3 * np.asarray(accept_lens)[None, :] / (np.asarray(verify_ms)[:, None] + extra)
+
+
+# -- levers ----------------------------------------------------------------------------------------------------
+Overrides = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One change to try. `candidates(scenario, path)` gives override sets (the best is kept; an entry may be an
+    (overrides, note) pair), or a str: why the lever does not apply. `hardware`: it changes plain decode too (its
+    baseline must be rerun)."""
+
+    name: str
+    description: str
+    candidates: Callable[[Scenario, str], list[Overrides] | str]
+    hardware: bool = True
+
+
+def _speculating(scenario: Scenario) -> bool:
+    return scenario.spec.speculation.method != "none"
+
+
+def _nvlink_topology(scenario: Scenario, path: str) -> str | None:
+    here = os.path.dirname(os.path.abspath(path))
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for folder in (os.path.join(here, "..", "topologies"), os.path.join(package_root, "topologies")):
+        candidate = os.path.normpath(os.path.join(folder, "nvlink8_h200.yaml"))
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def _has_nvlink(scenario: Scenario) -> bool:
+    return any(link.kind == "nvlink" for link in scenario.topology.fabric.links)
+
+
+def lever_nvlink_board(scenario: Scenario, path: str):
+    if _has_nvlink(scenario):
+        return "the machine already has NVLink"
+    topology = _nvlink_topology(scenario, path)
+    return [{"topology": topology}] if topology else "topologies/nvlink8_h200.yaml not found"
+
+
+def lever_nvlink_fabric(scenario: Scenario, path: str):
+    if _has_nvlink(scenario):
+        return "the machine already has NVLink"
+    topology = _nvlink_topology(scenario, path)
+    if topology is None:
+        return "topologies/nvlink8_h200.yaml not found"
+    from .config.loader import read_yaml
+    return [{"topology.fabric": read_yaml(topology)["fabric"]}]
+
+
+def lever_graph_verify(scenario: Scenario, path: str):
+    if not _speculating(scenario):
+        return "speculation is off"
+    return "already on" if scenario.spec.runtime.cuda_graph_verify else [{"runtime.cuda_graph_verify": True}]
+
+
+def lever_fused_allreduce(scenario: Scenario, path: str):
+    return "already on" if scenario.spec.runtime.fuse_allreduce_rmsnorm else [{"runtime.fuse_allreduce_rmsnorm": True}]
+
+
+def lever_one_shot(scenario: Scenario, path: str):
+    if scenario.spec.runtime.allreduce == "one_shot" and scenario.topology.fabric.p2p_level == "system":
+        return "already on"
+    return [{"runtime.allreduce": "one_shot", "topology.fabric.p2p_level": "system"}]
+
+
+def lever_p2p(scenario: Scenario, path: str):
+    return "already on" if scenario.topology.fabric.p2p_level == "system" else [{"topology.fabric.p2p_level": "system"}]
+
+
+def lever_memory_bandwidth(scenario: Scenario, path: str):
+    return [{"topology.gpu.memory_bandwidth_GBps": 2 * scenario.topology.gpu.memory_bandwidth_GBps}]
+
+
+_SCALED = {"iid": ("alpha",), "positional": ("probs",), "bursty": ("easy.probs", "hard.probs"),
+           "ngram_context": ("copying.probs", "novel.probs")}
+
+
+def scaled_acceptance(config, scale: float) -> dict:
+    """The acceptance config with every per-depth probability multiplied by `scale` (capped at 1)."""
+    data = config.model_dump(mode="json")
+    if data["kind"] not in _SCALED:
+        raise ValueError(f"{data['kind']} acceptance has no probabilities to scale")
+    for dotted in _SCALED[data["kind"]]:
+        *heads, last = dotted.split(".")
+        node = data
+        for head in heads:
+            node = node[head]
+        value = node[last]
+        node[last] = [min(1.0, p * scale) for p in value] if isinstance(value, list) else min(1.0, value * scale)
+    return data
+
+
+def _smallest_probability(data: dict) -> float:
+    values = []
+    for dotted in _SCALED[data["kind"]]:
+        node = data
+        for key in dotted.split("."):
+            node = node[key]
+        values += node if isinstance(node, list) else [node]
+    positive = [p for p in values if p > 0]
+    return min(positive) if positive else 0.0
+
+
+def expected_accept_len(scenario: Scenario, acceptance_config) -> float:
+    """The acceptance model's analytic tokens per verify on the scenario's tree (an optimal tree is reshaped)."""
+    s = scenario.spec.speculation
+    model = build_acceptance(acceptance_config, ".", scenario.source)
+    tree = build_tree(s.tree, s.draft_tokens, s.verify, model, scenario.source, "speculation.tree")
+    return model.expected_tokens(tree)
+
+
+def accept_scale_for(scenario: Scenario, gain: float) -> tuple[float, float, float] | str:
+    """Bisection on the scale of the per-depth probabilities so that the analytic expected accept length rises by
+    `gain`: (scale, expected before, expected after), or why it cannot."""
+    config = scenario.spec.speculation.acceptance
+    if config.kind not in _SCALED:
+        return f"{config.kind} acceptance has no probabilities to scale"
+    kind = type(config)
+
+    def expected(scale: float) -> float:
+        return expected_accept_len(scenario, kind.model_validate(scaled_acceptance(config, scale)))
+
+    before, target = expected(1.0), expected(1.0) + gain
+    smallest = _smallest_probability(config.model_dump(mode="json"))
+    if smallest == 0.0:
+        return "every acceptance probability is 0: nothing to scale"
+    low, high = 1.0, 1.0 / smallest  # at `high` every probability is capped at 1: the most this tree can give
+    if expected(high) < target:
+        return f"cannot: at most {expected(high):.2f} tokens per verify on this tree (today {before:.2f})"
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if expected(mid) < target else (low, mid)
+    return high, before, expected(high)
+
+
+def lever_accept(scenario: Scenario, path: str):
+    if not _speculating(scenario):
+        return "speculation is off"
+    found = accept_scale_for(scenario, 0.5)
+    if isinstance(found, str):
+        return found
+    scale, _, _ = found
+    data = scaled_acceptance(scenario.spec.speculation.acceptance, scale)
+    out = {}
+    for dotted in _SCALED[data["kind"]]:
+        node = data
+        for key in dotted.split("."):
+            node = node[key]
+        out[f"speculation.acceptance.{dotted}"] = [round(p, 4) for p in node] if isinstance(node, list) else round(node, 4)
+    _, before, after = found
+    note = f"expected accept length {before:.2f} -> {after:.2f}, probabilities x{scale:.3f}"
+    if data["kind"] == "ngram_context":
+        note += " (on the long-run mixture of the regimes; the simulated history gains less)"
+    return [(out, note)]
+
+
+def lever_chain_tree(scenario: Scenario, path: str):
+    s = scenario.spec.speculation
+    if not _speculating(scenario):
+        return "speculation is off"
+    tree = build_speculation(scenario).slots[0].tree
+    if s.verify == "chain":
+        return [{"speculation.verify": "tree", "speculation.tree.kind": "optimal", "speculation.draft_tokens": n}
+                for n in sorted({s.draft_tokens, 2 * s.draft_tokens, 8})]
+    return [{"speculation.verify": "chain", "speculation.draft_tokens": k} for k in sorted({tree.depth, s.draft_tokens})]
+
+
+def lever_draft_length(scenario: Scenario, path: str):
+    s = scenario.spec.speculation
+    if not _speculating(scenario):
+        return "speculation is off"
+    if s.verify == "chain" or s.tree.kind == "optimal":
+        return [{"speculation.draft_tokens": k} for k in CHAIN_DRAFTS]
+    if s.tree.kind == "topk":
+        return [{"speculation.tree.depth": d, "speculation.draft_tokens": s.tree.k * d} for d in CHAIN_DRAFTS]
+    return f"a {s.tree.kind} tree has a fixed size"
+
+
+LEVERS: list[Lever] = [
+    Lever("NVLink board (8x H200)", "topology nvlink8_h200: NVLink + NVSwitch, but also H200 GPUs (2.7x the "
+          "memory bandwidth, ~2x the compute): not the fabric alone", lever_nvlink_board),
+    Lever("NVLink fabric, same GPUs", "this machine's GPUs and host joined by the H200 board's NVLink/NVSwitch "
+          "fabric: the interconnect alone", lever_nvlink_fabric),
+    Lever("CUDA-graph verify", "capture the verify pass in a CUDA graph", lever_graph_verify, hardware=False),
+    Lever("fused all-reduce + RMSNorm", "runtime.fuse_allreduce_rmsnorm: one kernel fewer per all-reduce",
+          lever_fused_allreduce),
+    Lever("one-shot all-reduce + P2P", "custom one-shot all-reduce, with the P2P it needs "
+          "(topology.fabric.p2p_level=system)", lever_one_shot),
+    Lever("P2P on", "peer-to-peer across root ports (NCCL_P2P_LEVEL=SYS) instead of host memory", lever_p2p),
+    Lever("2x memory bandwidth", "twice the GPU memory bandwidth", lever_memory_bandwidth),
+    Lever("+0.5 accept length", "a better drafter: per-depth acceptance scaled until the expected accept length "
+          "rises by 0.5", lever_accept, hardware=False),
+    Lever("chain <-> tree", "verify a token tree instead of a chain, or the reverse (best of a few sizes)",
+          lever_chain_tree, hardware=False),
+    Lever("best draft length", "1..8 drafts (a top-k tree: depth 1..8); the best kept", lever_draft_length,
+          hardware=False),
+]
+
+
+@dataclass
+class Outcome:
+    name: str
+    description: str
+    overrides: Overrides | None = None
+    throughput_tok_s: float = math.nan
+    baseline_tok_s: float = math.nan
+    mean_accept_len: float = math.nan
+    verify_ms: float | None = None
+    note: str = ""
+    tried: int = 0
+
+    @property
+    def speedup(self) -> float:
+        return self.throughput_tok_s / self.baseline_tok_s
+
+    @property
+    def pays(self) -> bool:
+        return self.speedup > 1.0
+
+    def to_dict(self, today: "Outcome | None" = None) -> dict:
+        out = {"lever": self.name, "description": self.description, "overrides": self.overrides,
+               "throughput_tok_s": self.throughput_tok_s, "baseline_tok_s": self.baseline_tok_s,
+               "speedup": self.speedup, "pays": self.pays, "mean_accept_len": self.mean_accept_len,
+               "verify_ms": self.verify_ms, "note": self.note, "candidates_tried": self.tried}
+        if today is not None:
+            out["vs_today"] = self.throughput_tok_s / today.throughput_tok_s
+        return out
+
+
+@dataclass
+class Plan:
+    scenario: str
+    today: Outcome
+    ranked: list[Outcome]
+    skipped: list[Outcome] = field(default_factory=list)
+
+    @property
+    def speculating(self) -> bool:
+        return self.today.verify_ms is not None
+
+    def conclusion(self) -> str:
+        paying = [o for o in self.ranked if o.pays]
+        if not self.speculating:
+            best = self.ranked[0] if self.ranked else None
+            return "Speculation is off in this scenario" + (
+                f"; the fastest single change is {best.name} ({best.throughput_tok_s:.1f} tok/s)." if best else ".")
+        if self.today.pays:
+            head = f"Speculation already pays here ({self.today.speedup:.2f}x the plain-decode baseline)"
+            best = self.ranked[0] if self.ranked else None
+            return head + (f"; the best single change is {best.name} ({best.throughput_tok_s:.1f} tok/s)." if best else ".")
+        if not paying:
+            best = max(self.ranked, key=lambda o: o.speedup, default=None)
+            return "No single change makes speculation pay here" + (
+                f"; the closest is {best.name} ({best.speedup:.2f}x its baseline)." if best else ".")
+        first, rest = paying[0], paying[1:]
+        text = (f"The single change that makes speculation pay here: {first.name} ({first.throughput_tok_s:.1f} tok/s, "
+                f"{first.speedup:.2f}x its plain-decode baseline of {first.baseline_tok_s:.1f})")
+        if rest:
+            text += "; it also pays with " + ", ".join(f"{o.name} ({o.speedup:.2f}x)" for o in rest)
+        return text + "."
+
+
+def _outcome(name: str, description: str, overrides, result, baseline_tok_s: float | None = None) -> Outcome:
+    verify = (result.step_ms.get("verify") or {}).get("mean")
+    return Outcome(name, description, overrides, result.throughput_tok_s,
+                   result.baseline_tok_s if baseline_tok_s is None else baseline_tok_s, result.mean_accept_len, verify)
+
+
+def plan_levers(path: str, set_args: list[str] | None = None, levers: list[Lever] | None = None,
+                progress: Callable[[str], None] | None = None) -> Plan:
+    """Simulate the scenario, then each lever on its own (every candidate of a lever; the best kept), ranked."""
+    from .api import resolve, run
+
+    set_args = list(set_args or [])
+    say = progress or (lambda text: None)
+    levers = LEVERS if levers is None else levers
+    scenario = resolve(path, None, set_args)
+    say(f"plan: today's configuration ({scenario.name})")
+    today_result = run(scenario)
+    today = _outcome("today", "the scenario as it is", None, today_result)
+    ranked, skipped = [], []
+    for i, lever in enumerate(levers, start=1):
+        candidates = lever.candidates(scenario, path)
+        if isinstance(candidates, str):
+            skipped.append(Outcome(lever.name, lever.description, note=candidates))
+            continue
+        best, errors = None, []
+        for j, overrides in enumerate(candidates, start=1):
+            overrides, note = overrides if isinstance(overrides, tuple) else (overrides, "")
+            say(f"plan: [{i}/{len(levers)}] {lever.name}" + (f" ({j}/{len(candidates)})" if len(candidates) > 1 else ""))
+            try:
+                variant = resolve(path, overrides, set_args)
+                result = today_result if variant == scenario else run(variant, baseline=lever.hardware)
+            except ConfigError as exc:
+                errors.append(exc.problem)
+                continue
+            outcome = _outcome(lever.name, lever.description, overrides, result,
+                               None if lever.hardware else today.baseline_tok_s)
+            outcome.note = "today's setting is the best" if variant == scenario else note
+            if best is None or outcome.throughput_tok_s > best.throughput_tok_s:
+                best = outcome
+        if best is None:
+            skipped.append(Outcome(lever.name, lever.description, note="; ".join(dict.fromkeys(errors))))
+            continue
+        best.tried = len(candidates)
+        if errors:
+            rejected = f"{len(errors)} of {len(candidates)} candidates rejected: {errors[0]}"
+            best.note = f"{best.note}; {rejected}" if best.note else rejected
+        ranked.append(best)
+    ranked.sort(key=lambda o: o.throughput_tok_s, reverse=True)
+    return Plan(scenario.name, today, ranked, skipped)
+
+
+def describe_overrides(overrides: Overrides | None, width: int = 80) -> str:
+    """A short 'key=value' summary of an override set (long values abbreviated)."""
+    if not overrides:
+        return "-"
+    parts = []
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            text = "{...}" if len(str(value)) > 40 else str(value)
+        elif isinstance(value, str) and os.sep in value:
+            text = os.path.basename(value)
+        else:
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+        parts.append(f"{key}={text}")
+    joined = " ".join(parts)
+    return joined if len(joined) <= width else joined[: width - 3] + "..."
