@@ -18,6 +18,10 @@ COMMANDS = {
     "bench": ("bench", "simulated tokens per wall-second of each fidelity"),
     "tree": ("tree", "the best token tree for a positional acceptance vector"),
     "sweep": ("sweep", "run a scenario over a grid, zip or random sample of config values"),
+    "plots": ("plots", "regenerate the figures in plots/"),
+    "breakeven": ("breakeven", "the accept length speculation needs, per chain / tree and verify mode"),
+    "compare": ("compare", "scenarios (or variants of one) side by side, with common random numbers"),
+    "plan": ("plan", "one lever at a time: what each change does to throughput, ranked"),
 }
 
 

@@ -17,12 +17,16 @@ def parser() -> ArgumentParser:
                    help="override any scenario, topology (topology.*) or model (model.*) field; repeatable")
     p.add_argument("--steps-log", metavar="OUT.csv", help="write every step of the speculative run as CSV")
     p.add_argument("--no-baseline", action="store_true", help="skip the no-speculation baseline run")
+    p.add_argument("--trace", metavar="OUT.json",
+                   help="write a Chrome/Perfetto trace of the first steps, re-simulated at layer fidelity")
+    p.add_argument("--trace-steps", type=int, default=20, metavar="N", help="steps the trace covers (default 20)")
+    p.add_argument("--plot", metavar="OUT.png", help="write a summary figure of the run (PNG, or SVG for .svg)")
     return p
 
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    from ..api import run
+    from ..api import resolve, run
     from ..report import to_csv, to_json, to_table
 
     overrides = list(args.overrides)
@@ -35,6 +39,17 @@ def main(argv: list[str]) -> int:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if args.steps_log:
         write_steps(args.steps_log, result)
+    if args.trace:
+        from .. import trace
+
+        events = trace.record(resolve(args.scenario, set_args=overrides), steps=args.trace_steps)
+        trace.write(events, args.trace)
+        print(f"trace: {args.trace} ({events['otherData']['steps']} steps at layer fidelity; open in "
+              f"https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
+    if args.plot:
+        from ..plots import run_summary
+
+        print(f"plot: {run_summary(result, path=args.plot)}", file=sys.stderr)
     return 0
 
 

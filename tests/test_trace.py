@@ -1,0 +1,103 @@
+"""The Chrome trace: valid JSON, per-rank host and GPU lanes, wait/transfer spans that add up to the step log."""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from simulator import trace
+from simulator.api import resolve
+from simulator.cli import main as cli_main
+from simulator.engine import simulate
+from simulator.engine.server import KIND_SPEC
+from simulator.metrics import step_table
+
+from conftest import scenario_path
+
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    scenario = resolve(scenario_path("pcie8_eagle3.yaml"), {"workload__requests": 1})
+    events = trace.record(scenario, steps=STEPS)
+    steps = step_table(simulate(scenario, fidelity="layer", max_steps=STEPS).steps)
+    return scenario, events, steps
+
+
+def spans(events, name=None, pid=None, tid=None):
+    return [e for e in events["traceEvents"] if e["ph"] == "X" and (name is None or e["name"] == name)
+            and (pid is None or e["pid"] == pid) and (tid is None or e["tid"] == tid)]
+
+
+def test_trace_is_json_with_named_lanes_per_rank(recorded, tmp_path):
+    scenario, events, _ = recorded
+    path = trace.write(events, str(tmp_path / "t.json"))
+    loaded = json.loads(open(path, encoding="utf-8").read())
+    assert loaded["traceEvents"]
+    ranks = scenario.spec.parallelism.tp
+    threads = {(e["pid"], e["args"]["name"]) for e in loaded["traceEvents"]
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    processes = {e["args"]["name"] for e in loaded["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    for r in range(ranks):
+        assert (r + 1, "host") in threads and (r + 1, "gpu") in threads
+        assert f"rank {r}" in processes
+    assert (0, "step") in threads and "steps" in processes
+    names = {e["name"] for e in spans(loaded)}
+    assert {"head", "layer 0 attention", "layer 0 mlp", "tail", "wait", "transfer", "draft", "verify",
+            "prefill"} <= names
+    assert all(e["dur"] >= -1e-9 for e in spans(loaded))
+
+
+def test_timestamps_non_decreasing_per_lane(recorded):
+    _, events, _ = recorded
+    lanes = defaultdict(list)
+    for e in events["traceEvents"]:
+        if e["ph"] in ("X", "C"):
+            lanes[(e["pid"], e["tid"])].append(e)
+    assert len(lanes) >= 2 + 2 * 8
+    for lane, items in lanes.items():
+        ts = [e["ts"] for e in items]
+        assert ts == sorted(ts), lane
+        if lane[0] > 0:  # a rank's lanes: spans never overlap
+            ends = np.array([e["ts"] + e["dur"] for e in items[:-1]])
+            assert (np.array(ts[1:]) >= ends - 1e-6).all(), lane
+
+
+def test_wait_and_transfer_match_the_step_log(recorded):
+    scenario, events, steps = recorded
+    ranks = scenario.spec.parallelism.tp
+    spec_rows = np.flatnonzero(steps["kind"] == KIND_SPEC)
+    assert spec_rows.size
+    for i in spec_rows:
+        begin = steps["start_at"][i] + steps["draft_us"][i]  # the verify pass follows the drafts
+        end = begin + steps["pass_us"][i]
+
+        def total(name):
+            return sum(e["dur"] for e in spans(events, name) if e["pid"] > 0 and begin - 1e-6 <= e["ts"] < end)
+
+        assert total("wait") / ranks == pytest.approx(steps["allreduce_wait"][i], rel=1e-6)
+        assert total("transfer") / ranks == pytest.approx(steps["allreduce_transfer"][i], rel=1e-6)
+        step_spans = [e for e in spans(events, pid=0) if e["args"].get("step") == i]
+        verify = next(e for e in step_spans if e["name"] == "verify")
+        assert verify["dur"] == pytest.approx(steps["pass_us"][i])
+
+
+def test_counters_and_bounded_steps(recorded):
+    _, events, steps = recorded
+    counters = [e for e in events["traceEvents"] if e["ph"] == "C"]
+    assert len(counters) == len(steps["kind"]) == STEPS == events["otherData"]["steps"]
+    assert [c["args"]["tokens"] for c in counters] == steps["tokens"].tolist()
+
+
+def test_cli_trace_writes_the_file(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    code = cli_main([scenario_path("pcie8_eagle3.yaml"), "--set", "workload.requests=1", "--set",
+                     "workload.output_tokens=64", "--no-baseline", "--trace", str(out), "--trace-steps", "3"])
+    assert code == 0
+    assert str(out) in capsys.readouterr().err
+    loaded = json.loads(out.read_text(encoding="utf-8"))
+    assert loaded["otherData"]["steps"] == 3
+    assert any(e["name"] == "transfer" for e in loaded["traceEvents"])
