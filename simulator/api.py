@@ -11,6 +11,7 @@ from .engine import Machine, simulate
 from .metrics import (Result, accept_histogram, accept_windows, breakdown_per_token, mean_step_us, request_latency_ms, summarize,
                       _stats_ms)
 from .model.cost import PassShape
+from .workload import mean_length
 
 
 def resolve(scenario_or_path: Scenario | str, overrides: dict[str, Any] | None = None,
@@ -60,7 +61,8 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
     breakeven = spec_step / base_step if (spec_step and base_step) else None
     lengths = main.accept_lengths
     tpot, ttft = request_latency_ms(main)
-    target_plan = machine.plan("target", PassShape(1, 1, scenario.spec.workload.prompt_tokens), spec.runtime.cuda_graph_decode)
+    target_plan = machine.plan("target", PassShape(1, 1, int(mean_length(spec.workload.prompt_tokens))),
+                               spec.runtime.cuda_graph_decode)
     ar_bytes = scenario.model.hidden_size * 2
     choice = machine.allreduce.cost(ar_bytes)
     return Result(
@@ -111,7 +113,7 @@ def what_if(scenario: Scenario, machine: Machine, main, base) -> dict:
     slot = build_speculation(scenario).slots[0]
     tree = slot.tree
     work = scenario.spec.workload
-    context = work.prompt_tokens + work.output_tokens // 2
+    context = int(mean_length(work.prompt_tokens) + mean_length(work.output_tokens) / 2)
     is_tree = tree.depth < tree.num_drafts
     shape = PassShape(tree.size, 1, context, is_tree, True)
     out = {}

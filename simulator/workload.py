@@ -1,9 +1,19 @@
-"""Requests: when they arrive, how long their prompts are, how many tokens they generate."""
+"""Requests: when they arrive, how long their prompts are, how many tokens they generate.
+
+Arrivals and lengths come from their own random stream (seed, workload.seed_offset), apart from the acceptance and
+timing streams, so changing the workload's shape leaves the acceptance draws of a comparison alone.
+"""
 from __future__ import annotations
 
+import csv
+import os
 from dataclasses import dataclass
 
-from .config.scenario import Workload
+import numpy as np
+
+from .config.workload import (ArrivalTrace, FixedLength, FixedRate, LognormalLength, PoissonArrivals, UniformLength,
+                              Workload)
+from .errors import ConfigError
 
 
 @dataclass
@@ -18,6 +28,9 @@ class Request:
     first_token_at: float | None = None
     completed_at: float | None = None
     generated: int = 0
+    prefilled: int = 0  # prompt (or, after a preemption, prompt + generated) tokens already in the KV cache
+    prefill_target: int = 0  # tokens the current prefill must cache
+    preemptions: int = 0
     acceptance_state: object = None  # a regime acceptance model's per-request state
 
     @property
@@ -33,6 +46,80 @@ class Request:
         return self.generated >= self.output_tokens
 
 
-def make_requests(workload: Workload) -> list[Request]:
-    """All requests of a closed workload, arriving at time zero."""
-    return [Request(i, workload.prompt_tokens, workload.output_tokens) for i in range(workload.requests)]
+def mean_length(length) -> float:
+    """The mean of a length setting (an int or a distribution)."""
+    if isinstance(length, int):
+        return float(length)
+    if isinstance(length, FixedLength):
+        return float(length.value)
+    if isinstance(length, UniformLength):
+        return (length.low + length.high) / 2
+    if isinstance(length, LognormalLength):
+        return float(min(length.max, length.median * np.exp(length.sigma**2 / 2)))
+    raise TypeError(f"unknown length {length!r}")
+
+
+def max_length(length) -> int:
+    if isinstance(length, int):
+        return length
+    if isinstance(length, FixedLength):
+        return length.value
+    if isinstance(length, UniformLength):
+        return length.high
+    return length.max
+
+
+def sample_lengths(length, n: int, rng: np.random.Generator) -> np.ndarray:
+    if isinstance(length, int):
+        return np.full(n, length)
+    if isinstance(length, FixedLength):
+        return np.full(n, length.value)
+    if isinstance(length, UniformLength):
+        return rng.integers(length.low, length.high + 1, n)
+    values = np.rint(length.median * np.exp(length.sigma * rng.standard_normal(n)))
+    return np.clip(values, 1, length.max).astype(int)
+
+
+def read_arrivals(config: ArrivalTrace, base_dir: str, file: str) -> list[tuple[float, int, int]]:
+    path = os.path.normpath(os.path.join(base_dir, config.file))
+    if not os.path.isfile(path):
+        raise ConfigError(file, "workload.arrival.file", f"arrival trace not found: {path}")
+    rows = []
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        needed = ("arrival_s", "prompt_tokens", "output_tokens")
+        missing = [c for c in needed if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(path, "header", f"missing column(s) {', '.join(missing)}", ", ".join(needed))
+        for line, row in enumerate(reader, start=2):
+            try:
+                arrival, prompt, output = float(row["arrival_s"]), int(row["prompt_tokens"]), int(row["output_tokens"])
+            except (TypeError, ValueError):
+                raise ConfigError(path, f"line {line}", "arrival_s must be a number and the token counts integers",
+                                  "arrival_s >= 0, prompt_tokens >= 1, output_tokens >= 1") from None
+            if not (arrival >= 0 and prompt >= 1 and output >= 1):
+                raise ConfigError(path, f"line {line}", f"bad row {row}", "arrival_s >= 0, token counts >= 1")
+            rows.append((arrival, prompt, output))
+    if not rows:
+        raise ConfigError(path, "rows", "the arrival trace has no rows", "one row per request")
+    return sorted(rows)
+
+
+def make_requests(workload: Workload, seed: int = 0, base_dir: str = ".", file: str = "<scenario>") -> list[Request]:
+    """The workload's requests, with arrival times (microseconds) and lengths, in arrival order."""
+    rng = np.random.default_rng([seed, 7919, workload.seed_offset])
+    arrival = workload.arrival
+    if isinstance(arrival, ArrivalTrace):
+        rows = read_arrivals(arrival, base_dir, file)
+        return [Request(i, p, o, arrived_at=a * 1e6) for i, (a, p, o) in enumerate(rows)]
+    n = workload.requests
+    prompts = sample_lengths(workload.prompt_tokens, n, rng)
+    outputs = sample_lengths(workload.output_tokens, n, rng)
+    if isinstance(arrival, FixedRate):
+        times = np.arange(n) / arrival.rate_per_s
+    elif isinstance(arrival, PoissonArrivals):
+        times = np.cumsum(rng.exponential(1.0 / arrival.rate_per_s, n)) - 0.0
+        times -= times[0]
+    else:
+        times = np.zeros(n)
+    return [Request(i, int(p), int(o), arrived_at=float(t) * 1e6) for i, (p, o, t) in enumerate(zip(prompts, outputs, times))]

@@ -8,6 +8,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt
 from .base import Strict
 from .policy import Policy, StaticPolicy
 from .speculation import Speculation
+from .workload import Workload
 
 ALLREDUCE_CHOICES = ("auto", "nccl", "nccl_ring", "nccl_tree", "nvls", "one_shot", "two_shot")
 
@@ -25,13 +26,6 @@ class Runtime(Strict):
     fuse_allreduce_rmsnorm: bool = Field(False, description="All-reduce fused with the following RMSNorm: one kernel fewer per all-reduce")
     overlap_schedule: bool = Field(True, description="Scheduler host work overlaps the GPU in plain decode (SGLang's overlap scheduler; off while speculating)")
     memory_fraction: float = Field(0.9, gt=0, le=1, description="Share of device memory for weights and KV cache (SGLang mem_fraction_static, vLLM gpu_memory_utilization)")
-
-
-class Workload(Strict):
-    requests: PositiveInt = 1
-    prompt_tokens: PositiveInt = 1000
-    output_tokens: PositiveInt = 2048
-    concurrency: PositiveInt = 1
 
 
 class ScenarioSpec(Strict):

@@ -48,6 +48,7 @@ class FastStepCosts:
         self.seed = seed
         self._rng = rng
         self._tables: dict[tuple, list] = {}
+        self._means: dict[tuple, float] = {}
         self._indices: list[int] = []
         self._at = 0
 
@@ -81,6 +82,21 @@ class FastStepCosts:
         self._tables[key] = table
         return table
 
+    def mean_step_us(self, step: StepSpec, context: int) -> float:
+        """Expected duration of a step at `context` (the mean of its memoised samples, blended between anchors)."""
+        low, high, weight = context_anchors(context)
+        key = (step, low, "mean")
+        a = self._means.get(key)
+        if a is None:
+            a = self._means[key] = sum(row[0] for row in self._table(step, low)) / len(self._table(step, low))
+        if weight == 0.0:
+            return a
+        key = (step, high, "mean")
+        b = self._means.get(key)
+        if b is None:
+            b = self._means[key] = sum(row[0] for row in self._table(step, high)) / len(self._table(step, high))
+        return a + (b - a) * weight
+
     def step(self, step: StepSpec, context: int) -> list[float]:
         """One step's cost at `context` (hot path: one table lookup per anchor, a linear blend)."""
         low, high, weight = context_anchors(context)
@@ -98,11 +114,16 @@ class LayerStepCosts:
     `on_pass(spec, plan, result)`, when given, receives every pass with its rank timeline (result['_spans']).
     """
 
-    def __init__(self, machine: Machine, rng: np.random.Generator, on_pass=None, links: bool = False):
+    def __init__(self, machine: Machine, rng: np.random.Generator, on_pass=None, links: bool = False, seed: int = 0):
         self.machine = machine
         self._rng = rng
         self.on_pass = on_pass
         self.network = LinkNetwork(machine.fabric) if links else None
+        self._planner = FastStepCosts(machine, seed, np.random.default_rng(seed))
+
+    def mean_step_us(self, step: StepSpec, context: int) -> float:
+        """Expected step duration, from the same memoised samples the fast fidelity uses (for policies)."""
+        return self._planner.mean_step_us(step, context)
 
     def _run(self, env, spec: PassSpec, context: int):
         plan = self.machine.plan(spec.part, replace(spec.shape, context=context), spec.graph)

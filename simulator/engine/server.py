@@ -1,14 +1,21 @@
-"""The decode loop of one TP group: admit requests, prefill them, then plain or speculative steps until done.
+"""The serving loop of one TP group: requests arrive, wait for memory and a batch slot, are prefilled in chunks,
+then decode or speculate in a continuous batch until done.
 
-Each step serves the running batch: the policy picks plain decode or a drafter and its verify tree, the drafter's
-passes (or host lookups) and the verify pass run on the ranks, the acceptance model walks each request's tree, and
-the step is recorded with the decision taken. At `fast` fidelity a step is one SimPy event drawn from memoised
-per-shape samples of the layer model; at `layer` fidelity every collective of every pass is an event.
+Each step is either a prefill step (the next prompt chunks, up to max_prefill_tokens, prefill first as SGLang's
+scheduler does) or a decode step of the running batch: the policy picks plain decode or a drafter and its verify
+tree, the drafter's passes and one verify pass carrying every request's tokens run on the ranks, and each request
+walks its own tree with its own acceptance draws. KV memory bounds the admitted requests (queue) or evicts the
+newest when it fills (preempt). At `fast` fidelity a step is one SimPy event drawn from memoised per-shape samples
+of the layer model; at `layer` / `link` fidelity every collective of every pass is an event.
 """
 from __future__ import annotations
 
+import os
+from collections import deque
+
 import numpy as np
 
+from ..errors import ConfigError
 from ..model.cost import PassShape
 from ..speculation.setup import build_speculation
 from ..workload import make_requests
@@ -18,8 +25,15 @@ from .machine import Machine
 KIND_PREFILL, KIND_DECODE, KIND_SPEC = 0, 1, 2
 STEP_FIELDS = ("kind", "start_at", "duration_us", "draft_us", "pass_us", "batch", "tokens", "depth",
                "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other",
-               "allreduce_only", "allreduce_profile", "drafter", "verify_tokens")
+               "allreduce_only", "allreduce_profile", "drafter", "verify_tokens", "kv_tokens", "waiting")
 UNIFORM_BLOCK = 1 << 14
+
+
+def prefill_quantum(tokens: int) -> int:
+    """Prefill chunks are costed at a grid size (next power of two up to 128, then multiples of 128)."""
+    if tokens <= 128:
+        return 1 << max(0, (tokens - 1).bit_length())
+    return -(-tokens // 128) * 128
 
 
 class Server:
@@ -42,7 +56,7 @@ class Server:
         self._acceptance_rng = np.random.default_rng(acceptance_seq)
         jitter = np.random.default_rng(jitter_seq)
         self.costs = FastStepCosts(machine, seed, jitter) if self.fast else \
-            LayerStepCosts(machine, jitter, on_pass, links=fidelity == "link")
+            LayerStepCosts(machine, jitter, on_pass, links=fidelity == "link", seed=seed)
         self.max_steps = max_steps  # stop early (traces record the first steps only)
         self._uniforms: list[float] = []
         self._uniform_at = 0
@@ -50,11 +64,33 @@ class Server:
         self._other_spec = host.sync_us + host.step_overhead_us
         self._other_plain = host.sync_us + (0.0 if spec.runtime.overlap_schedule else host.step_overhead_us)
         self._step_specs: dict[tuple, StepSpec] = {}
-        self.requests = make_requests(self.workload)
-        self.active: list = []
+        base_dir = os.path.dirname(os.path.abspath(scenario.source)) if os.path.isfile(scenario.source) else "."
+        self.requests = make_requests(self.workload, seed, base_dir, scenario.source)
+        self.lookahead = max((slot.tree.size for slot in self.slots), default=0)
+        self.kv_capacity = machine.memory["kv_capacity_tokens"]
+        self._check_fits(scenario.source)
+        self.waiting: deque = deque()
+        self.prefilling: list = []
+        self.active: list = []  # decoding requests
+        self.kv_reserved = 0
+        self.kv_peak = 0
+        self.preemptions = 0
         self.steps: list[tuple] = []
         self.accept_lengths: list[int] = []  # per request per speculative step, bonus token included
         self.accept_positions: list[int] = []  # tokens the request had generated before that step
+        self._arrived_all = False
+        self._wake = env.event()
+
+    def _check_fits(self, file: str) -> None:
+        for r in self.requests:
+            need = r.prompt_tokens + r.output_tokens + self.lookahead
+            if need > self.kv_capacity:
+                m = self.machine.memory
+                raise ConfigError(file, "workload", f"request {r.request_id} needs {need:,} tokens of KV cache "
+                                  f"({r.prompt_tokens:,} prompt + {r.output_tokens:,} output + {self.lookahead} "
+                                  f"lookahead), more than the {self.kv_capacity:,} that fit ({m['kv_GB']:.1f} GB per "
+                                  f"GPU after {m['weights_GB']:.1f} GB of weights)",
+                                  "shorter requests, a larger tp or GPUs with more memory")
 
     # -- randomness ------------------------------------------------------------------------------------------
     def _uniform_row(self, n: int) -> list[float]:
@@ -71,6 +107,11 @@ class Server:
         """Per active request, the n-gram cache match the primary drafter would find."""
         model = self.slots[0].acceptance if self.slots else None
         return [model.match_tokens(r.acceptance_state) for r in self.active] if model else []
+
+    def expected_step_us(self, decision, batch: int, context: int) -> float:
+        """The mean cost of a step (the batch-time model a load-aware policy plans with)."""
+        kind = KIND_SPEC if decision else KIND_DECODE
+        return self.costs.mean_step_us(self.step_spec(kind, decision, batch), context)
 
     # -- step costs ----------------------------------------------------------------------------------------------
     def step_spec(self, kind: int, decision, batch: int, tokens: int = 1) -> StepSpec:
@@ -91,31 +132,97 @@ class Server:
             self._step_specs[key] = spec
         return spec
 
+    # -- arrivals and memory ---------------------------------------------------------------------------------
+    def _arrivals(self):
+        env = self.env
+        for request in self.requests:
+            if request.arrived_at > env.now:
+                yield env.timeout(request.arrived_at - env.now)
+            self.waiting.append(request)
+            if not self._wake.triggered:
+                self._wake.succeed()
+        self._arrived_all = True
+
+    def _admit(self) -> None:
+        """Admit waiting requests while a batch slot is free and their KV cache fits.
+
+        queue: a request reserves its whole cache (prompt + output + lookahead) and never has to be evicted.
+        preempt: a request is admitted when its current cache fits next to what is in use now.
+        """
+        cap = self.workload.concurrency
+        queue = self.workload.kv_overflow == "queue"
+        while self.waiting and len(self.active) + len(self.prefilling) < cap:
+            request = self.waiting[0]
+            if queue:
+                need = request.prompt_tokens + request.output_tokens + self.lookahead
+                if self.kv_reserved + need > self.kv_capacity:
+                    break
+                self.kv_reserved += need
+            elif self._kv_in_use() + request.prompt_tokens + request.generated + self.lookahead > self.kv_capacity:
+                break
+            self.waiting.popleft()
+            if request.admitted_at is None:
+                request.admitted_at = self.env.now
+                if self.slots and self.slots[0].acceptance.stateful:
+                    request.acceptance_state = self.slots[0].acceptance.start(request.prompt_tokens)
+            request.prefill_target = request.prompt_tokens + request.generated
+            request.prefilled = 0
+            self.prefilling.append(request)
+
+    def _release(self, request) -> None:
+        if self.workload.kv_overflow == "queue":
+            self.kv_reserved -= request.prompt_tokens + request.output_tokens + self.lookahead
+
+    def _kv_in_use(self) -> int:
+        return sum(r.prompt_tokens + r.generated for r in self.active) + sum(r.prefilled for r in self.prefilling)
+
+    def _preempt_if_full(self, lookahead: int) -> None:
+        """preempt mode: evict the newest running requests until the step's KV cache fits (recomputed later)."""
+        while len(self.active) > 1 and self._kv_in_use() + lookahead * len(self.active) > self.kv_capacity:
+            victim = self.active.pop()
+            victim.preemptions += 1
+            self.preemptions += 1
+            self.waiting.appendleft(victim)
+
     # -- the loop --------------------------------------------------------------------------------------------
     def run(self):
         """SimPy process: serve every request."""
         env = self.env
-        pending = list(self.requests)
-        concurrency = self.workload.concurrency
+        env.process(self._arrivals())
         steps = self.steps
         fast, timeout = self.fast, env.timeout
         step_cost = self.costs.step if fast else None
         policy = self.policy
-        while pending or self.active:
+        preempt = self.workload.kv_overflow == "preempt"
+        while True:
             if self.max_steps is not None and len(steps) >= self.max_steps:
                 return
-            admitted = []
-            while pending and len(self.active) + len(admitted) < concurrency:
-                admitted.append(pending.pop(0))
-            if admitted:
-                yield from self._prefill(admitted)
-                self.active.extend(r for r in admitted if not r.is_done)
-                if not self.active:
-                    continue
+            if self.waiting:
+                self._admit()
+            if self.prefilling:
+                yield from self._prefill()
+                continue
             active = self.active
+            if not active:
+                if self._arrived_all and not self.waiting:
+                    return
+                self._wake = env.event()
+                yield self._wake  # idle until the next arrival
+                continue
             decision = policy.decide(self)
+            if preempt:
+                self._preempt_if_full(decision[1].size if decision else 1)
+                active = self.active
+                if not active:
+                    continue
             batch = len(active)
-            context = sum(r.prompt_tokens + r.generated for r in active)
+            context = 0
+            for r in active:
+                context += r.prompt_tokens + r.generated
+            kv_tokens = context + sum(r.prefilled for r in self.prefilling) + \
+                (decision[1].size * batch if decision else batch)
+            if kv_tokens > self.kv_peak:
+                self.kv_peak = kv_tokens
             start = env.now
             kind = KIND_SPEC if decision else KIND_DECODE
             step_spec = self.step_spec(kind, decision, batch)
@@ -126,6 +233,7 @@ class Server:
                 cost = yield from self.costs.step(env, step_spec, context)
             tokens = 0
             now = env.now
+            done = False
             if decision:
                 slot = self.slots[decision[0]]
                 tree, model = decision[1], slot.acceptance
@@ -148,43 +256,67 @@ class Server:
                     tokens += emitted
                     if request.generated >= request.output_tokens:
                         request.completed_at = now
+                        done = True
                 verify_tokens = tree.size
             else:
+                primary = self.slots[0].acceptance if self.slots and self.slots[0].acceptance.stateful else None
                 for request in active:
                     request.generated += 1
-                    if request.acceptance_state is not None and self.slots and self.slots[0].acceptance.stateful:
-                        request.acceptance_state = self.slots[0].acceptance.advance(
-                            request.acceptance_state, 1, self._uniform_row(1)[0])
+                    if primary is not None:
+                        request.acceptance_state = primary.advance(request.acceptance_state, 1, self._uniform_row(1)[0])
                     if request.generated >= request.output_tokens:
                         request.completed_at = now
+                        done = True
                 tokens = batch
                 depth = verify_tokens = 0
             steps.append((kind, start, cost[0], cost[2], cost[1], batch, tokens, depth, cost[3], cost[4], cost[5],
                           cost[6], cost[7], cost[2], cost[8], cost[9], cost[10],
-                          decision[0] if decision else -1, verify_tokens))
+                          decision[0] if decision else -1, verify_tokens, kv_tokens, len(self.waiting)))
             policy.observe(decision, cost[0], tokens / batch, batch)
-            if any(r.completed_at is not None for r in active):
+            if done:
+                for r in active:
+                    if r.completed_at is not None:
+                        self._release(r)
                 self.active = [r for r in active if r.completed_at is None]
 
-    def _prefill(self, admitted):
+    def _prefill(self):
+        """One prefill step: the next prompt chunks of the admitted requests, up to max_prefill_tokens."""
         env = self.env
+        budget = self.workload.max_prefill_tokens
+        chunk: list[tuple] = []
+        for request in self.prefilling:
+            if budget <= 0:
+                break
+            take = min(request.prefill_target - request.prefilled, budget)
+            chunk.append((request, take))
+            budget -= take
+        batch = len(chunk)
+        total = sum(t for _, t in chunk)
+        cached = sum(r.prefilled for r, _ in chunk)
+        tokens_each = prefill_quantum(-(-total // batch))
         start = env.now
-        for request in admitted:
-            request.admitted_at = start
-            if self.slots and self.slots[0].acceptance.stateful:
-                request.acceptance_state = self.slots[0].acceptance.start(request.prompt_tokens)
-        prompt = max(r.prompt_tokens for r in admitted)
-        step_spec = self.step_spec(KIND_PREFILL, None, len(admitted), prompt)
+        spec = self.step_spec(KIND_PREFILL, None, batch, tokens_each)
         if self.fast:
-            cost = self.costs.step(step_spec, 0)
+            cost = self.costs.step(spec, cached)
             yield env.timeout(cost[0])
         else:
-            cost = yield from self.costs.step(env, step_spec, 0)
+            cost = yield from self.costs.step(env, spec, cached)
         now = env.now
-        for request in admitted:
-            request.generated = 1  # the prefill's logits give the first output token
-            request.first_token_at = now
-            if request.is_done:
-                request.completed_at = now
-        self.steps.append((KIND_PREFILL, start, cost[0], 0.0, cost[1], len(admitted), len(admitted), 0, cost[3],
-                           cost[4], cost[5], cost[6], cost[7], 0.0, cost[8], cost[9], cost[10], -1, 0))
+        finished = 0
+        for request, take in chunk:
+            request.prefilled += take
+            if request.prefilled >= request.prefill_target:
+                self.prefilling.remove(request)
+                if request.generated == 0:  # the prefill's logits give the first output token
+                    request.generated = 1
+                    request.first_token_at = now
+                    finished += 1
+                if request.generated >= request.output_tokens:
+                    request.completed_at = now
+                    self._release(request)
+                else:
+                    self.active.append(request)
+        kv_tokens = self._kv_in_use()
+        self.kv_peak = max(self.kv_peak, kv_tokens)
+        self.steps.append((KIND_PREFILL, start, cost[0], 0.0, cost[1], batch, finished, 0, cost[3], cost[4], cost[5],
+                           cost[6], cost[7], 0.0, cost[8], cost[9], cost[10], -1, total, kv_tokens, len(self.waiting)))
