@@ -8,7 +8,7 @@ import numpy as np
 
 from .config import Scenario, load_scenario
 from .engine import Machine, simulate
-from .metrics import (Result, accept_histogram, accept_windows, breakdown_per_token, mean_step_us, request_latency_ms, summarize,
+from .metrics import (Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, mean_step_us, request_latency_ms, summarize,
                       _stats_ms)
 from .model.cost import PassShape
 from .workload import mean_length
@@ -56,9 +56,7 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
         if mask.any():
             ar[name] = {"rank_mean": float(steps["allreduce_only"][mask].mean()) / 1e3,
                         "profiled_rank": float(steps["allreduce_profile"][mask].mean()) / 1e3}
-    spec_step = mean_step_us(main, spec_mask)
-    base_step = mean_step_us(base, base.decode_steps)
-    breakeven = spec_step / base_step if (spec_step and base_step) else None
+    breakeven = breakeven_accept_len(machine, scenario, main)
     lengths = main.accept_lengths
     tpot, ttft = request_latency_ms(main)
     target_plan = machine.plan("target", PassShape(1, 1, int(mean_length(spec.workload.prompt_tokens))),
@@ -92,10 +90,39 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
                "eager_verify": not spec.runtime.cuda_graph_verify,
                "accept_len_windows": accept_windows(main.accept_lengths, main.accept_positions),
                "policy": policy_summary(spec, main),
-               "what_if": what_if(scenario, machine, main, base)},
+               "what_if": what_if(scenario, machine, main, base),
+               "load": load_metrics(main, spec.workload.target),
+               "baseline_load": load_metrics(base, spec.workload.target)},
         run=main,
         baseline=base,
     )
+
+
+def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | None:
+    """Accept length at which speculation matches plain decode: its step time over a plain decode step's at the
+    same batch and context (REFERENCE.md's accept_len > step_time x baseline_rate, batch by batch).
+
+    Plain-decode step times come from the cost model's memoised samples for each speculative step's batch and
+    context, so a batched run compares like with like.
+    """
+    from .engine.costs import FastStepCosts, PassSpec, StepSpec
+
+    steps = main.steps
+    mask = main.spec_steps
+    if not mask.any():
+        return None
+    host = scenario.topology.host
+    other = host.sync_us + (0.0 if scenario.spec.runtime.overlap_schedule else host.step_overhead_us)
+    planner = FastStepCosts(machine, scenario.spec.seed, np.random.default_rng(0))
+    specs: dict[int, StepSpec] = {}
+    plain = 0.0
+    for batch, context in zip(steps["batch"][mask].astype(int), steps["context"][mask].astype(int)):
+        spec = specs.get(batch)
+        if spec is None:
+            spec = specs[batch] = StepSpec(PassSpec("target", PassShape(1, int(batch)),
+                                                    scenario.spec.runtime.cuda_graph_decode), other_us=other)
+        plain += planner.mean_step_us(spec, int(context))
+    return float(steps["duration_us"][mask].sum()) / plain
 
 
 def what_if(scenario: Scenario, machine: Machine, main, base) -> dict:

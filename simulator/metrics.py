@@ -54,6 +54,9 @@ class RunSummary:
     accept_lengths: np.ndarray
     accept_positions: np.ndarray
     requests: list
+    kv_peak_tokens: int = 0
+    kv_capacity_tokens: int = 0
+    preemptions: int = 0
 
     @property
     def decode_steps(self) -> np.ndarray:
@@ -68,10 +71,12 @@ def summarize(server) -> RunSummary:
     steps = step_table(server.steps)
     tokens = int(steps["tokens"].sum())
     end = max((r.completed_at or 0.0) for r in server.requests) if server.requests else 0.0
-    sim_time = float(end)
+    begin = min(r.arrived_at for r in server.requests) if server.requests else 0.0
+    sim_time = float(end - begin)  # from the first arrival to the last completion
     throughput = tokens / (sim_time / 1e6) if sim_time > 0 else 0.0
     return RunSummary(tokens, sim_time, throughput, steps, np.asarray(server.accept_lengths, dtype=int),
-                      np.asarray(server.accept_positions, dtype=int), server.requests)
+                      np.asarray(server.accept_positions, dtype=int), server.requests, int(server.kv_peak),
+                      int(server.kv_capacity), int(server.preemptions))
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,37 @@ def breakdown_per_token(run: RunSummary) -> dict[str, float]:
     out = {k: float(s[k].sum()) for k in BREAKDOWN}
     out["other"] += run.sim_time_us - float(s["duration_us"].sum())  # idle gaps between steps, if any
     return {k: v / run.tokens / 1e3 for k, v in out.items()}
+
+
+def _percentiles_ms(values_us: list[float]) -> dict[str, float] | None:
+    if not values_us:
+        return None
+    a = np.asarray(values_us) / 1e3
+    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
+            "p99": float(np.percentile(a, 99))}
+
+
+def load_metrics(run: RunSummary, target) -> dict[str, Any]:
+    """Per-request latency percentiles, request throughput, goodput under the latency target, queueing, KV use."""
+    done = [r for r in run.requests if r.completed_at is not None and r.first_token_at is not None]
+    ttft = [r.first_token_at - r.arrived_at for r in done]
+    tpot = [(r.completed_at - r.first_token_at) / (r.generated - 1) for r in done if r.generated > 1]
+    queue = [r.admitted_at - r.arrived_at for r in done if r.admitted_at is not None]
+    seconds = run.sim_time_us / 1e6
+    good = [r for r in done if (r.first_token_at - r.arrived_at) / 1e3 <= target.ttft_ms and
+            (r.generated <= 1 or (r.completed_at - r.first_token_at) / (r.generated - 1) / 1e3 <= target.tpot_ms)]
+    return {
+        "ttft_ms": _percentiles_ms(ttft), "tpot_ms": _percentiles_ms(tpot), "queue_ms": _percentiles_ms(queue),
+        "request_throughput_rps": len(done) / seconds if seconds > 0 else 0.0,
+        "goodput_rps": len(good) / seconds if seconds > 0 else 0.0,
+        "slo_attainment": len(good) / len(done) if done else 0.0,
+        "target": {"ttft_ms": target.ttft_ms, "tpot_ms": target.tpot_ms},
+        "kv_peak_tokens": run.kv_peak_tokens, "kv_capacity_tokens": run.kv_capacity_tokens,
+        "kv_peak_fraction": run.kv_peak_tokens / run.kv_capacity_tokens if run.kv_capacity_tokens else 0.0,
+        "preemptions": run.preemptions,
+        "mean_batch": float(run.steps["batch"][run.steps["kind"] > 0].mean()) if (run.steps["kind"] > 0).any() else 0.0,
+        "max_waiting": int(run.steps["waiting"].max()) if run.steps["waiting"].size else 0,
+    }
 
 
 def request_latency_ms(run: RunSummary) -> tuple[float, float]:

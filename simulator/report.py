@@ -124,6 +124,19 @@ def to_table(result: Result) -> str:
         if pol.get("drafter_share"):
             share += " (" + ", ".join(f"{k} {v:.0%}" for k, v in pol["drafter_share"].items()) + ")"
         lines.append(share)
+    load = r.extra.get("load") or {}
+    if load and (load.get("mean_batch", 1) > 1.01 or (load.get("queue_ms") or {}).get("p99", 0) > 0):
+        def pct(name):
+            v = load.get(name) or {}
+            return f"p50 {v.get('p50', 0):,.1f} / p99 {v.get('p99', 0):,.1f} ms" if v else "-"
+        lines.append(f"  load                {load['request_throughput_rps']:.3f} req/s, mean batch "
+                     f"{load['mean_batch']:.1f}; TTFT {pct('ttft_ms')}; TPOT {pct('tpot_ms')}")
+        lines.append(f"    queueing          {pct('queue_ms')} waiting for a batch slot or KV memory (most waiting "
+                     f"{load['max_waiting']}); KV cache peak {load['kv_peak_tokens']:,} of "
+                     f"{load['kv_capacity_tokens']:,} tokens ({load['kv_peak_fraction']:.0%})"
+                     + (f"; {load['preemptions']} preemptions" if load.get("preemptions") else ""))
+        lines.append(f"    goodput           {load['goodput_rps']:.3f} req/s meet TTFT <= {load['target']['ttft_ms']:g} ms "
+                     f"and TPOT <= {load['target']['tpot_ms']:g} ms ({load['slo_attainment']:.0%} of requests)")
     lines.append("")
     bd = r.breakdown_ms_per_token
     lines.append("  time per token (ms): " + "  ".join(f"{k.replace('allreduce_', 'AR ')} {bd[k]:.2f}" for k in BREAKDOWN)

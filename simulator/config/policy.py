@@ -58,5 +58,49 @@ class MultiDrafterPolicy(Strict):
     fallback: FallbackDrafter
 
 
-Policy = Annotated[Union[StaticPolicy, HybridPolicy, AdaptiveLengthPolicy, MultiDrafterPolicy],
-                   Field(discriminator="kind")]
+class BatchThresholdPolicy(Strict):
+    """Speculate only while the running batch is at most max_batch (vLLM's speculative_disable_by_batch_size)."""
+
+    kind: Literal["batch_threshold"]
+    max_batch: PositiveInt
+
+
+class BatchRow(Strict):
+    max_batch: PositiveInt
+    draft_tokens: int = Field(ge=0, description="0: plain decode at these batch sizes")
+
+
+class BatchTablePolicy(Strict):
+    """Draft length by batch size: the first row whose max_batch covers the running batch."""
+
+    kind: Literal["batch_table"]
+    table: list[BatchRow] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _sorted(self):
+        bounds = [row.max_batch for row in self.table]
+        if bounds != sorted(bounds):
+            raise ValueError("table rows must be sorted by max_batch")
+        return self
+
+
+class GoodputPolicy(Strict):
+    """Per step, the draft length with the most expected accepted tokens per second (SmartSpec's idea): expected
+    tokens from the acceptance observed so far, step time from the batch-time model, for every choice incl. 0."""
+
+    kind: Literal["goodput"]
+    choices: list[int] = Field(default_factory=lambda: [0, 1, 2, 3], min_length=1)
+    prior_acceptance: Annotated[float, Field(ge=0.0, le=1.0)] = Field(0.6, description="Per-depth acceptance "
+                                                                                         "assumed before any is seen")
+    prior_weight: NonNegativeFloat = Field(4.0, description="Pseudo-observations the prior is worth")
+    memory: PositiveInt = Field(256, description="Observations per depth after which old ones fade")
+
+    @model_validator(mode="after")
+    def _choices(self):
+        if any(c < 0 for c in self.choices):
+            raise ValueError("draft lengths must be >= 0")
+        return self
+
+
+Policy = Annotated[Union[StaticPolicy, HybridPolicy, AdaptiveLengthPolicy, MultiDrafterPolicy, BatchThresholdPolicy,
+                         BatchTablePolicy, GoodputPolicy], Field(discriminator="kind")]

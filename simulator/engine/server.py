@@ -25,7 +25,7 @@ from .machine import Machine
 KIND_PREFILL, KIND_DECODE, KIND_SPEC = 0, 1, 2
 STEP_FIELDS = ("kind", "start_at", "duration_us", "draft_us", "pass_us", "batch", "tokens", "depth",
                "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other",
-               "allreduce_only", "allreduce_profile", "drafter", "verify_tokens", "kv_tokens", "waiting")
+               "allreduce_only", "allreduce_profile", "drafter", "verify_tokens", "kv_tokens", "waiting", "context")
 UNIFORM_BLOCK = 1 << 14
 
 
@@ -241,9 +241,12 @@ class Server:
                 stateful = model.stateful
                 # the text's regime lives in the primary drafter's model: it moves on whichever drafter ran
                 primary = self.slots[0].acceptance if self.slots[0].acceptance.stateful else None
+                watch = getattr(policy, "observe_walk", None)
                 for request in active:
                     state = request.acceptance_state if stateful else None
                     accepted = model.accepted(tree, state, self._uniform_row(depth))
+                    if watch is not None:
+                        watch(depth, accepted)
                     emitted = min(accepted + 1, request.output_tokens - request.generated)
                     self.accept_lengths.append(emitted)
                     self.accept_positions.append(request.generated)
@@ -271,7 +274,7 @@ class Server:
                 depth = verify_tokens = 0
             steps.append((kind, start, cost[0], cost[2], cost[1], batch, tokens, depth, cost[3], cost[4], cost[5],
                           cost[6], cost[7], cost[2], cost[8], cost[9], cost[10],
-                          decision[0] if decision else -1, verify_tokens, kv_tokens, len(self.waiting)))
+                          decision[0] if decision else -1, verify_tokens, kv_tokens, len(self.waiting), context))
             policy.observe(decision, cost[0], tokens / batch, batch)
             if done:
                 for r in active:
@@ -319,4 +322,5 @@ class Server:
         kv_tokens = self._kv_in_use()
         self.kv_peak = max(self.kv_peak, kv_tokens)
         self.steps.append((KIND_PREFILL, start, cost[0], 0.0, cost[1], batch, finished, 0, cost[3], cost[4], cost[5],
-                           cost[6], cost[7], 0.0, cost[8], cost[9], cost[10], -1, total, kv_tokens, len(self.waiting)))
+                           cost[6], cost[7], 0.0, cost[8], cost[9], cost[10], -1, total, kv_tokens, len(self.waiting),
+                           cached))

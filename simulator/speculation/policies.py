@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..config.policy import AdaptiveLengthPolicy, HybridPolicy, MultiDrafterPolicy, StaticPolicy
+from ..config.policy import (AdaptiveLengthPolicy, BatchTablePolicy, BatchThresholdPolicy, GoodputPolicy, HybridPolicy,
+                             MultiDrafterPolicy, StaticPolicy)
 from .trees import Tree
 
 
@@ -123,6 +124,89 @@ class MultiDrafter:
         pass
 
 
+class BatchThreshold:
+    """Speculate while the running batch is small enough (vLLM's rule)."""
+
+    def __init__(self, config: BatchThresholdPolicy, tree: Tree):
+        self.max_batch = config.max_batch
+        self.decision = (0, tree)
+
+    def decide(self, server):
+        return self.decision if len(server.active) <= self.max_batch else None
+
+    def observe(self, decision, step_us: float, accept_len: float, batch: int) -> None:
+        pass
+
+
+class BatchTable:
+    """Draft length looked up by batch size."""
+
+    def __init__(self, config: BatchTablePolicy, make_tree):
+        self.rows = [(row.max_batch, (0, make_tree(row.draft_tokens)) if row.draft_tokens else None)
+                     for row in config.table]
+
+    def decide(self, server):
+        batch = len(server.active)
+        for bound, decision in self.rows:
+            if batch <= bound:
+                return decision
+        return self.rows[-1][1]
+
+    def observe(self, decision, step_us: float, accept_len: float, batch: int) -> None:
+        pass
+
+
+class Goodput:
+    """Pick the draft length with the most expected tokens per second for this batch (SmartSpec's idea).
+
+    Per-depth acceptance is estimated from what the chain walks showed (a depth is tried when the one before it
+    was accepted), with a prior and fading memory; step times come from the server's batch-time model.
+    """
+
+    def __init__(self, config: GoodputPolicy, make_tree):
+        self.config = config
+        self.choices = sorted(set(config.choices))
+        depth = max(self.choices)
+        self.decisions = {k: ((0, make_tree(k)) if k else None) for k in self.choices}
+        self.trials = [0.0] * (depth + 1)
+        self.accepts = [0.0] * (depth + 1)
+
+    def acceptance(self, d: int) -> float:
+        c = self.config
+        return (self.accepts[d] + c.prior_acceptance * c.prior_weight) / (self.trials[d] + c.prior_weight)
+
+    def expected_tokens(self, k: int) -> float:
+        total, survive = 1.0, 1.0
+        for d in range(1, k + 1):
+            survive *= self.acceptance(d)
+            total += survive
+        return total
+
+    def decide(self, server):
+        batch = len(server.active)
+        context = sum(r.prompt_tokens + r.generated for r in server.active)
+        best, best_rate = None, -1.0
+        for k in self.choices:
+            decision = self.decisions[k]
+            rate = self.expected_tokens(k) / server.expected_step_us(decision, batch, context)
+            if rate > best_rate:
+                best, best_rate = decision, rate
+        return best
+
+    def observe_walk(self, depth: int, accepted: int) -> None:
+        """One request's walk: depths 1..min(accepted+1, depth) were tried, 1..accepted accepted."""
+        fade = 1.0 - 1.0 / self.config.memory
+        for d in range(1, min(accepted + 1, depth) + 1):
+            self.trials[d] = self.trials[d] * fade + 1.0
+            if d <= accepted:
+                self.accepts[d] = self.accepts[d] * fade + 1.0
+            else:
+                self.accepts[d] *= fade
+
+    def observe(self, decision, step_us: float, accept_len: float, batch: int) -> None:
+        pass
+
+
 def build_policy(config, tree: Tree | None, make_tree=None, fallback_tree: Tree | None = None):
     if tree is None:
         return Static(None)
@@ -134,4 +218,10 @@ def build_policy(config, tree: Tree | None, make_tree=None, fallback_tree: Tree 
         return AdaptiveLength(config, make_tree)
     if isinstance(config, MultiDrafterPolicy):
         return MultiDrafter(config, tree, fallback_tree)
+    if isinstance(config, BatchThresholdPolicy):
+        return BatchThreshold(config, tree)
+    if isinstance(config, BatchTablePolicy):
+        return BatchTable(config, make_tree)
+    if isinstance(config, GoodputPolicy):
+        return Goodput(config, make_tree)
     raise TypeError(f"unknown policy {config!r}")
