@@ -57,14 +57,14 @@ def breakeven_map(accept_lens, verify_ms, throughput, baseline_tok_s: float, poi
     if np.nanmin(z) < baseline_tok_s < np.nanmax(z):
         line = ax.contour(x, y, z, levels=[baseline_tok_s], colors="white", linewidths=2.0)
         ax.clabel(line, fmt={baseline_tok_s: f"baseline {baseline_tok_s:.0f} tok/s"}, fontsize=9)
-    ax.text(0.02, 0.97, "above the white line speculation pays", transform=ax.transAxes, va="top", fontsize=8,
-            color="white")
+    ax.text(0.02, 0.97, "right of (below) the white line speculation pays", transform=ax.transAxes, va="top",
+            fontsize=8, color="white")
     if point is not None:
         ax.plot([point[0]], [point[1]], marker="*", markersize=16, color="#ff5050", markeredgecolor="black")
         ax.annotate(f"this scenario\n({point[0]:.2f}, {point[1]:.1f} ms)", (point[0], point[1]),
                     textcoords="offset points", xytext=(8, 8), color="white", fontsize=9)
     ax.set_xlabel("mean accept length (tokens per step)")
-    ax.set_ylabel("verify step (ms)")
+    ax.set_ylabel("verify pass (ms)")
     ax.set_title(title or "break-even map")
     return _save(fig, path)
 
@@ -302,6 +302,37 @@ def hybrid_timeline(result, ema_alpha: float = 0.3, probe_alpha: float = 0.5, hy
     share = result.extra.get("policy", {}).get("speculative_share")
     extra = f", speculating {share:.0%} of steps" if share is not None else ""
     fig.suptitle(title or f"{result.scenario}: hybrid policy over time{extra} ({result.speedup:.2f}x baseline)")
+    return _save(fig, path)
+
+
+def speedup_vs_concurrency(rows: list[dict], title: str = "", path: str = "speedup_vs_concurrency.png") -> str:
+    """Speculative and plain throughput and the speedup over concurrency (rows: concurrency, throughput_tok_s,
+    baseline_tok_s, speedup, breakeven_accept_len, mean_accept_len)."""
+    plt = _pyplot()
+    rows = sorted(rows, key=lambda r: r["concurrency"])
+    c = [r["concurrency"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.plot(c, [r["throughput_tok_s"] for r in rows], marker="o", label="speculative")
+    left.plot(c, [r["baseline_tok_s"] for r in rows], marker="s", label="plain decode")
+    left.set_xscale("log", base=2)
+    left.set_xlabel("concurrency (requests in the batch)")
+    left.set_ylabel("throughput (tok/s)")
+    left.legend()
+    left.grid(alpha=0.3)
+    right.plot(c, [r["speedup"] for r in rows], marker="o", color="#c0392b", label="speedup")
+    right.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    right.set_xscale("log", base=2)
+    right.set_xlabel("concurrency (requests in the batch)")
+    right.set_ylabel("speedup over plain decode")
+    twin = right.twinx()
+    twin.plot(c, [r["breakeven_accept_len"] for r in rows], marker="^", color="#2c3e50", label="break-even accept")
+    twin.plot(c, [r["mean_accept_len"] for r in rows], linestyle=":", color="#2c3e50", label="mean accept")
+    twin.set_ylabel("accept length")
+    handles = right.get_legend_handles_labels()
+    more = twin.get_legend_handles_labels()
+    right.legend(handles[0] + more[0], handles[1] + more[1], loc="upper right", fontsize=8)
+    right.grid(alpha=0.3)
+    fig.suptitle(title or "speedup under load")
     return _save(fig, path)
 
 

@@ -141,6 +141,22 @@ class Figures:
                        "pcie8_eagle3: one lever at a time (red dashed: plain decode)",
                        self.path("tornado_pcie8_eagle3.png"))
 
+    def concurrency(self) -> str:
+        """Llama-3.1-8B with EAGLE-3 on an H100: speculation's speedup as the batch grows (issue: load)."""
+        from ..api import run
+        from ..plots import speedup_vs_concurrency
+
+        levels = [1, 8, 64] if self.quick else [1, 2, 4, 8, 16, 32, 64]
+        extra = {"workload__requests": 32, "workload__output_tokens": 128} if self.quick else {}
+        rows = []
+        for c in levels:
+            r = run(scenario("nvlink8_h100_llama8b_eagle3"), workload__concurrency=c, **extra)
+            rows.append({"concurrency": c, "throughput_tok_s": r.throughput_tok_s, "baseline_tok_s": r.baseline_tok_s,
+                         "speedup": r.speedup, "breakeven_accept_len": r.breakeven_accept_len,
+                         "mean_accept_len": r.mean_accept_len})
+        return speedup_vs_concurrency(rows, title="Llama-3.1-8B, EAGLE-3 chain of 3, one H100: speedup vs batch",
+                                      path=self.path("speedup_vs_concurrency_llama8b_h100.png"))
+
     def summary(self) -> str:
         from ..plots import run_summary
 
@@ -151,7 +167,8 @@ class Figures:
         return [("breakeven", self.breakeven), ("throughput_vs_accept", self.throughput_vs_accept),
                 ("pcie_vs_nvlink", self.pcie_vs_nvlink), ("chain_vs_tree eager", lambda: self.chain_vs_tree(False)),
                 ("chain_vs_tree graph", lambda: self.chain_vs_tree(True)), ("breakdown", self.breakdown),
-                ("hybrid", self.hybrid), ("tornado", self.tornado), ("run summary", self.summary)]
+                ("hybrid", self.hybrid), ("tornado", self.tornado), ("concurrency", self.concurrency),
+                ("run summary", self.summary)]
 
 
 def parser() -> ArgumentParser:
