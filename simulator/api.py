@@ -114,14 +114,14 @@ def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | 
     host = scenario.topology.host
     other = host.sync_us + (0.0 if scenario.spec.runtime.overlap_schedule else host.step_overhead_us)
     planner = FastStepCosts(machine, scenario.spec.seed, np.random.default_rng(0))
-    specs: dict[int, StepSpec] = {}
+    batches = steps["batch"][mask].astype(int)
+    contexts = steps["context"][mask].astype(int)
     plain = 0.0
-    for batch, context in zip(steps["batch"][mask].astype(int), steps["context"][mask].astype(int)):
-        spec = specs.get(batch)
-        if spec is None:
-            spec = specs[batch] = StepSpec(PassSpec("target", PassShape(1, int(batch)),
-                                                    scenario.spec.runtime.cuda_graph_decode), other_us=other)
-        plain += planner.mean_step_us(spec, int(context))
+    for batch in np.unique(batches):  # per batch size: the plain step's mean cost, blended over contexts
+        spec = StepSpec(PassSpec("target", PassShape(1, int(batch)), scenario.spec.runtime.cuda_graph_decode),
+                        other_us=other)
+        for context, count in zip(*np.unique(contexts[batches == batch], return_counts=True)):
+            plain += count * planner.mean_step_us(spec, int(context))
     return float(steps["duration_us"][mask].sum()) / plain
 
 

@@ -186,7 +186,8 @@ class Server:
 
     # -- the loop --------------------------------------------------------------------------------------------
     def run(self):
-        """SimPy process: serve every request."""
+        """SimPy process: serve every request. The decode step is the hot path: locals, no per-step allocation
+        beyond the step record (inlined for speed)."""
         env = self.env
         env.process(self._arrivals())
         steps = self.steps
@@ -194,10 +195,16 @@ class Server:
         step_cost = self.costs.step if fast else None
         policy = self.policy
         preempt = self.workload.kv_overflow == "preempt"
+        max_steps = self.max_steps
+        uniform_row = self._uniform_row
+        lengths, positions = self.accept_lengths, self.accept_positions
+        watch = getattr(policy, "observe_walk", None)
+        primary = self.slots[0].acceptance if self.slots and self.slots[0].acceptance.stateful else None
+        specs: dict = {}  # (id(decision), batch) -> StepSpec: decisions are the policy's own, long-lived objects
         while True:
-            if self.max_steps is not None and len(steps) >= self.max_steps:
+            if max_steps is not None and len(steps) >= max_steps:
                 return
-            if self.waiting:
+            if self.waiting and len(self.active) + len(self.prefilling) < self.workload.concurrency:
                 self._admit()
             if self.prefilling:
                 yield from self._prefill()
@@ -219,54 +226,53 @@ class Server:
             context = 0
             for r in active:
                 context += r.prompt_tokens + r.generated
-            kv_tokens = context + sum(r.prefilled for r in self.prefilling) + \
-                (decision[1].size * batch if decision else batch)
+            kv_tokens = context + (decision[1].size * batch if decision else batch)
+            if self.prefilling:
+                kv_tokens += sum(r.prefilled for r in self.prefilling)
             if kv_tokens > self.kv_peak:
                 self.kv_peak = kv_tokens
             start = env.now
-            kind = KIND_SPEC if decision else KIND_DECODE
-            step_spec = self.step_spec(kind, decision, batch)
-            if fast:  # inlined for speed: one table lookup and one event per step
+            key = (id(decision), batch)
+            step_spec = specs.get(key)
+            if step_spec is None:
+                step_spec = specs[key] = self.step_spec(KIND_SPEC if decision else KIND_DECODE, decision, batch)
+            if fast:
                 cost = step_cost(step_spec, context)
                 yield timeout(cost[0])
             else:
                 cost = yield from self.costs.step(env, step_spec, context)
-            tokens = 0
             now = env.now
             done = False
             if decision:
-                slot = self.slots[decision[0]]
-                tree, model = decision[1], slot.acceptance
-                depth = tree.depth
+                kind = KIND_SPEC
+                tree, model = decision[1], self.slots[decision[0]].acceptance
+                depth = verify_tokens = tree.depth
+                verify_tokens = tree.size
                 stateful = model.stateful
-                # the text's regime lives in the primary drafter's model: it moves on whichever drafter ran
-                primary = self.slots[0].acceptance if self.slots[0].acceptance.stateful else None
-                watch = getattr(policy, "observe_walk", None)
+                tokens = 0
                 for request in active:
-                    state = request.acceptance_state if stateful else None
-                    accepted = model.accepted(tree, state, self._uniform_row(depth))
+                    state = request.acceptance_state
+                    accepted = model.accepted(tree, state if stateful else None, uniform_row(depth))
                     if watch is not None:
                         watch(depth, accepted)
                     emitted = min(accepted + 1, request.output_tokens - request.generated)
-                    self.accept_lengths.append(emitted)
-                    self.accept_positions.append(request.generated)
+                    lengths.append(emitted)
+                    positions.append(request.generated)
                     if stateful:
-                        request.acceptance_state = model.advance(state, emitted, self._uniform_row(1)[0])
-                    elif primary is not None:
-                        request.acceptance_state = primary.advance(request.acceptance_state, emitted,
-                                                                   self._uniform_row(1)[0])
+                        request.acceptance_state = model.advance(state, emitted, uniform_row(1)[0])
+                    elif primary is not None:  # the text's regime lives in the primary drafter's model
+                        request.acceptance_state = primary.advance(state, emitted, uniform_row(1)[0])
                     request.generated += emitted
                     tokens += emitted
                     if request.generated >= request.output_tokens:
                         request.completed_at = now
                         done = True
-                verify_tokens = tree.size
             else:
-                primary = self.slots[0].acceptance if self.slots and self.slots[0].acceptance.stateful else None
+                kind = KIND_DECODE
                 for request in active:
                     request.generated += 1
                     if primary is not None:
-                        request.acceptance_state = primary.advance(request.acceptance_state, 1, self._uniform_row(1)[0])
+                        request.acceptance_state = primary.advance(request.acceptance_state, 1, uniform_row(1)[0])
                     if request.generated >= request.output_tokens:
                         request.completed_at = now
                         done = True

@@ -16,6 +16,7 @@ import math
 import numbers
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -86,16 +87,16 @@ class Tree:
         object.__setattr__(self, "children", tuple(tuple(c) for c in children))
         object.__setattr__(self, "ranks", tuple(ranks))
 
-    @property
+    @cached_property
     def size(self) -> int:
         """Nodes including the root (a chain of 3 drafts has size 4)."""
         return len(self.parents)
 
-    @property
+    @cached_property
     def num_drafts(self) -> int:
         return len(self.parents) - 1
 
-    @property
+    @cached_property
     def depth(self) -> int:
         return max(self.depths)
 
