@@ -125,7 +125,7 @@ def to_table(result: Result) -> str:
             share += " (" + ", ".join(f"{k} {v:.0%}" for k, v in pol["drafter_share"].items()) + ")"
         lines.append(share)
     load = r.extra.get("load") or {}
-    if load and (load.get("mean_batch", 1) > 1.01 or (load.get("queue_ms") or {}).get("p99", 0) > 0):
+    if load and (load.get("mean_batch", 1) > 1.01 or load.get("kv_peak_fraction", 0) > 0.5 or load.get("preemptions")):
         def pct(name):
             v = load.get(name) or {}
             return f"p50 {v.get('p50', 0):,.1f} / p99 {v.get('p99', 0):,.1f} ms" if v else "-"

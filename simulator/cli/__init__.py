@@ -70,6 +70,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def scenario_options(p: "ArgumentParser", formats=("table", "json"), fidelity: bool = True) -> None:
+    """The options every scenario command shares: the file, --format, --set, --seed (and --fidelity)."""
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--format", choices=formats, default=formats[0])
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value",
+                   help="override any scenario, topology (topology.*) or model (model.*) field; repeatable")
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    if fidelity:
+        p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override the scenario's fidelity")
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that reports usage mistakes as configuration errors (exit 2, one line)."""
 

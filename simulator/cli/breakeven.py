@@ -5,18 +5,14 @@ import json
 import sys
 
 from ..errors import ConfigError
-from . import ArgumentParser
+from . import ArgumentParser, scenario_options
 
 
 def parser() -> ArgumentParser:
     p = ArgumentParser(prog="python -m simulator breakeven",
                        description="Break-even accept lengths for chains of 1..8 drafts and token trees, eager and "
                        "CUDA-graph verify, from the machine's pass costs at the workload's mean context.")
-    p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value",
-                   help="override any scenario, topology (topology.*) or model (model.*) field; repeatable")
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    scenario_options(p, fidelity=False)
     p.add_argument("--trees", default="4,8,16,32", metavar="N,N,...",
                    help="tree sizes in draft tokens (the root adds one verified token); default 4,8,16,32")
     p.add_argument("--max-chain", type=int, default=8, metavar="K", help="chains of 1..K drafts (default 8)")

@@ -8,7 +8,7 @@ import json
 import sys
 
 from ..errors import ConfigError
-from . import ArgumentParser
+from . import ArgumentParser, scenario_options
 
 
 def parser() -> ArgumentParser:
@@ -16,12 +16,7 @@ def parser() -> ArgumentParser:
                        description="Simulate the scenario with one change at a time (NVLink, CUDA-graph verify, "
                        "all-reduce options, memory bandwidth, a better drafter, chain/tree, draft length) and rank "
                        "the changes by throughput.")
-    p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value",
-                   help="override applied to every run; repeatable")
-    p.add_argument("--seed", type=int, help="override the scenario's seed (all runs share it)")
-    p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override every run's fidelity")
+    scenario_options(p, fidelity=True)
     p.add_argument("--plot", metavar="OUT.png", help="tornado chart of the levers' throughput")
     return p
 
