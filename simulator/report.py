@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from typing import Any
 
 from .metrics import BREAKDOWN, Result
@@ -26,8 +27,21 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: non-finite numbers become null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalars
+        return finite(value.item())
+    return value
+
+
 def to_json(result: Result) -> str:
-    return json.dumps(result.to_dict(), indent=2, default=float)
+    return json.dumps(finite(result.to_dict()), indent=2, allow_nan=False)
 
 
 def to_csv(result: Result) -> str:

@@ -12,7 +12,7 @@ from ..errors import ConfigError
 class Strict(BaseModel):
     """Frozen, no unknown keys: a typo in a YAML file is an error, not a silently ignored key."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 def _dotted(loc: tuple, root: type[BaseModel] | None = None) -> str:

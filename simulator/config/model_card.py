@@ -86,10 +86,10 @@ class DraftHead(Strict):
 
 class ModelCard(Strict):
     name: str
-    num_layers: PositiveInt
+    num_layers: PositiveInt = Field(le=1024)
     num_dense_layers: NonNegativeInt = Field(description="Leading layers with a dense MLP; the rest use the MoE block")
-    hidden_size: PositiveInt
-    vocab_size: PositiveInt
+    hidden_size: PositiveInt = Field(le=1 << 20)
+    vocab_size: PositiveInt = Field(le=1 << 24)
     attention: Attention
     dense_intermediate_size: PositiveInt
     moe: Optional[MoESpec] = None

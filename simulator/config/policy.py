@@ -35,7 +35,7 @@ class AdaptiveLengthPolicy(Strict):
     """Pick the draft length from a small set by the recent accept length (SGLang's adaptive speculation)."""
 
     kind: Literal["adaptive_length"]
-    choices: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 3, 5], min_length=1)
+    choices: list[Annotated[int, Field(ge=1, le=255)]] = Field(default_factory=lambda: [1, 2, 3, 5], min_length=1)
     ema_alpha: Fraction = 0.3
     spare: NonNegativeFloat = Field(1.0, description="Drafts offered beyond the recent accepted count")
 
@@ -44,7 +44,7 @@ class FallbackDrafter(Strict):
     """The second drafter of a multi-drafter policy (e.g. a trained head where the n-gram cache has no match)."""
 
     method: Literal["eagle3", "mtp", "draft_model"]
-    draft_tokens: PositiveInt = 3
+    draft_tokens: PositiveInt = Field(3, le=255)
     verify: Literal["chain", "tree"] = "chain"
     tree: TreeShape = TreeShape()
     acceptance: Acceptance
@@ -67,7 +67,7 @@ class BatchThresholdPolicy(Strict):
 
 class BatchRow(Strict):
     max_batch: PositiveInt
-    draft_tokens: int = Field(ge=0, description="0: plain decode at these batch sizes")
+    draft_tokens: int = Field(ge=0, le=255, description="0: plain decode at these batch sizes")
 
 
 class BatchTablePolicy(Strict):
@@ -89,7 +89,7 @@ class GoodputPolicy(Strict):
     tokens from the acceptance observed so far, step time from the batch-time model, for every choice incl. 0."""
 
     kind: Literal["goodput"]
-    choices: list[int] = Field(default_factory=lambda: [0, 1, 2, 3], min_length=1)
+    choices: list[Annotated[int, Field(ge=0, le=255)]] = Field(default_factory=lambda: [0, 1, 2, 3], min_length=1)
     prior_acceptance: Annotated[float, Field(ge=0.0, le=1.0)] = Field(0.6, description="Per-depth acceptance "
                                                                                          "assumed before any is seen")
     prior_weight: NonNegativeFloat = Field(4.0, description="Pseudo-observations the prior is worth")

@@ -80,7 +80,7 @@ class TreeShape(Strict):
     kind: Literal["chain", "topk", "k_ary", "parents", "optimal"] = "optimal"
     k: PositiveInt = Field(2, description="topk: nodes kept per depth; k_ary: children per node")
     depth: Optional[PositiveInt] = Field(None, description="topk / k_ary depth; optimal: maximum depth")
-    parents: Optional[list[int]] = Field(None, description="parents: the explicit tree (root -1)")
+    parents: Optional[list[int]] = Field(None, max_length=256, description="parents: the explicit tree (root -1)")
 
 
 class NgramDrafter(Strict):
@@ -98,7 +98,7 @@ class DraftModel(Strict):
 
 class Speculation(Strict):
     method: Literal["none", "eagle3", "mtp", "draft_model", "ngram"] = "none"
-    draft_tokens: PositiveInt = Field(3, description="Draft tokens verified per step (tree: nodes besides the root)")
+    draft_tokens: PositiveInt = Field(3, le=255, description="Draft tokens verified per step (tree: nodes besides the root)")
     verify: Literal["chain", "tree"] = "chain"
     tree: TreeShape = TreeShape()
     acceptance: Optional[Acceptance] = None

@@ -12,7 +12,7 @@ Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 
 class GPUSpec(Strict):
     name: str = Field(description="Marketing name, for reports")
-    memory_GB: PositiveFloat = Field(description="Device memory per GPU")
+    memory_GB: PositiveFloat = Field(le=1e5, description="Device memory per GPU")
     memory_bandwidth_GBps: PositiveFloat = Field(description="Peak device-memory bandwidth")
     memory_efficiency: float = Field(gt=0, le=1, description="Achievable fraction of peak bandwidth in decode kernels")
     peak_TFLOPS: dict[Dtype, PositiveFloat] = Field(description="Dense tensor throughput per compute dtype")
@@ -22,8 +22,8 @@ class GPUSpec(Strict):
 
 class HostSpec(Strict):
     eager_launch_us: PositiveFloat = Field(description="Mean host time per eagerly launched kernel (framework dispatch + cudaLaunchKernel)")
-    launch_jitter_cv: NonNegativeFloat = Field(description="Coefficient of variation of one launch's host time (gamma distributed)")
-    rank_skew_cv: NonNegativeFloat = Field(description="Per-pass spread of host speed between ranks (lognormal sigma)")
+    launch_jitter_cv: NonNegativeFloat = Field(le=5.0, description="Coefficient of variation of one launch's host time")
+    rank_skew_cv: NonNegativeFloat = Field(le=2.0, description="Per-pass spread of host speed between ranks (lognormal sigma)")
     graph_launch_us: PositiveFloat = Field(description="Host time of one cudaGraphLaunch for a whole pass")
     graph_node_us: NonNegativeFloat = Field(description="Device-side gap per kernel node inside a CUDA graph")
     step_overhead_us: NonNegativeFloat = Field(description="Scheduler host time per step (batching, sampling bookkeeping)")

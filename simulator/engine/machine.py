@@ -159,7 +159,7 @@ class Machine:
             return hit
         family = (part, replace(shape, context=0), graph)
         plan = self.anchor_plan(part, shape, graph)
-        draws_key = (family, seed, plan.num_segments)
+        draws_key = (family, seed, plan.num_segments, self.tp)
         draws = _DRAWS.get(draws_key)
         if draws is None:  # standard normals shared by every anchor and machine of this family
             entropy = int.from_bytes(hashlib.sha1(repr(family).encode()).digest()[:8], "little")

@@ -210,7 +210,7 @@ class AllReduce:
     def cost(self, nbytes: int) -> CollectiveCost:
         """The all-reduce of nbytes as this runtime would run it."""
         if self.ranks <= 1:
-            return CollectiveCost("none", "-", 0.0, 0.0, float("inf"), float("inf"))
+            return CollectiveCost("none", "-", 0.0, 0.0, 0.0, 0.0)  # one rank: nothing to reduce
         choice = self.choice
         if choice == "auto":
             options = self.nccl_options(nbytes) + self.custom_options(nbytes, forced=False)

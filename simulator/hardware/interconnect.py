@@ -29,8 +29,14 @@ class Hop:
         return self.path_class == "nvlink"
 
 
+# Route preference by link kind, as NCCL ranks paths by type (NVL before PCI before SYS) before bandwidth: a route
+# never trades an NVLink path for a PCIe one because of a link's latency or bandwidth.
+LINK_CLASS_WEIGHT = {"nvlink": 0.0, "pcie": 1e3, "socket": 1e6}
+
+
 class Fabric:
-    """Routes over the topology's node/link graph: the path that moves a small (1 KiB) message fastest."""
+    """Routes over the topology's node/link graph: the best path class first (NVLink, then PCIe, then the socket
+    link), then the path that moves a small (1 KiB) message fastest."""
 
     def __init__(self, topology: Topology):
         self.topology = topology
@@ -44,8 +50,8 @@ class Fabric:
         weight = np.zeros((n, n))
         for link in fabric.links:
             a, b = self.index[link.between[0]], self.index[link.between[1]]
-            # weight: time to move 1 KiB across the link, so equal-latency routes prefer the faster links
-            w = link.latency_us + 1.024 / link.bandwidth_GBps
+            # weight: the link's class, then the time to move 1 KiB across it (equal-class routes prefer faster links)
+            w = LINK_CLASS_WEIGHT[link.kind] + link.latency_us + 1.024 / link.bandwidth_GBps
             if weight[a, b] == 0 or w < weight[a, b]:
                 weight[a, b] = weight[b, a] = w
                 self.link_of[(a, b)] = self.link_of[(b, a)] = link

@@ -130,14 +130,29 @@ class RegimeModel(AcceptanceModel):
         return (easy, seen + emitted)
 
     def expected_tokens(self, tree: Tree) -> float:
-        """Stationary mean of the two regimes' expectations (weighted by their long-run shares)."""
-        easy, hard = (tree.expected_tokens(positional_table(r.probs, r.sibling_decay, tree.depth, True))
-                      for r in self.regimes)
-        share = self.stationary_easy_share()
-        return share * easy + (1 - share) * hard
+        """Mean tokens per verify: the regimes' means weighted by the share of *steps* spent in each.
+
+        Over steps the regime is a two-state chain: a step in regime i emits a tokens (pmf from the tree walk) and
+        leaves with 1 - (1 - leave_i)^a, so the easy share of steps is q_hard / (q_easy + q_hard).
+        """
+        means, leave = [], []
+        for regime, per_token in zip(self.regimes, (self.leave_probability(None), self.enter_probability(None))):
+            pmf = accept_pmf(tree, positional_table(regime.probs, regime.sibling_decay, tree.depth, True))
+            means.append(sum((a + 1) * p for a, p in enumerate(pmf)))
+            leave.append(sum(p * (1.0 - (1.0 - per_token) ** (a + 1)) for a, p in enumerate(pmf)))
+        share = leave[1] / (leave[0] + leave[1]) if leave[0] + leave[1] > 0 else 0.5
+        return share * means[0] + (1 - share) * means[1]
 
     def stationary_easy_share(self) -> float:
         return 0.5
+
+
+def accept_pmf(tree: Tree, table) -> list[float]:
+    """P(the walk accepts exactly d drafts), d = 0..depth: reaching depth d minus reaching depth d+1."""
+    reach = [0.0] * (tree.depth + 2)
+    for node, prob in enumerate(tree.path_probs(table)):
+        reach[tree.depths[node]] += prob
+    return [reach[d] - reach[d + 1] for d in range(tree.depth + 1)]
 
 
 class BurstyModel(RegimeModel):
