@@ -83,6 +83,12 @@ class DraftHead(Strict):
     intermediate_size: PositiveInt
     draft_vocab_size: PositiveInt = Field(description="Tokens the head's lm_head scores (EAGLE-3 uses a reduced vocabulary)")
 
+    @model_validator(mode="after")
+    def _groups(self):
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        return self
+
 
 class ModelCard(Strict):
     name: str

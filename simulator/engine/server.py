@@ -27,6 +27,7 @@ STEP_FIELDS = ("kind", "start_at", "duration_us", "draft_us", "pass_us", "batch"
                "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other",
                "allreduce_only", "allreduce_profile", "drafter", "verify_tokens", "kv_tokens", "waiting", "context")
 UNIFORM_BLOCK = 1 << 14
+WALK_UNIFORMS = 16  # uniforms a tree walk takes (at least its depth): runs with different draft lengths stay aligned
 
 
 def prefill_quantum(tokens: int) -> int:
@@ -158,7 +159,8 @@ class Server:
                 if self.kv_reserved + need > self.kv_capacity:
                     break
                 self.kv_reserved += need
-            elif self._kv_in_use() + request.prompt_tokens + request.generated + self.lookahead > self.kv_capacity:
+            elif self._kv_in_use() + self._lookahead_in_use() + request.prompt_tokens + request.generated + \
+                    self.lookahead > self.kv_capacity:
                 break
             self.waiting.popleft()
             if request.admitted_at is None:
@@ -174,14 +176,27 @@ class Server:
             self.kv_reserved -= request.prompt_tokens + request.output_tokens + self.lookahead
 
     def _kv_in_use(self) -> int:
-        return sum(r.prompt_tokens + r.generated for r in self.active) + sum(r.prefilled for r in self.prefilling)
+        """Cached tokens: running requests' contexts, and prefilling requests at their full prefill (their pages
+        are allocated when admitted)."""
+        return sum(r.prompt_tokens + r.generated for r in self.active) + \
+            sum(r.prefill_target for r in self.prefilling)
+
+    def _lookahead_in_use(self) -> int:
+        return self.lookahead * len(self.active)
 
     def _preempt_if_full(self, lookahead: int) -> None:
-        """preempt mode: evict the newest running requests until the step's KV cache fits (recomputed later)."""
-        while len(self.active) > 1 and self._kv_in_use() + lookahead * len(self.active) > self.kv_capacity:
-            victim = self.active.pop()
+        """preempt mode: evict the newest requests (prefilling first) until the step's KV cache fits; an evicted
+        request is recomputed (prompt + generated) when it is admitted again."""
+        while self._kv_in_use() + lookahead * len(self.active) > self.kv_capacity:
+            if self.prefilling:
+                victim = self.prefilling.pop()
+            elif len(self.active) > 1:
+                victim = self.active.pop()
+            else:
+                return  # one request always fits: requests larger than the cache were refused at the start
             victim.preemptions += 1
             self.preemptions += 1
+            victim.prefilled = 0
             self.waiting.appendleft(victim)
 
     # -- the loop --------------------------------------------------------------------------------------------
@@ -228,7 +243,7 @@ class Server:
                 context += r.prompt_tokens + r.generated
             kv_tokens = context + (decision[1].size * batch if decision else batch)
             if self.prefilling:
-                kv_tokens += sum(r.prefilled for r in self.prefilling)
+                kv_tokens += sum(r.prefill_target for r in self.prefilling)
             if kv_tokens > self.kv_peak:
                 self.kv_peak = kv_tokens
             start = env.now
@@ -246,13 +261,13 @@ class Server:
             if decision:
                 kind = KIND_SPEC
                 tree, model = decision[1], self.slots[decision[0]].acceptance
-                depth = verify_tokens = tree.depth
-                verify_tokens = tree.size
+                depth, verify_tokens = tree.depth, tree.size
+                walk_uniforms = depth if depth > WALK_UNIFORMS else WALK_UNIFORMS
                 stateful = model.stateful
                 tokens = 0
                 for request in active:
                     state = request.acceptance_state
-                    accepted = model.accepted(tree, state if stateful else None, uniform_row(depth))
+                    accepted = model.accepted(tree, state if stateful else None, uniform_row(walk_uniforms))
                     if watch is not None:
                         watch(depth, accepted)
                     emitted = min(accepted + 1, request.output_tokens - request.generated)

@@ -104,15 +104,17 @@ class Host:
 
         One launch costs eager_launch_us with coefficient of variation launch_jitter_cv; the sum of a segment's n
         launches is taken as Normal(n mean, sqrt(n) cv mean) (central limit: n >= 4 per segment), truncated at a
-        tenth of the mean. Each rank's host runs at a per-pass speed factor, lognormal with sigma rank_skew_cv.
+        tenth of the mean. Each rank's host runs at a per-pass speed factor, lognormal with sigma rank_skew_cv and
+        mean 1 (so skew spreads the ranks without changing the mean launch cost).
         Draws are standard normals scaled afterwards, so a parameter change moves every draw smoothly (common
         random numbers across what-if runs).
         """
         mean, cv = self.spec.eager_launch_us, self.spec.launch_jitter_cv
         z, skew_z = draws if draws is not None else self.draws(rng, samples, ranks, launches.shape[0])
         times = launches * mean * np.maximum(1.0 + cv * z / np.sqrt(launches), 0.1)
-        if self.spec.rank_skew_cv > 0:
-            times = times * np.exp(self.spec.rank_skew_cv * skew_z)
+        sigma = self.spec.rank_skew_cv
+        if sigma > 0:
+            times = times * np.exp(sigma * skew_z - sigma**2 / 2)
         return times
 
     def graph_launch_us(self, rng: np.random.Generator | None, samples: int, ranks: int,

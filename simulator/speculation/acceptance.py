@@ -97,54 +97,79 @@ class AcceptanceModel:
 
 
 class RegimeModel(AcceptanceModel):
-    """Two regimes per request (easy/copy and hard/novel), switching per generated token."""
+    """Two regimes per request (easy/copying and hard/novel), switching per generated token.
+
+    A request's state is (easy, seen): its regime and the tokens it has seen (prompt + generated). `typical_seen`
+    (the workload's mean history) stands in for a request when a stationary figure is wanted.
+    """
 
     stateful = True
+    LEVELS = 16  # history-dependent tables are compiled at this many levels
 
-    def __init__(self, easy: Regime, hard: Regime):
+    def __init__(self, easy: Regime, hard: Regime, typical_seen: float = 0.0):
         super().__init__(hard.probs, hard.sibling_decay)
         self.regimes = (easy, hard)
+        self.typical_seen = typical_seen
         self._walkers2: dict[tuple, Walker] = {}
 
+    # what a subclass says about its regimes
+    def enter_probability(self, seen: float) -> float:
+        """Per generated token: hard -> easy."""
+        raise NotImplementedError
+
+    def leave_probability(self, seen: float) -> float:
+        """Per generated token: easy -> hard."""
+        raise NotImplementedError
+
+    def level(self, easy: bool, seen: float) -> int:
+        """Which compiled table a (regime, history) uses; 0 when the regime's acceptance ignores the history."""
+        return 0
+
+    def regime_probs(self, easy: bool, level: int) -> list[float]:
+        return self.regimes[0 if easy else 1].probs
+
+    def regime_table(self, easy: bool, level: int, depth: int):
+        regime = self.regimes[0 if easy else 1]
+        return positional_table(self.regime_probs(easy, level), regime.sibling_decay, depth, True)
+
     def walker(self, tree: Tree, state) -> Walker:
-        regime = 0 if state[0] else 1
-        key = (id(tree), regime)
+        easy, seen = state
+        level = self.level(easy, seen)
+        key = (id(tree), easy, level)
         walker = self._walkers2.get(key)
         if walker is None:
-            r = self.regimes[regime]
-            walker = self._walkers2[key] = Walker(tree, positional_table(r.probs, r.sibling_decay, tree.depth, True))
+            walker = self._walkers2[key] = Walker(tree, self.regime_table(easy, level, tree.depth))
         return walker
-
-    def enter_probability(self, state) -> float:
-        raise NotImplementedError
-
-    def leave_probability(self, state) -> float:
-        raise NotImplementedError
 
     def advance(self, state, emitted: int, u: float):
         easy, seen = state
-        per_token = self.leave_probability(state) if easy else self.enter_probability(state)
+        per_token = self.leave_probability(seen) if easy else self.enter_probability(seen)
         switch = 1.0 - (1.0 - per_token) ** emitted
         if u < switch:
             easy = not easy
         return (easy, seen + emitted)
 
     def expected_tokens(self, tree: Tree) -> float:
-        """Mean tokens per verify: the regimes' means weighted by the share of *steps* spent in each.
-
-        Over steps the regime is a two-state chain: a step in regime i emits a tokens (pmf from the tree walk) and
-        leaves with 1 - (1 - leave_i)^a, so the easy share of steps is q_hard / (q_easy + q_hard).
-        """
+        """Mean tokens per verify at the typical history: the regimes' means weighted by the share of *steps*
+        spent in each. Over steps the regime is a two-state chain: a step in regime i emits a tokens (pmf from the
+        tree walk) and leaves with 1 - (1 - p_i)^a, so the easy share of steps is q_hard / (q_easy + q_hard)."""
+        seen = self.typical_seen
         means, leave = [], []
-        for regime, per_token in zip(self.regimes, (self.leave_probability(None), self.enter_probability(None))):
-            pmf = accept_pmf(tree, positional_table(regime.probs, regime.sibling_decay, tree.depth, True))
+        for easy, per_token in ((True, self.leave_probability(seen)), (False, self.enter_probability(seen))):
+            pmf = accept_pmf(tree, self.regime_table(easy, self.level(easy, seen), tree.depth))
             means.append(sum((a + 1) * p for a, p in enumerate(pmf)))
             leave.append(sum(p * (1.0 - (1.0 - per_token) ** (a + 1)) for a, p in enumerate(pmf)))
         share = leave[1] / (leave[0] + leave[1]) if leave[0] + leave[1] > 0 else 0.5
         return share * means[0] + (1 - share) * means[1]
 
-    def stationary_easy_share(self) -> float:
-        return 0.5
+    def typical_table(self, depth: int):
+        """The two regimes' tables at the typical history, mixed by their per-token shares (to shape trees)."""
+        seen = self.typical_seen
+        enter, leave = self.enter_probability(seen), self.leave_probability(seen)
+        share = enter / (enter + leave) if enter + leave > 0 else 0.5
+        easy = self.regime_table(True, self.level(True, seen), depth)
+        hard = self.regime_table(False, self.level(False, seen), depth)
+        return tuple(tuple(share * a + (1 - share) * b for a, b in zip(ra, rb)) for ra, rb in zip(easy, hard))
 
 
 def accept_pmf(tree: Tree, table) -> list[float]:
@@ -156,34 +181,29 @@ def accept_pmf(tree: Tree, table) -> list[float]:
 
 
 class BurstyModel(RegimeModel):
-    """Markov-modulated: easy and hard stretches with geometric lengths."""
+    """Markov-modulated: easy and hard stretches with geometric lengths (in generated tokens)."""
 
-    def __init__(self, config: BurstyAcceptance):
-        super().__init__(config.easy, config.hard)
+    def __init__(self, config: BurstyAcceptance, typical_seen: float = 0.0):
+        super().__init__(config.easy, config.hard, typical_seen)
         self.config = config
 
     def start(self, prompt_tokens: int):
         return (self.config.start_easy, prompt_tokens)
 
-    def enter_probability(self, state) -> float:
+    def enter_probability(self, seen: float) -> float:
         return 1.0 / self.config.mean_hard_tokens
 
-    def leave_probability(self, state) -> float:
+    def leave_probability(self, seen: float) -> float:
         return 1.0 / self.config.mean_easy_tokens
-
-    def stationary_easy_share(self) -> float:
-        c = self.config
-        return c.mean_easy_tokens / (c.mean_easy_tokens + c.mean_hard_tokens)
 
 
 class NgramContextModel(RegimeModel):
     """Copy stretches whose onset, and novel-text hits, grow as the history (prompt + generated) fills the cache."""
 
     MATCH_IN_COPY = 12  # tokens an n-gram lookup matches inside a repeated stretch (SGLang's max match window)
-    FILL_LEVELS = 16  # the novel regime's table is recompiled at this many fill levels
 
-    def __init__(self, config: NgramContextAcceptance):
-        super().__init__(config.copying, config.novel)
+    def __init__(self, config: NgramContextAcceptance, typical_seen: float = 0.0):
+        super().__init__(config.copying, config.novel, typical_seen)
         self.config = config
 
     def start(self, prompt_tokens: int):
@@ -193,31 +213,25 @@ class NgramContextModel(RegimeModel):
         s3 = (seen / self.config.warmup_tokens) ** 3
         return s3 / (1.0 + s3)
 
-    def enter_probability(self, state) -> float:
-        return self.config.repetitiveness * self.fill(state[1])
+    def enter_probability(self, seen: float) -> float:
+        return self.config.repetitiveness * self.fill(seen)
 
-    def leave_probability(self, state) -> float:
+    def leave_probability(self, seen: float) -> float:
         return 1.0 / self.config.mean_copy_tokens
 
-    def walker(self, tree: Tree, state) -> Walker:
-        if state[0] or self.config.novel_gain == 0.0:
-            return super().walker(tree, state)
-        level = min(self.FILL_LEVELS, int(self.fill(state[1]) * self.FILL_LEVELS + 0.5))
-        key = (id(tree), "novel", level)
-        walker = self._walkers2.get(key)
-        if walker is None:
-            r, gain = self.regimes[1], 1.0 + self.config.novel_gain * level / self.FILL_LEVELS
-            probs = [min(1.0, p * gain) for p in r.probs]
-            walker = self._walkers2[key] = Walker(tree, positional_table(probs, r.sibling_decay, tree.depth, True))
-        return walker
+    def level(self, easy: bool, seen: float) -> int:
+        if easy or self.config.novel_gain == 0.0:
+            return 0
+        return min(self.LEVELS, int(self.fill(seen) * self.LEVELS + 0.5))
+
+    def regime_probs(self, easy: bool, level: int) -> list[float]:
+        if easy:
+            return self.regimes[0].probs
+        gain = 1.0 + self.config.novel_gain * level / self.LEVELS
+        return [min(1.0, p * gain) for p in self.regimes[1].probs]
 
     def match_tokens(self, state) -> int:
         return self.MATCH_IN_COPY if state[0] else 1
-
-    def stationary_easy_share(self) -> float:
-        c = self.config
-        enter = c.repetitiveness
-        return enter / (enter + 1.0 / c.mean_copy_tokens) if enter > 0 else 0.0
 
 
 class TraceModel(AcceptanceModel):
@@ -264,24 +278,23 @@ def read_trace(config: TraceAcceptance, base_dir: str, scenario_file: str) -> li
     return lengths
 
 
-def build_acceptance(config, base_dir: str = ".", scenario_file: str = "<scenario>") -> AcceptanceModel:
+def build_acceptance(config, base_dir: str = ".", scenario_file: str = "<scenario>",
+                     typical_seen: float = 0.0) -> AcceptanceModel:
     if isinstance(config, IIDAcceptance):
         return AcceptanceModel([config.alpha], 1.0, repeat_last=True)
     if isinstance(config, PositionalAcceptance):
         return AcceptanceModel(list(config.probs), config.sibling_decay, config.repeat_last)
     if isinstance(config, BurstyAcceptance):
-        return BurstyModel(config)
+        return BurstyModel(config, typical_seen)
     if isinstance(config, NgramContextAcceptance):
-        return NgramContextModel(config)
+        return NgramContextModel(config, typical_seen)
     if isinstance(config, TraceAcceptance):
         return TraceModel(read_trace(config, base_dir, scenario_file))
     raise TypeError(f"unknown acceptance model {config!r}")
 
 
 def typical_table(model: AcceptanceModel, depth: int):
-    """The table a tree is shaped for: the model's own, or for regime models their long-run mixture."""
+    """The table a tree is shaped for: the model's own, or for regime models their mixture at the typical history."""
     if isinstance(model, RegimeModel):
-        share = model.stationary_easy_share()
-        easy, hard = (positional_table(r.probs, r.sibling_decay, depth, True) for r in model.regimes)
-        return tuple(tuple(share * a + (1 - share) * b for a, b in zip(ra, rb)) for ra, rb in zip(easy, hard))
+        return model.typical_table(depth)
     return model.table(depth)

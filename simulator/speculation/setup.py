@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..workload import mean_length
 from .acceptance import AcceptanceModel, build_acceptance, typical_table
 from .drafters import build_drafter
 from .policies import build_policy
@@ -59,14 +60,16 @@ def build_speculation(scenario, speculate: bool = True) -> SpeculationSetup:
     file = scenario.source
     if not speculate or s.method == "none":
         return SpeculationSetup([], build_policy(spec.policy, None))
-    acceptance = build_acceptance(s.acceptance, base_dir, file)
+    work = spec.workload
+    typical_seen = mean_length(work.prompt_tokens) + mean_length(work.output_tokens) / 2  # mean history of a step
+    acceptance = build_acceptance(s.acceptance, base_dir, file, typical_seen)
     tree = build_tree(s.tree, s.draft_tokens, s.verify, acceptance, file, "speculation.tree")
     slots = [DrafterSlot(s.method, build_drafter(s.method, s, spec.runtime), acceptance, tree)]
     fallback_tree = None
     policy_cfg = spec.policy
     if policy_cfg.kind == "multi_drafter":
         fb = policy_cfg.fallback
-        fb_acceptance = build_acceptance(fb.acceptance, base_dir, file)
+        fb_acceptance = build_acceptance(fb.acceptance, base_dir, file, typical_seen)
         fallback_tree = build_tree(fb.tree, fb.draft_tokens, fb.verify, fb_acceptance, file, "policy.fallback.tree")
         slots.append(DrafterSlot(fb.method, build_drafter(fb.method, s, spec.runtime), fb_acceptance, fallback_tree))
 
