@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -61,8 +62,7 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
     tpot, ttft = request_latency_ms(main)
     target_plan = machine.plan("target", PassShape(1, 1, int(mean_length(spec.workload.prompt_tokens))),
                                spec.runtime.cuda_graph_decode)
-    ar_bytes = scenario.model.hidden_size * 2
-    choice = machine.allreduce.cost(ar_bytes)
+    choice = allreduce_choice(scenario, machine)
     return Result(
         scenario=spec.name,
         fidelity=spec.fidelity,
@@ -82,7 +82,7 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
         wall_time_s=wall_s,
         tpot_ms=tpot,
         ttft_ms=ttft,
-        allreduce_choice={"bytes": ar_bytes, **choice.as_dict()},
+        allreduce_choice=choice,
         speculation={"method": spec.speculation.method, "draft_tokens": spec.speculation.draft_tokens,
                      "verify": spec.speculation.verify,
                      "expected_accept_len": _expected(scenario)},
@@ -98,6 +98,24 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
     )
 
 
+def allreduce_choice(scenario: Scenario, machine: Machine) -> dict:
+    """The all-reduce a layer runs at a plain decode's message size, and at the scenario's verify size."""
+    from .engine.costs import verify_pass
+    from .model.cost import pass_layout
+    from .speculation.setup import build_speculation
+
+    shapes = {"decode": PassShape(1, 1)}
+    setup = build_speculation(scenario)
+    if setup.slots:
+        shapes["verify"] = verify_pass(setup.slots[0].tree, 1, False).shape
+    out = {}
+    for name, shape in shapes.items():
+        layout = pass_layout(scenario.model, machine.tp, shape, scenario.spec.runtime.fuse_allreduce_rmsnorm)
+        nbytes = layout.segments[1].collective_bytes  # an attention block's all-reduce
+        out[name] = {"bytes": nbytes, **machine.allreduce.cost(nbytes).as_dict()}
+    return out
+
+
 def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | None:
     """Accept length at which speculation matches plain decode: its step time over a plain decode step's at the
     same batch and context (REFERENCE.md's accept_len > step_time x baseline_rate, batch by batch).
@@ -105,14 +123,14 @@ def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | 
     Plain-decode step times come from the cost model's memoised samples for each speculative step's batch and
     context, so a batched run compares like with like.
     """
-    from .engine.costs import FastStepCosts, PassSpec, StepSpec
+    from .engine.costs import FastStepCosts, PassSpec, StepSpec, step_overhead_us
 
     steps = main.steps
     mask = main.spec_steps
     if not mask.any():
         return None
     host = scenario.topology.host
-    other = host.sync_us + (0.0 if scenario.spec.runtime.overlap_schedule else host.step_overhead_us)
+    other = step_overhead_us(host, scenario.spec.runtime, speculating=False)
     planner = FastStepCosts(machine, scenario.spec.seed, np.random.default_rng(0))
     batches = steps["batch"][mask].astype(int)
     contexts = steps["context"][mask].astype(int)
@@ -131,6 +149,7 @@ def what_if(scenario: Scenario, machine: Machine, main, base) -> dict:
     Uses the layer model's memoised pass samples at the run's mean context; `python -m simulator plan` runs the
     full what-if simulations for every lever.
     """
+    from .engine.costs import step_overhead_us, verify_pass
     from .speculation.setup import build_speculation
 
     spec_mask = main.spec_steps
@@ -141,14 +160,12 @@ def what_if(scenario: Scenario, machine: Machine, main, base) -> dict:
     tree = slot.tree
     work = scenario.spec.workload
     context = int(mean_length(work.prompt_tokens) + mean_length(work.output_tokens) / 2)
-    is_tree = tree.depth < tree.num_drafts
-    shape = PassShape(tree.size, 1, context, is_tree, True)
+    shape = replace(verify_pass(tree, 1, True).shape, context=context)
     out = {}
     if not scenario.spec.runtime.cuda_graph_verify:
         samples = machine.samples("target", shape, True, scenario.spec.seed)
-        host = scenario.topology.host
-        step = float(samples[:, 0].mean()) + float(main.steps["draft_us"][spec_mask].mean()) + host.sync_us + \
-            host.step_overhead_us
+        step = float(samples[:, 0].mean()) + float(main.steps["draft_us"][spec_mask].mean()) + \
+            step_overhead_us(scenario.topology.host, scenario.spec.runtime, speculating=True)
         breakeven = step / base_step
         lengths = main.accept_lengths
         accept = float(lengths.mean()) if lengths.size else 1.0

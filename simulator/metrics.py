@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine.server import KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FIELDS
+from .engine.server import KIND_DECODE, KIND_SPEC, STEP_FIELDS
 
 BREAKDOWN = ("compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other")
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .config import Scenario
+from .engine.costs import draft_passes, step_overhead_us, verify_pass
 from .engine.machine import Machine, context_anchors
 from .errors import ConfigError
 from .model.cost import PassShape
@@ -113,12 +114,12 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
             positional_table(GENERIC_TABLE["probs"], GENERIC_TABLE["sibling_decay"], depth, True)
 
     def cost(tree: Tree, graph: bool) -> StepCost:
-        is_tree = tree.depth < tree.num_drafts
-        verify = _pass_us(machine, "target", PassShape(tree.size, batch, context, is_tree, True), graph, seed)
+        main = verify_pass(tree, batch, graph)
+        verify = _pass_us(machine, "target", replace(main.shape, context=context), graph, seed)
         draft = drafter.host_us(tree, batch) + sum(
-            _pass_us(machine, d.part, PassShape(d.shape.tokens, d.shape.batch, context), d.graph, seed)
-            for d in drafter.passes(tree, batch))
-        return StepCost(verify / 1e3, draft / 1e3, (host.sync_us + host.step_overhead_us) / 1e3)
+            _pass_us(machine, d.part, replace(d.shape, context=context), d.graph, seed)
+            for d in draft_passes(drafter, tree, batch))
+        return StepCost(verify / 1e3, draft / 1e3, step_overhead_us(host, spec.runtime, speculating=True) / 1e3)
 
     def row(label: str, tree: Tree) -> BreakevenRow:
         expected = acceptance.expected_tokens(tree) if has_expectation else None
@@ -129,7 +130,7 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
     if own_tree is not None and not any(r.is_own for r in rows):
         rows.insert(0, row(f"own {spec.speculation.verify} {own_tree.num_drafts}", own_tree))
     decode = _pass_us(machine, "target", PassShape(1, batch, context), spec.runtime.cuda_graph_decode, seed)
-    decode_other = host.sync_us + (0.0 if spec.runtime.overlap_schedule else host.step_overhead_us)
+    decode_other = step_overhead_us(host, spec.runtime, speculating=False)
     return BreakevenTable(spec.name, method, batch, context, (decode + decode_other) / 1e3,
                           spec.runtime.cuda_graph_verify, rows, note)
 

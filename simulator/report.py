@@ -73,14 +73,15 @@ def verdict(result: Result) -> list[str]:
     vstep = (result.step_ms.get("verify") or {}).get("mean")
     if verify and vstep:
         share = verify["rank_mean"] / vstep
+        choice = result.allreduce_choice.get("verify") or result.allreduce_choice["decode"]
         waiting = bd["allreduce_wait"] > bd["allreduce_transfer"]
         cause = ("mostly waiting at the barrier for the slowest rank's host to launch its kernels"
                  + (" eagerly" if result.extra.get("eager_verify") else "")) if waiting else \
             (f"mostly transfer: {result.allreduce_per_pass} all-reduces of "
-             f"{result.allreduce_choice['time_us']:.0f}+ us each ({result.allreduce_choice['algorithm']}/"
-             f"{result.allreduce_choice['protocol']})")
-        lines.append(f"why: all-reduces take {verify['profiled_rank']:.1f} ms of each {vstep:.1f} ms verify pass "
-                     f"on a typical rank ({share:.0%} averaged over ranks), {cause}.")
+             f"{choice['time_us']:.0f} us each ({choice['algorithm']}/{choice['protocol']})")
+        lines.append(f"why: a profile of one rank shows {verify['profiled_rank']:.1f} ms of all-reduce in each "
+                     f"{vstep:.1f} ms verify pass ({share:.0%} of it averaged over all ranks, the slowest included), "
+                     f"{cause}.")
     graph = (result.extra.get("what_if") or {}).get("cuda_graph_verify")
     if acc <= be:
         flip = f"what would flip it: an accept length above {be:.2f}"
@@ -121,9 +122,9 @@ def to_table(result: Result) -> str:
         lines.append(f"  drafting            {_fmt(s['draft']['mean'], 2):>8} ms   whole step {_fmt(s['step']['mean'])} ms")
     if s.get("baseline_decode"):
         lines.append(f"  plain decode step   {_fmt(s['baseline_decode']['mean'], 2):>8} ms")
-    choice = r.allreduce_choice
-    lines.append(f"  all-reduce          {r.allreduce_per_pass:8d} per pass; {choice['algorithm']}/{choice['protocol']} "
-                 f"{choice['time_us']:.1f} us at {choice['bytes']:,} B")
+    sizes = "; ".join(f"{c['algorithm']}/{c['protocol']} {c['time_us']:.1f} us at {c['bytes']:,} B ({kind})"
+                      for kind, c in r.allreduce_choice.items())
+    lines.append(f"  all-reduce          {r.allreduce_per_pass:8d} per pass; {sizes}")
     for kind, ar in r.allreduce_ms_per_pass.items():
         lines.append(f"    per {kind} pass    {ar['profiled_rank']:8.1f} ms on a typical rank (profile), "
                      f"{ar['rank_mean']:.1f} ms averaged over ranks (transfer + waiting)")

@@ -33,18 +33,6 @@ class Request:
     preemptions: int = 0
     acceptance_state: object = None  # a regime acceptance model's per-request state
 
-    @property
-    def context(self) -> int:
-        return self.prompt_tokens + self.generated
-
-    @property
-    def remaining(self) -> int:
-        return self.output_tokens - self.generated
-
-    @property
-    def is_done(self) -> bool:
-        return self.generated >= self.output_tokens
-
 
 def mean_length(length) -> float:
     """The mean of a length setting (an int or a distribution)."""

@@ -15,7 +15,7 @@ class Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
-def _dotted(loc: tuple, root: type[BaseModel] | None = None) -> str:
+def _dotted(loc: tuple, root: type[BaseModel] | None = None) -> str:  # noqa: C901
     """A pydantic error location as a user's key path (discriminator tags and validator names dropped)."""
     parts: list[str] = []
     current: Any = root
@@ -99,6 +99,17 @@ def _as_model(annotation: Any) -> type[BaseModel] | None:
 def _allowed(error: dict, root: type[BaseModel]) -> str | None:
     kind = error["type"]
     ctx = error.get("ctx") or {}
+    if kind in ("model_attributes_type", "model_type", "dict_type"):
+        loc = tuple(error["loc"])
+        owner = _model_at(root, loc) if loc else None
+        field = owner.model_fields.get(str(loc[-1])) if owner is not None and loc else None
+        members = _members(field.annotation) if field is not None else []
+        tags = [t for t in (_tag(m) for m in members) if t]
+        if len(tags) > 1:
+            return f"a mapping with kind: {', '.join(tags)}"
+        if len(members) == 1:
+            return f"a mapping with keys {', '.join(members[0].model_fields)}"
+        return "a mapping"
     if kind == "extra_forbidden":
         model = _model_at(root, error["loc"])
         if model is not None:
@@ -121,7 +132,7 @@ def validate(model: type[BaseModel], data: Any, file: str | None, prefix: str = 
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         loc = error["loc"]
-        path = _dotted(loc, model)
+        path = _dotted(loc, model) or "(the whole file)"
         if prefix:
             path = f"{prefix}.{path}" if path else prefix
         kind = error["type"]
@@ -130,7 +141,7 @@ def validate(model: type[BaseModel], data: Any, file: str | None, prefix: str = 
         elif kind == "missing":
             problem = "required key is missing"
         else:
-            problem = error["msg"]
+            problem = error["msg"].removeprefix("Value error, ")
             if "input" in error and not isinstance(error["input"], (dict, list, tuple)):
                 shown = repr(error["input"])
                 if len(shown) > 60:

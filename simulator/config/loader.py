@@ -29,6 +29,11 @@ class Scenario:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def base_dir(self) -> str:
+        """The folder paths in the scenario are relative to."""
+        return os.path.dirname(os.path.abspath(self.source)) if os.path.isfile(self.source) else "."
+
     def with_overrides(self, overrides: Mapping[str, Any]) -> "Scenario":
         """A new scenario with dotted-path overrides applied (topology.* and model.* reach into those files)."""
         raw = {

@@ -1,7 +1,7 @@
 """Speculation policies: when to speculate, with how many drafts, with which drafter."""
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 

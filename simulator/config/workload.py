@@ -1,7 +1,7 @@
 """The workload: when requests arrive, how long their prompts and outputs are, and how the server batches them."""
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 

@@ -30,6 +30,23 @@ class PassSpec:
     graph: bool
 
 
+def step_overhead_us(host, runtime, speculating: bool) -> float:
+    """Host time around a step's passes: the end-of-step synchronisation, and the scheduler's work, which overlaps
+    the GPU in plain decode under SGLang's overlap scheduler but not while speculating."""
+    hidden = runtime.overlap_schedule and not speculating
+    return host.sync_us + (0.0 if hidden else host.step_overhead_us)
+
+
+def verify_pass(tree, batch: int, graph: bool) -> PassSpec:
+    """The target's pass over a verify tree: every node of every request, a tree mask unless it is a chain."""
+    return PassSpec("target", PassShape(tree.size, batch, 0, tree.depth < tree.num_drafts, True), graph)
+
+
+def draft_passes(drafter, tree, batch: int) -> tuple[PassSpec, ...]:
+    """A drafter's passes for one round over the batch."""
+    return tuple(PassSpec(d.part, PassShape(d.tokens, batch), d.graph) for d in drafter.passes(tree, batch))
+
+
 @dataclass(frozen=True, eq=False)
 class StepSpec:
     """The passes of one step and its host-side costs (compared by identity: the server keeps one per kind)."""

@@ -10,7 +10,6 @@ of the layer model; at `layer` / `link` fidelity every collective of every pass 
 """
 from __future__ import annotations
 
-import os
 from collections import deque
 
 import numpy as np
@@ -19,7 +18,8 @@ from ..errors import ConfigError
 from ..model.cost import PassShape
 from ..speculation.setup import build_speculation
 from ..workload import make_requests
-from .costs import FastStepCosts, LayerStepCosts, PassSpec, StepSpec
+from .costs import (FastStepCosts, LayerStepCosts, PassSpec, StepSpec, draft_passes, step_overhead_us,
+                    verify_pass)
 from .machine import Machine
 
 KIND_PREFILL, KIND_DECODE, KIND_SPEC = 0, 1, 2
@@ -62,11 +62,10 @@ class Server:
         self._uniforms: list[float] = []
         self._uniform_at = 0
         # the scheduler's per-step host work overlaps the GPU in plain decode, not while speculating (SGLang)
-        self._other_spec = host.sync_us + host.step_overhead_us
-        self._other_plain = host.sync_us + (0.0 if spec.runtime.overlap_schedule else host.step_overhead_us)
+        self._other_spec = step_overhead_us(host, spec.runtime, speculating=True)
+        self._other_plain = step_overhead_us(host, spec.runtime, speculating=False)
         self._step_specs: dict[tuple, StepSpec] = {}
-        base_dir = os.path.dirname(os.path.abspath(scenario.source)) if os.path.isfile(scenario.source) else "."
-        self.requests = make_requests(self.workload, seed, base_dir, scenario.source)
+        self.requests = make_requests(self.workload, seed, scenario.base_dir, scenario.source)
         self.lookahead = max((slot.tree.size for slot in self.slots), default=0)
         self.kv_capacity = machine.memory["kv_capacity_tokens"]
         self._check_fits(scenario.source)
@@ -127,9 +126,8 @@ class Server:
                 spec = StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode), other_us=self._other_plain)
             else:
                 drafter = self.slots[decision[0]].drafter
-                is_tree = tree.depth < tree.num_drafts
-                main = PassSpec("target", PassShape(tree.size, batch, 0, is_tree, True), rt.cuda_graph_verify)
-                spec = StepSpec(main, drafter.passes(tree, batch), drafter.host_us(tree, batch), self._other_spec)
+                spec = StepSpec(verify_pass(tree, batch, rt.cuda_graph_verify), draft_passes(drafter, tree, batch),
+                                drafter.host_us(tree, batch), self._other_spec)
             self._step_specs[key] = spec
         return spec
 

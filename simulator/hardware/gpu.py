@@ -12,8 +12,12 @@ from statistics import NormalDist
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from ..config.topology import GPUSpec, HostSpec
-from ..model.cost import Segment
+
+if TYPE_CHECKING:  # the cost model's Segment, for type hints only: hardware does not depend on model
+    from ..model.cost import Segment
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class GPU:
         memory = nbytes / self.bytes_per_us
         return max(compute, memory, self.floor_us), compute > memory and compute > self.floor_us
 
-    def segment(self, segment: Segment) -> SegmentTime:
+    def segment(self, segment: "Segment") -> SegmentTime:
         compute = memory = last = 0.0
         for kernel in segment.kernels:
             t, compute_bound = self.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)

@@ -8,10 +8,10 @@ launches counted in the model card are small element-wise kernels touching only 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..config.model_card import DraftHead, EagerKernels, GQAAttention, MLAAttention, ModelCard
-from .cards import (BYTES_PER_VALUE, attention_params, bytes_per_param, compute_dtype, expected_distinct_experts,
+from .cards import (BYTES_PER_VALUE, bytes_per_param, compute_dtype, expected_distinct_experts,
                     kv_bytes_per_token_layer)
 
 

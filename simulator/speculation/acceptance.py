@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import csv
 import os
-from bisect import bisect_right
 
 from ..config.speculation import (BurstyAcceptance, IIDAcceptance, NgramContextAcceptance, PositionalAcceptance,
                                   Regime, TraceAcceptance)
 from ..errors import ConfigError
-from .trees import Tree
+from .trees import Tree, Walker
 
 MAX_RANKS = 16  # siblings per node the tables cover
 
@@ -35,27 +34,6 @@ def positional_table(probs: list[float], sibling_decay: float, depth: int, repea
             survive *= 1.0 - q
         rows.append(tuple(row))
     return tuple(rows)
-
-
-class Walker:
-    """A tree with its acceptance thresholds compiled: one call per request per step (hot path)."""
-
-    __slots__ = ("depth", "cums", "children")
-
-    def __init__(self, tree: Tree, table):
-        self.depth = tree.depth
-        self.cums, self.children = tree.thresholds(table)
-
-    def __call__(self, uniforms) -> int:
-        cums, children = self.cums, self.children
-        node = 0
-        for d in range(self.depth):
-            node_cums = cums[node]
-            k = bisect_right(node_cums, uniforms[d])
-            if k == len(node_cums):
-                return d
-            node = children[node][k]
-        return self.depth
 
 
 class AcceptanceModel:

@@ -13,14 +13,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..model.cost import PassShape
 from .trees import Tree
 
 
 @dataclass(frozen=True)
 class DraftPass:
-    part: str  # which model card runs it: draft_head | mtp | draft_model
-    shape: PassShape  # context 0: the step applies its context
+    """One drafting pass: which model card runs it, the tokens per request it processes, graph-captured or not."""
+
+    part: str  # draft_head | mtp | draft_model
+    tokens: int
     graph: bool
 
 
@@ -38,8 +39,8 @@ class HeadDrafter:
 
     def passes(self, tree: Tree, batch: int) -> tuple[DraftPass, ...]:
         width = widest_level(tree)
-        steps = [DraftPass(self.part, PassShape(width, batch), self.graph) for _ in range(tree.depth - 1)]
-        extend = DraftPass(self.part, PassShape(tree.depth + 1, batch), self.graph)
+        steps = [DraftPass(self.part, width, self.graph) for _ in range(tree.depth - 1)]
+        extend = DraftPass(self.part, tree.depth + 1, self.graph)
         return tuple(steps + [extend])
 
     def host_us(self, tree: Tree, batch: int) -> float:
@@ -56,7 +57,7 @@ class DraftModelDrafter:
 
     def passes(self, tree: Tree, batch: int) -> tuple[DraftPass, ...]:
         width = widest_level(tree)
-        return tuple(DraftPass(self.part, PassShape(width, batch), self.graph) for _ in range(tree.depth))
+        return tuple(DraftPass(self.part, width, self.graph) for _ in range(tree.depth))
 
     def host_us(self, tree: Tree, batch: int) -> float:
         return 0.0

@@ -1,7 +1,6 @@
 """Assembles a scenario's speculation: drafters with their acceptance models and verify trees, and the policy."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from ..errors import ConfigError
@@ -39,8 +38,10 @@ def build_tree(config, draft_tokens: int, verify: str, acceptance: AcceptanceMod
             depth = config.depth or draft_tokens
             tree = Tree.optimal(typical_table(acceptance, depth), draft_tokens + 1, depth)
     except ValueError as exc:
-        raise ConfigError(file, key, str(exc).rstrip("."), "a list where node 0 has parent -1 and every other "
-                          "node's parent is an earlier node") from None
+        allowed = {"parents": "a list where node 0 has parent -1 and every other node's parent is an earlier node",
+                   "k_ary": "k >= 1 and depth >= 0", "topk": "k >= 1 and depth >= 1",
+                   "optimal": "a depth that leaves room for draft_tokens + 1 nodes"}[config.kind]
+        raise ConfigError(file, key, str(exc).rstrip("."), allowed) from None
     if tree.num_drafts != draft_tokens:
         raise ConfigError(file, f"{key}", f"this {config.kind} tree has {tree.num_drafts} drafts but "
                           f"speculation.draft_tokens is {draft_tokens}", f"draft_tokens: {tree.num_drafts}")
@@ -56,7 +57,7 @@ class SpeculationSetup:
 def build_speculation(scenario, speculate: bool = True) -> SpeculationSetup:
     spec = scenario.spec
     s = spec.speculation
-    base_dir = os.path.dirname(os.path.abspath(scenario.source)) if os.path.isfile(scenario.source) else "."
+    base_dir = scenario.base_dir
     file = scenario.source
     if not speculate or s.method == "none":
         return SpeculationSetup([], build_policy(spec.policy, None))

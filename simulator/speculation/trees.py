@@ -264,27 +264,40 @@ def optimal_tree_and_value(P, size: int, max_depth: int | None = None) -> tuple[
     return Tree(tuple(parents)), float(best[0, size])
 
 
-def walk(tree: Tree, P, uniforms) -> int:
-    """Accepted draft tokens in one verify: the depth of the last accepted node.
+class Walker:
+    """A tree with its acceptance thresholds compiled: the hot path, once per request per step.
 
     uniforms[d] decides the step from depth d to d+1: with cumulative sums cum of P over the current node's
-    children in rank order, move to child k when cum[k-1] <= u < cum[k], else stop. A walk owns exactly
-    tree.depth uniforms (it needs at least that many; later ones are ignored), so a caller that advances its
-    stream by tree.depth per walk keeps runs with the same seed aligned (common random numbers).
+    children in rank order, move to child k when cum[k-1] <= u < cum[k], else stop.
     """
-    # Hot path (once per request per step): cached thresholds, bisect in C, no allocation.
-    depth = tree.depth
-    if len(uniforms) < depth:
-        raise ValueError(f"a walk over a tree of depth {depth} needs {depth} uniforms, got {len(uniforms)}.")
-    cums, children = tree.thresholds(P)
-    node = 0
-    for d in range(depth):
-        node_cums = cums[node]
-        k = bisect_right(node_cums, uniforms[d])
-        if k == len(node_cums):
-            return d
-        node = children[node][k]
-    return depth
+
+    __slots__ = ("depth", "cums", "children")
+
+    def __init__(self, tree: Tree, P):
+        self.depth = tree.depth
+        self.cums, self.children = tree.thresholds(P)
+
+    def __call__(self, uniforms) -> int:
+        cums, children = self.cums, self.children
+        node = 0
+        for d in range(self.depth):
+            node_cums = cums[node]
+            k = bisect_right(node_cums, uniforms[d])
+            if k == len(node_cums):
+                return d
+            node = children[node][k]
+        return self.depth
+
+
+def walk(tree: Tree, P, uniforms) -> int:
+    """Accepted draft tokens in one verify: the depth of the last accepted node (see Walker).
+
+    A walk owns exactly tree.depth uniforms (it needs at least that many; later ones are ignored), so a caller that
+    advances its stream by a fixed count per walk keeps runs with the same seed aligned (common random numbers).
+    """
+    if len(uniforms) < tree.depth:
+        raise ValueError(f"a walk over a tree of depth {tree.depth} needs {tree.depth} uniforms, got {len(uniforms)}.")
+    return Walker(tree, P)(uniforms)
 
 
 def walk_many(tree: Tree, P, uniforms: np.ndarray) -> np.ndarray:
