@@ -40,8 +40,8 @@ class BurstyAcceptance(Strict):
     kind: Literal["bursty"]
     easy: Regime
     hard: Regime
-    mean_easy_tokens: PositiveFloat = Field(description="Mean length of an easy stretch, in generated tokens")
-    mean_hard_tokens: PositiveFloat = Field(description="Mean length of a hard stretch, in generated tokens")
+    mean_easy_tokens: float = Field(ge=1.0, description="Mean length of an easy stretch, in generated tokens")
+    mean_hard_tokens: float = Field(ge=1.0, description="Mean length of a hard stretch, in generated tokens")
     start_easy: bool = False
 
 
@@ -56,7 +56,7 @@ class NgramContextAcceptance(Strict):
     kind: Literal["ngram_context"]
     repetitiveness: Probability = Field(description="Chance per token, in a long history, that the text starts to repeat")
     warmup_tokens: PositiveFloat = Field(description="History length over which the cache fills (e-folding, tokens)")
-    mean_copy_tokens: PositiveFloat = Field(description="Mean length of a repeated stretch, in generated tokens")
+    mean_copy_tokens: float = Field(ge=1.0, description="Mean length of a repeated stretch, in generated tokens")
     novel_gain: NonNegativeFloat = Field(0.0, description="Relative rise of novel-text acceptance once the cache is full")
     copying: Regime
     novel: Regime
