@@ -1,149 +1,18 @@
-"""Planning questions on top of the simulator: break-even accept lengths, and what single change would help.
-
-`breakeven_table` answers "what accept length must a drafter reach?" for chains and trees, eager and CUDA-graph
-verify, from the machine's memoised pass samples at the workload's mean context (no decode loop is run; the figure
-for the scenario's own configuration agrees with a full run's `breakeven_accept_len`, a test). `LEVERS` lists the
-one-at-a-time changes `plan_levers` simulates; adding a lever is one entry there.
+"""What single change would help: `LEVERS` lists the one-at-a-time changes `plan_levers` simulates (adding a lever
+is one entry there), ranked by throughput. Break-even tables live in simulator.breakeven.
 """
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .breakeven import CHAIN_DRAFTS
 from .config import Scenario
-from .engine.costs import draft_passes, step_overhead_us, verify_pass
-from .engine.machine import Machine, context_anchors
 from .errors import ConfigError
-from .model.cost import PassShape
-from .speculation.acceptance import build_acceptance, positional_table, typical_table
-from .speculation.drafters import build_drafter
+from .speculation.acceptance import build_acceptance
 from .speculation.setup import build_speculation, build_tree
-from .speculation.trees import Tree
-
-CHAIN_DRAFTS = tuple(range(1, 9))
-TREE_DRAFTS = (4, 8, 16, 32)
-GENERIC_TABLE = dict(probs=[0.7], sibling_decay=0.5)  # shapes trees when a scenario has no acceptance model
-
-
-# -- break-even ------------------------------------------------------------------------------------------------
-def _pass_us(machine: Machine, part: str, shape: PassShape, graph: bool, seed: int) -> float:
-    """Mean pass time at shape.context, blended between anchor contexts exactly as the fast engine does."""
-    low, high, weight = context_anchors(shape.context)
-    at = lambda c: float(machine.samples(part, PassShape(shape.tokens, shape.batch, c, shape.tree, shape.verify),  # noqa: E731
-                                         graph, seed)[:, 0].mean())
-    a = at(low)
-    return a if weight == 0.0 else a + (at(high) - a) * weight
-
-
-@dataclass(frozen=True)
-class StepCost:
-    verify_ms: float
-    draft_ms: float
-    other_ms: float  # scheduler work and end-of-step synchronisation
-
-    @property
-    def step_ms(self) -> float:
-        return self.verify_ms + self.draft_ms + self.other_ms
-
-
-@dataclass(frozen=True)
-class BreakevenRow:
-    label: str
-    tree: Tree
-    expected_accept_len: float | None  # the scenario's acceptance model on this tree
-    eager: StepCost
-    graph: StepCost
-    is_own: bool = False
-
-
-@dataclass
-class BreakevenTable:
-    scenario: str
-    method: str
-    batch: int
-    context: int
-    decode_step_ms: float
-    own_graph_verify: bool
-    rows: list[BreakevenRow]
-    note: str = ""
-
-    @property
-    def baseline_tok_s(self) -> float:
-        return self.batch * 1e3 / self.decode_step_ms
-
-    def verify_only(self, cost: StepCost) -> float:
-        return cost.verify_ms / self.decode_step_ms
-
-    def with_drafting(self, cost: StepCost) -> float:
-        return cost.step_ms / self.decode_step_ms
-
-    @property
-    def own(self) -> BreakevenRow | None:
-        """The scenario's own drafter and tree (None when it does not speculate)."""
-        return next((r for r in self.rows if r.is_own), None)
-
-    def own_cost(self) -> StepCost | None:
-        own = self.own
-        return None if own is None else own.graph if self.own_graph_verify else own.eager
-
-
-def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) -> BreakevenTable:
-    spec = scenario.spec
-    machine = Machine(scenario)
-    host = scenario.topology.host
-    work = spec.workload
-    batch = work.concurrency
-    context = batch * (work.prompt_tokens + work.output_tokens // 2)  # the server costs a step at the batch's sum
-    seed = spec.seed
-    setup = build_speculation(scenario)
-    note = ""
-    if setup.slots:
-        slot = setup.slots[0]
-        method, drafter, acceptance, own_tree = slot.method, slot.drafter, slot.acceptance, slot.tree
-    else:
-        card = scenario.model
-        method = "eagle3" if card.draft_head is not None else "mtp" if card.mtp_layers else "ngram"
-        drafter, acceptance, own_tree = build_drafter(method, spec.speculation, spec.runtime), None, None
-        note = f"speculation is off in this scenario: drafting costed as {method}, trees shaped for a generic drafter"
-    has_expectation = acceptance is not None and spec.speculation.acceptance.kind != "ngram_context"
-
-    def table(depth: int):
-        return typical_table(acceptance, depth) if acceptance is not None else \
-            positional_table(GENERIC_TABLE["probs"], GENERIC_TABLE["sibling_decay"], depth, True)
-
-    def cost(tree: Tree, graph: bool) -> StepCost:
-        main = verify_pass(tree, batch, graph)
-        verify = _pass_us(machine, "target", replace(main.shape, context=context), graph, seed)
-        draft = drafter.host_us(tree, batch) + sum(
-            _pass_us(machine, d.part, replace(d.shape, context=context), d.graph, seed)
-            for d in draft_passes(drafter, tree, batch))
-        return StepCost(verify / 1e3, draft / 1e3, step_overhead_us(host, spec.runtime, speculating=True) / 1e3)
-
-    def row(label: str, tree: Tree) -> BreakevenRow:
-        expected = acceptance.expected_tokens(tree) if has_expectation else None
-        return BreakevenRow(label, tree, expected, cost(tree, False), cost(tree, True), tree == own_tree)
-
-    rows = [row(f"chain {k}", Tree.chain(k)) for k in chains]
-    rows += [row(f"tree {n}", Tree.optimal(table(n), n + 1)) for n in trees]
-    if own_tree is not None and not any(r.is_own for r in rows):
-        rows.insert(0, row(f"own {spec.speculation.verify} {own_tree.num_drafts}", own_tree))
-    decode = _pass_us(machine, "target", PassShape(1, batch, context), spec.runtime.cuda_graph_decode, seed)
-    decode_other = step_overhead_us(host, spec.runtime, speculating=False)
-    return BreakevenTable(spec.name, method, batch, context, (decode + decode_other) / 1e3,
-                          spec.runtime.cuda_graph_verify, rows, note)
-
-
-def throughput_map(table: BreakevenTable, accept_lens, verify_ms):
-    """Tokens/s over (verify cost, accept length) with the own configuration's drafting and overheads."""
-    import numpy as np
-
-    rows = table.rows
-    own = table.own_cost() or next((r.eager for r in rows if r.label == "chain 3"), rows[0].eager)
-    extra = own.draft_ms + own.other_ms
-    return table.batch * 1e3 * np.asarray(accept_lens)[None, :] / (np.asarray(verify_ms)[:, None] + extra)
-
 
 # -- levers ----------------------------------------------------------------------------------------------------
 Overrides = dict[str, Any]

@@ -12,7 +12,8 @@ from simulator.api import resolve, run
 from simulator.cli import main
 from simulator.cli.compare import parse_variant
 from simulator.errors import ConfigError
-from simulator.planning import LEVERS, Lever, accept_scale_for, breakeven_table, lever_nvlink_board, plan_levers
+from simulator.breakeven import breakeven_table
+from simulator.planning import LEVERS, Lever, accept_scale_for, lever_nvlink_board, plan_levers
 
 from conftest import scenario_path
 

@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
         raise ConfigError("command line", "--max-chain", f"{args.max_chain}", "1..16")
     trees = _sizes(args.trees)
     from ..api import resolve, run
-    from ..planning import breakeven_table
+    from ..breakeven import breakeven_table
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
     scenario = resolve(args.scenario, None, overrides)
@@ -122,7 +122,7 @@ def plot(table, path: str) -> None:
         from ..plots import breakeven_map
     except ImportError as exc:
         raise ConfigError("command line", "--plot", f"plotting is unavailable: {exc}", "install matplotlib") from None
-    from ..planning import throughput_map
+    from ..breakeven import throughput_map
 
     own = table.own
     verifies = [c.verify_ms for r in table.rows for c in (r.eager, r.graph)]
