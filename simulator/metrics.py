@@ -6,17 +6,27 @@ from typing import Any
 
 import numpy as np
 
-from .engine.server import KIND_DECODE, KIND_SPEC, STEP_FIELDS
+from .engine.costs import STEP_COST
+from .engine.server import KIND_DECODE, KIND_SPEC, STEP_FACTS, STEP_FIELDS
 
 BREAKDOWN = ("compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other")
 
 
-def step_table(steps: list[tuple]) -> dict[str, np.ndarray]:
-    """The step log as columns (times in microseconds)."""
-    if not steps:
+def step_table(server) -> dict[str, np.ndarray]:
+    """The server's step log as columns (times in microseconds): facts as recorded, costs blended between their
+    context anchors (anchor row + weight x difference row) in one vectorised pass."""
+    if not server.steps:
         return {name: np.zeros(0) for name in STEP_FIELDS}
-    array = np.asarray(steps, dtype=float)
-    return {name: array[:, i] for i, name in enumerate(STEP_FIELDS)}
+    facts = np.asarray(server.steps, dtype=float)
+    rows, deltas, weights = zip(*server.step_costs)
+    cost = np.asarray(rows, dtype=float) + np.asarray(deltas, dtype=float) * np.asarray(weights)[:, None]
+    table = {name: facts[:, i] for i, name in enumerate(STEP_FACTS)}
+    table.update({name: cost[:, i] for i, name in enumerate(STEP_COST)})
+    # the log's names for the cost fields: prefill steps have no drafting
+    table["duration_us"], table["draft"] = table.pop("duration"), table["draft_us"]
+    table["draft"] = np.where(table["kind"] == 0, 0.0, table["draft_us"])
+    table["draft_us"] = table["draft"]
+    return {name: table[name] for name in STEP_FIELDS}
 
 
 def _stats_ms(values_us: np.ndarray) -> dict[str, float] | None:
@@ -68,7 +78,7 @@ class RunSummary:
 
 
 def summarize(server) -> RunSummary:
-    steps = step_table(server.steps)
+    steps = step_table(server)
     tokens = int(steps["tokens"].sum())
     end = max((r.completed_at or 0.0) for r in server.requests) if server.requests else 0.0
     begin = min(r.arrived_at for r in server.requests) if server.requests else 0.0

@@ -143,7 +143,7 @@ def record(scenario, steps: int = 20, seed: int | None = None) -> dict[str, Any]
         passes.append(summary)
 
     server = simulate(scenario, seed=seed, fidelity="layer", on_pass=on_pass, max_steps=max(1, int(steps)))
-    table = step_table(server.steps)
+    table = step_table(server)
     events.extend(step_events(table))
     ranks = scenario.spec.parallelism.tp
     meta = _meta(STEPS_PID, None, "steps", 0)

@@ -23,7 +23,7 @@ STEPS = 4
 def recorded():
     scenario = resolve(scenario_path("pcie8_eagle3.yaml"), {"workload__requests": 1})
     events = trace.record(scenario, steps=STEPS)
-    steps = step_table(simulate(scenario, fidelity="layer", max_steps=STEPS).steps)
+    steps = step_table(simulate(scenario, fidelity="layer", max_steps=STEPS))
     return scenario, events, steps
 
 

@@ -20,6 +20,7 @@ from .timeline import LayerPass
 # duration, main pass, drafting, then the main pass's categories, other, and the all-reduce views
 STEP_COST = ("duration", "pass_us", "draft_us", "compute", "memory", "launch", "allreduce_transfer",
              "allreduce_wait", "other", "allreduce_only", "allreduce_profile")
+NO_DIFFERENCE = (0.0,) * len(STEP_COST)
 INDEX_BLOCK = 1 << 14
 
 
@@ -65,6 +66,7 @@ class FastStepCosts:
         self.seed = seed
         self._rng = rng
         self._tables: dict[tuple, list] = {}
+        self._pairs: dict[tuple, tuple] = {}
         self._means: dict[tuple, float] = {}
         self._indices: list[int] = []
         self._at = 0
@@ -114,15 +116,28 @@ class FastStepCosts:
             b = self._means[key] = sum(row[0] for row in self._table(step, high)) / len(self._table(step, high))
         return a + (b - a) * weight
 
-    def step(self, step: StepSpec, context: int) -> list[float]:
-        """One step's cost at `context` (hot path: one table lookup per anchor, a linear blend)."""
+    def _pair(self, step: StepSpec, low: int, high: int) -> tuple:
+        """The anchor table at `low` and its differences to the one at `high`, as row tuples."""
+        key = (step, low, high)
+        pair = self._pairs.get(key)
+        if pair is None:
+            a = np.asarray(self._table(step, low))
+            d = np.asarray(self._table(step, high)) - a if high != low else np.zeros_like(a)
+            pair = self._pairs[key] = (list(map(tuple, a.tolist())), list(map(tuple, d.tolist())), a[:, 0].tolist(),
+                                       d[:, 0].tolist())
+        return pair
+
+    def step(self, step: StepSpec, context: int) -> tuple:
+        """One step's cost at `context`: (duration, anchor row, difference row, weight); every STEP_COST field is
+        anchor + weight x difference (hot path: the duration is blended now, the other fields when the log is read)."""
         low, high, weight = context_anchors(context)
-        a = self._table(step, low)
-        i = self._index(len(a))
-        if weight == 0.0:
-            return a[i]
-        row_a, row_b = a[i], self._table(step, high)[i]
-        return [x + (y - x) * weight for x, y in zip(row_a, row_b)]
+        rows, deltas, durations, duration_deltas = self._pair(step, low, high)
+        if self._at >= len(self._indices):
+            self._indices = self._rng.integers(0, 1 << 30, INDEX_BLOCK).tolist()
+            self._at = 0
+        i = self._indices[self._at] % len(rows)
+        self._at += 1
+        return durations[i] + duration_deltas[i] * weight, rows[i], deltas[i], weight
 
 
 class LayerStepCosts:

@@ -18,11 +18,15 @@ from ..errors import ConfigError
 from ..model.cost import PassShape
 from ..speculation.setup import build_speculation
 from ..workload import make_requests
-from .costs import (FastStepCosts, LayerStepCosts, PassSpec, StepSpec, draft_passes, step_overhead_us,
-                    verify_pass)
+from .costs import (NO_DIFFERENCE, FastStepCosts, LayerStepCosts, PassSpec, StepSpec, draft_passes,
+                    step_overhead_us, verify_pass)
 from .machine import Machine
 
 KIND_PREFILL, KIND_DECODE, KIND_SPEC = 0, 1, 2
+# the step log: what happened (a tuple per step in Server.steps) and what it cost (Server.step_costs: an anchor row of
+# STEP_COST fields, a difference row and a weight; metrics.step_table blends them into these columns)
+STEP_FACTS = ("kind", "start_at", "batch", "tokens", "depth", "drafter", "verify_tokens", "kv_tokens", "waiting",
+              "context")
 STEP_FIELDS = ("kind", "start_at", "duration_us", "draft_us", "pass_us", "batch", "tokens", "depth",
                "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other",
                "allreduce_only", "allreduce_profile", "drafter", "verify_tokens", "kv_tokens", "waiting", "context")
@@ -75,7 +79,8 @@ class Server:
         self.kv_reserved = 0
         self.kv_peak = 0
         self.preemptions = 0
-        self.steps: list[tuple] = []
+        self.steps: list[tuple] = []  # STEP_FACTS per step
+        self.step_costs: list[tuple] = []  # (STEP_COST row, difference row, weight) per step
         self.accept_lengths: list[int] = []  # per request per speculative step, bonus token included
         self.accept_positions: list[int] = []  # tokens the request had generated before that step
         self._arrived_all = False
@@ -203,7 +208,7 @@ class Server:
         beyond the step record (inlined for speed)."""
         env = self.env
         env.process(self._arrivals())
-        steps = self.steps
+        steps, step_costs = self.steps, self.step_costs
         fast, timeout = self.fast, env.timeout
         step_cost = self.costs.step if fast else None
         policy = self.policy
@@ -250,10 +255,11 @@ class Server:
             if step_spec is None:
                 step_spec = specs[key] = self.step_spec(KIND_SPEC if decision else KIND_DECODE, decision, batch)
             if fast:
-                cost = step_cost(step_spec, context)
-                yield timeout(cost[0])
+                duration, row, delta, weight = step_cost(step_spec, context)
+                yield timeout(duration)
             else:
-                cost = yield from self.costs.step(env, step_spec, context)
+                row = yield from self.costs.step(env, step_spec, context)
+                duration, delta, weight = row[0], NO_DIFFERENCE, 0.0
             now = env.now
             done = False
             if decision:
@@ -263,18 +269,20 @@ class Server:
                 walk_uniforms = depth if depth > WALK_UNIFORMS else WALK_UNIFORMS
                 stateful = model.stateful
                 tokens = 0
+                moving = stateful or primary is not None  # one more uniform for the regime's switch
                 for request in active:
                     state = request.acceptance_state
-                    accepted = model.accepted(tree, state if stateful else None, uniform_row(walk_uniforms))
+                    draws = uniform_row(walk_uniforms + 1 if moving else walk_uniforms)
+                    accepted = model.accepted(tree, state if stateful else None, draws)
                     if watch is not None:
                         watch(depth, accepted)
                     emitted = min(accepted + 1, request.output_tokens - request.generated)
                     lengths.append(emitted)
                     positions.append(request.generated)
                     if stateful:
-                        request.acceptance_state = model.advance(state, emitted, uniform_row(1)[0])
+                        request.acceptance_state = model.advance(state, emitted, draws[walk_uniforms])
                     elif primary is not None:  # the text's regime lives in the primary drafter's model
-                        request.acceptance_state = primary.advance(state, emitted, uniform_row(1)[0])
+                        request.acceptance_state = primary.advance(state, emitted, draws[walk_uniforms])
                     request.generated += emitted
                     tokens += emitted
                     if request.generated >= request.output_tokens:
@@ -291,10 +299,10 @@ class Server:
                         done = True
                 tokens = batch
                 depth = verify_tokens = 0
-            steps.append((kind, start, cost[0], cost[2], cost[1], batch, tokens, depth, cost[3], cost[4], cost[5],
-                          cost[6], cost[7], cost[2], cost[8], cost[9], cost[10],
-                          decision[0] if decision else -1, verify_tokens, kv_tokens, len(self.waiting), context))
-            policy.observe(decision, cost[0], tokens / batch, batch)
+            steps.append((kind, start, batch, tokens, depth, decision[0] if decision else -1, verify_tokens, kv_tokens,
+                          len(self.waiting), context))
+            step_costs.append((row, delta, weight))
+            policy.observe(decision, duration, tokens / batch, batch)
             if done:
                 for r in active:
                     if r.completed_at is not None:
@@ -319,10 +327,11 @@ class Server:
         start = env.now
         spec = self.step_spec(KIND_PREFILL, None, batch, tokens_each)
         if self.fast:
-            cost = self.costs.step(spec, cached)
-            yield env.timeout(cost[0])
+            duration, row, delta, weight = self.costs.step(spec, cached)
+            yield env.timeout(duration)
         else:
-            cost = yield from self.costs.step(env, spec, cached)
+            row = yield from self.costs.step(env, spec, cached)
+            delta, weight = NO_DIFFERENCE, 0.0
         now = env.now
         finished = 0
         for request, take in chunk:
@@ -340,6 +349,5 @@ class Server:
                     self.active.append(request)
         kv_tokens = self._kv_in_use()
         self.kv_peak = max(self.kv_peak, kv_tokens)
-        self.steps.append((KIND_PREFILL, start, cost[0], 0.0, cost[1], batch, finished, 0, cost[3], cost[4], cost[5],
-                           cost[6], cost[7], 0.0, cost[8], cost[9], cost[10], -1, total, kv_tokens, len(self.waiting),
-                           cached))
+        self.steps.append((KIND_PREFILL, start, batch, finished, 0, -1, total, kv_tokens, len(self.waiting), cached))
+        self.step_costs.append((row, delta, weight))
