@@ -25,12 +25,13 @@ class BenchRow:
         return self.sim_s / self.wall_s
 
 
-def measure(scenario: str, fidelity: str, tokens: int, seed: int) -> BenchRow:
-    """One request generating `tokens`, speculative run only, from a cold per-shape cache (a fresh seed)."""
+def measure(scenario: str, fidelity: str, tokens: int | None, seed: int) -> BenchRow:
+    """The speculative run only, from a cold per-shape cache (a fresh seed): one request generating `tokens`, or
+    with tokens None the scenario's own workload as shipped."""
     from .api import run
 
+    workload = {} if tokens is None else {"workload__requests": 1, "workload__output_tokens": tokens}
     started = time.perf_counter()
-    result = run(scenario, baseline=False, fidelity=fidelity, seed=seed, workload__requests=1,
-                 workload__output_tokens=tokens)
+    result = run(scenario, baseline=False, fidelity=fidelity, seed=seed, **workload)
     wall = time.perf_counter() - started
     return BenchRow(scenario, fidelity, result.tokens, wall, result.sim_time_s)
