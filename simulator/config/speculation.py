@@ -78,8 +78,8 @@ class TreeShape(Strict):
     """The verify tree. Size counts the root: `draft_tokens` drafts make a tree of draft_tokens + 1 nodes."""
 
     kind: Literal["chain", "topk", "k_ary", "parents", "optimal"] = "optimal"
-    k: PositiveInt = Field(2, description="topk: nodes kept per depth; k_ary: children per node")
-    depth: Optional[PositiveInt] = Field(None, description="topk / k_ary depth; optimal: maximum depth")
+    k: PositiveInt = Field(2, le=64, description="topk: nodes kept per depth; k_ary: children per node")
+    depth: Optional[PositiveInt] = Field(None, le=255, description="topk / k_ary depth; optimal: maximum depth")
     parents: Optional[list[int]] = Field(None, max_length=256, description="parents: the explicit tree (root -1)")
 
 

@@ -30,11 +30,21 @@ def build_tree(config, draft_tokens: int, verify: str, acceptance: AcceptanceMod
             tree = Tree.from_parents(config.parents)
         elif config.kind == "k_ary":
             depth = config.depth or 1
+            nodes = depth + 1 if config.k == 1 else (config.k ** (depth + 1) - 1) // (config.k - 1)
+            if nodes != draft_tokens + 1:  # checked before building: a k-ary tree grows exponentially
+                raise ConfigError(file, key, f"a {config.k}-ary tree of depth {depth} has {nodes - 1} drafts but "
+                                  f"speculation.draft_tokens is {draft_tokens}", "matching k, depth and draft_tokens")
             tree = Tree.k_ary(config.k, depth)
         elif config.kind == "topk":
             depth = config.depth or max(1, draft_tokens // config.k)
+            if config.k * depth != draft_tokens:
+                raise ConfigError(file, key, f"a top-{config.k} tree of depth {depth} has {config.k * depth} drafts "
+                                  f"but speculation.draft_tokens is {draft_tokens}", f"draft_tokens: {config.k * depth}")
             tree = Tree.topk(config.k, depth, typical_table(acceptance, depth))
         else:  # optimal
+            if draft_tokens > 64:  # the dynamic program costs O(depth x size^3)
+                raise ConfigError(file, "speculation.draft_tokens", f"{draft_tokens} drafts are too many for the "
+                                  "optimal tree's dynamic program", "at most 64 with tree kind optimal")
             depth = config.depth or draft_tokens
             tree = Tree.optimal(typical_table(acceptance, depth), draft_tokens + 1, depth)
     except ValueError as exc:
