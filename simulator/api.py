@@ -9,7 +9,7 @@ import numpy as np
 
 from .config import Scenario, load_scenario
 from .engine import Machine, simulate
-from .metrics import (Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, mean_step_us, request_latency_ms, summarize,
+from .metrics import (Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, mean_step_us, summarize,
                       _stats_ms)
 from .model.cost import PassShape
 from .workload import mean_length
@@ -59,7 +59,7 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
                         "profiled_rank": float(steps["allreduce_profile"][mask].mean()) / 1e3}
     breakeven = breakeven_accept_len(machine, scenario, main)
     lengths = main.accept_lengths
-    tpot, ttft = request_latency_ms(main)
+    load = load_metrics(main, spec.workload.target)
     target_plan = machine.plan("target", PassShape(1, 1, int(mean_length(spec.workload.prompt_tokens))),
                                spec.runtime.cuda_graph_decode)
     choice = allreduce_choice(scenario, machine)
@@ -80,8 +80,8 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
         tokens=main.tokens,
         sim_time_s=main.sim_time_us / 1e6,
         wall_time_s=wall_s,
-        tpot_ms=tpot,
-        ttft_ms=ttft,
+        tpot_ms=(load["tpot_ms"] or {}).get("mean", 0.0),
+        ttft_ms=(load["ttft_ms"] or {}).get("mean", 0.0),
         allreduce_choice=choice,
         speculation={"method": spec.speculation.method, "draft_tokens": spec.speculation.draft_tokens,
                      "verify": spec.speculation.verify,
@@ -91,7 +91,7 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
                "accept_len_windows": accept_windows(main.accept_lengths, main.accept_positions),
                "policy": policy_summary(spec, main),
                "what_if": what_if(scenario, machine, main, base),
-               "load": load_metrics(main, spec.workload.target),
+               "load": load,
                "baseline_load": load_metrics(base, spec.workload.target)},
         run=main,
         baseline=base,

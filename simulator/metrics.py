@@ -164,18 +164,6 @@ def load_metrics(run: RunSummary, target) -> dict[str, Any]:
     }
 
 
-def request_latency_ms(run: RunSummary) -> tuple[float, float]:
-    """Mean time per output token after the first (TPOT) and mean time to first token (TTFT)."""
-    tpot, ttft = [], []
-    for r in run.requests:
-        if r.completed_at is None or r.first_token_at is None:
-            continue
-        ttft.append(r.first_token_at - r.arrived_at)
-        if r.generated > 1:
-            tpot.append((r.completed_at - r.first_token_at) / (r.generated - 1))
-    return (float(np.mean(tpot)) / 1e3 if tpot else 0.0, float(np.mean(ttft)) / 1e3 if ttft else 0.0)
-
-
 def mean_step_us(run: RunSummary, mask: np.ndarray) -> float | None:
     durations = run.steps["duration_us"][mask]
     return float(durations.mean()) if durations.size else None

@@ -71,14 +71,6 @@ class FastStepCosts:
         self._indices: list[int] = []
         self._at = 0
 
-    def _index(self, size: int) -> int:
-        if self._at >= len(self._indices):
-            self._indices = self._rng.integers(0, 1 << 30, INDEX_BLOCK).tolist()
-            self._at = 0
-        value = self._indices[self._at]
-        self._at += 1
-        return value % size
-
     def _table(self, step: StepSpec, context: int) -> list:
         key = (step, context)
         table = self._tables.get(key)

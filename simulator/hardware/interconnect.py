@@ -125,8 +125,3 @@ class Fabric:
 
     def all_pairs_nvlink(self, ranks: int) -> bool:
         return all(self.hop(i, j).over_nvlink for i in range(ranks) for j in range(ranks) if i != j)
-
-    def gpu_injection_GBps(self, rank: int) -> float:
-        """Total link bandwidth out of one GPU (what a GPU can read from all peers at once)."""
-        g = self.gpus[rank]
-        return sum(link.bandwidth_GBps for (u, v), link in self.link_of.items() if u == g)

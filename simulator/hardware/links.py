@@ -47,8 +47,3 @@ class LinkNetwork:
         flows = self.flows
         for lid in compiled[2]:
             flows[lid] -= 1
-
-    def bandwidth_GBps(self, hops: list[Hop]) -> float:
-        """Current share of the slowest hop, for hops not registered (what a new flow would get)."""
-        link_of, flows = self.fabric.link_of, self.flows
-        return min(min(link_of[l].bandwidth_GBps / (1 + flows[self._link_id(l)]) for l in hop.links) for hop in hops)

@@ -162,12 +162,6 @@ def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm
     return PassLayout((head, attention, dense, moe, tail), tuple(order))
 
 
-def pass_segments(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm: bool = False) -> tuple[Segment, ...]:
-    """The per-rank segments of one forward pass, in launch order."""
-    layout = pass_layout(card, tp, shape, fused_allreduce_norm)
-    return tuple(layout.segments[i] for i in layout.order)
-
-
 def draft_head_card(card: ModelCard) -> ModelCard:
     """An EAGLE-style head as a one-layer dense model card sharing the target's hidden size."""
     head: DraftHead = card.draft_head
