@@ -3,7 +3,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from simulator import analytic
+from simulator.analysis import analytic as analytic
 from simulator.speculation.acceptance import AcceptanceModel
 from simulator.speculation.trees import Tree
 

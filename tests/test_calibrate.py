@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 import simulator
-from simulator.calibrate import calibrate
+from simulator.analysis.calibrate import calibrate
 from simulator.cli import main
 from conftest import scenario_path
 
@@ -25,7 +25,7 @@ def measured_file(tmp_path, values: dict) -> str:
     measurements = []
     for name, metric, extra in FIGURES:
         result = simulator.run(EAGLE3, set_args=[f"{k}={v}" for k, v in {**SHORT, **values, **extra}.items()])
-        value = simulator.calibrate.metric(result.to_dict(), metric)
+        value = simulator.analysis.calibrate.metric(result.to_dict(), metric)
         measurements.append({"name": name, "metric": metric, "value": value, "sigma": 0.01 * value, "set": extra})
     path = tmp_path / "measured.yaml"
     path.write_text(yaml.safe_dump({"scenario": EAGLE3, "set": SHORT, "measurements": measurements}))

@@ -16,7 +16,7 @@ SHIPPED = sorted(p for p in glob.glob(os.path.join(SCENARIOS, "*.yaml"))
 
 def short(path: str) -> dict:
     """A short run of the scenario: a few requests, a few hundred tokens each (link fidelity is slow by design)."""
-    spec = simulator.api.resolve(path).spec
+    spec = simulator.results.run.resolve(path).spec
     requests = min(spec.workload.requests, 4)
     return {"workload__requests": requests, "workload__concurrency": min(spec.workload.concurrency, requests),
             "workload__output_tokens": 96}
@@ -43,7 +43,7 @@ def test_link_fidelity_slows_collectives_that_share_links():
     from simulator.hardware.links import LinkNetwork
     from simulator.model.cost import PassShape
 
-    machine = Machine(simulator.api.resolve(os.path.join(SCENARIOS, "pcie8_eagle3.yaml")))
+    machine = Machine(simulator.results.run.resolve(os.path.join(SCENARIOS, "pcie8_eagle3.yaml")))
     plan = machine.plan("target", PassShape(64, 4, 8000), True)  # big messages: bandwidth matters
 
     def duration(busy: int) -> float:

@@ -7,7 +7,7 @@ import pytest
 import simulator
 from simulator.cli import main
 from simulator.config.workload import PoissonArrivals, Workload
-from simulator.workload import make_requests
+from simulator.engine.requests import make_requests
 from conftest import scenario_path
 
 LLAMA = scenario_path("nvlink8_h100_llama8b_eagle3.yaml")
@@ -67,7 +67,7 @@ def test_memory_pressure_queues_and_the_report_shows_it():
     assert load["max_waiting"] > 0 and load["queue_ms"]["p99"] > 0
     assert load["kv_peak_tokens"] <= load["kv_capacity_tokens"]
     assert load["mean_batch"] < 16  # memory, not the concurrency cap, limits the batch
-    from simulator.report import to_table
+    from simulator.results.report import to_table
     assert "queueing" in to_table(r) and "KV cache peak" in to_table(r)
 
 

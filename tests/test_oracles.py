@@ -15,7 +15,7 @@ import pytest
 from scipy import stats
 
 import simulator
-from simulator import analytic
+from simulator.analysis import analytic as analytic
 from simulator.engine import machine as machine_module
 from simulator.engine.server import KIND_DECODE, KIND_PREFILL
 from simulator.model.cost import PassShape

@@ -6,14 +6,14 @@ import os
 
 import pytest
 
-import simulator.api as simulator_api
+import simulator.results.run as simulator_api
 
-from simulator.api import resolve, run
+from simulator.results.run import resolve, run
 from simulator.cli import main
 from simulator.cli.compare import parse_variant
-from simulator.errors import ConfigError
-from simulator.breakeven import breakeven_table
-from simulator.planning import LEVERS, Lever, accept_scale_for, lever_nvlink_board, plan_levers
+from simulator.config.errors import ConfigError
+from simulator.analysis.breakeven import breakeven_table
+from simulator.analysis.planning import LEVERS, Lever, accept_scale_for, lever_nvlink_board, plan_levers
 
 from conftest import scenario_path
 
@@ -110,7 +110,7 @@ def test_plan_ranks_every_lever():
     assert nvlink.baseline_tok_s > 2 * plan.today.baseline_tok_s  # the H200 board speeds up plain decode too
     accept = next(o for o in plan.ranked if o.name == "+0.5 accept length")
     # the lever raises the acceptance model's analytic expectation by exactly 0.5 ...
-    from simulator.planning import accept_scale_for
+    from simulator.analysis.planning import accept_scale_for
     from simulator.speculation.setup import build_speculation
     scale, before, after = accept_scale_for(simulator_api.resolve(EAGLE3, set_args=SHORT_SET), 0.5)
     assert after == pytest.approx(before + 0.5, abs=1e-6)
@@ -170,7 +170,7 @@ def test_bad_inputs_exit_2_with_one_line(argv, capsys):
 
 def test_plots_are_written(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    pytest.importorskip("simulator.plots")
+    pytest.importorskip("simulator.viz.figures")
     paths = [tmp_path / name for name in ("breakeven.png", "compare.png", "plan.png")]
     assert main(["breakeven", EAGLE3, "--plot", str(paths[0])]) == 0
     assert main(["compare", EAGLE3, "--variant", "graph: runtime.cuda_graph_verify=true", "--plot", str(paths[1]),

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator import plots
-from simulator.api import run
+from simulator.viz import figures as plots
+from simulator.results.run import run
 from simulator.cli import main as cli_main
 
 from conftest import SHORT, scenario_path

@@ -28,7 +28,7 @@ def test_fixed_tree_mean_accept_matches_analytic_within_3_standard_errors():
     r = simulator.run(EAGLE3, baseline=False, **overrides)
     lengths = r.run.accept_lengths[:-8]  # drop the requests' last steps, truncated by their remaining tokens
     mean, se = lengths.mean(), lengths.std(ddof=1) / np.sqrt(lengths.size)
-    setup = build_speculation(simulator.api.resolve(EAGLE3, overrides))
+    setup = build_speculation(simulator.results.run.resolve(EAGLE3, overrides))
     expected = setup.slots[0].acceptance.expected_tokens(setup.slots[0].tree)
     assert abs(mean - expected) < 3 * se, (mean, expected, se)
     assert se < 0.02  # the test has power: a 0.06 bias would fail
@@ -55,7 +55,7 @@ def test_ngram_reference_figures(ngram):
 
 
 def test_ngram_report_says_why_and_what_would_flip_it(ngram):
-    from simulator.report import to_table
+    from simulator.results.report import to_table
     text = to_table(ngram)
     assert "break-even" in text and "LOSES" in text and "what would flip it" in text
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from simulator.cli import main as cli_main
-from simulator.errors import ConfigError
-from simulator.sweep import load_sweep, point_id, points, read_results, run_sweep
+from simulator.config.errors import ConfigError
+from simulator.experiments.sweep import load_sweep, point_id, points, read_results, run_sweep
 
 from conftest import ROOT, scenario_path
 
@@ -41,7 +41,7 @@ def ok_rows(path: str) -> dict[str, dict]:
 
 
 def test_grid_sweep_on_two_workers_matches_single_runs(tmp_path):
-    from simulator.api import run
+    from simulator.results.run import run
 
     path = write_sweep(tmp_path)
     report = run_sweep(path, workers=2, progress=False, chunk_size=2)
@@ -116,16 +116,16 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch
     assert {r["runtime.cuda_graph_verify"] for r in failed} == {"maybe"}
     assert all("runtime.cuda_graph_verify" in r["error"] and r["throughput_tok_s"] == "" for r in failed)
 
-    import simulator.api
+    import simulator.results.run
 
-    real_run = simulator.api.run
+    real_run = simulator.results.run.run
 
     def flaky(scenario, **kwargs):
         if scenario.topology.host.eager_launch_us == 7:
             raise RuntimeError("boom\nsecond line")
         return real_run(scenario, **kwargs)
 
-    monkeypatch.setattr(simulator.api, "run", flaky)
+    monkeypatch.setattr(simulator.results.run, "run", flaky)
     again = run_sweep(path, workers=1, progress=False, out=str(tmp_path / "flaky.csv"))
     errors = sorted(r["error"] for r in read_results(again.out) if r["status"] == "error")
     assert (again.num_ok, again.num_failed) == (1, 3) and errors.count("RuntimeError: boom second line") == 1

@@ -7,12 +7,12 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from simulator import trace
-from simulator.api import resolve
+from simulator.results import trace as trace
+from simulator.results.run import resolve
 from simulator.cli import main as cli_main
 from simulator.engine import simulate
 from simulator.engine.server import KIND_SPEC
-from simulator.metrics import step_table
+from simulator.results.summary import step_table
 
 from conftest import scenario_path
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.analytic import chain_expected_tokens_iid, tree_expected_tokens, tree_tokens_variance
+from simulator.analysis.analytic import chain_expected_tokens_iid, tree_expected_tokens, tree_tokens_variance
 from simulator.speculation.trees import Tree, walk, walk_many
 
 # --- strategies ---------------------------------------------------------------------------------------

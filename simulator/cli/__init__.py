@@ -9,7 +9,7 @@ import os
 import sys
 import traceback
 
-from ..errors import ConfigError
+from ..config.errors import ConfigError
 
 COMMANDS = {
     "run": ("run", "simulate one scenario and its no-speculation baseline"),

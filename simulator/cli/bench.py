@@ -8,7 +8,7 @@ from . import ArgumentParser
 
 
 def main(argv: list[str]) -> int:
-    from ..bench import DEFAULT_TOKENS, REFERENCE_SCENARIOS, measure
+    from ..experiments.bench import DEFAULT_TOKENS, REFERENCE_SCENARIOS, measure
 
     p = ArgumentParser(prog="python -m simulator bench", description="Benchmark the simulator's speed.")
     p.add_argument("scenarios", nargs="*", help="scenario files (default: the reference scenarios that exist)")

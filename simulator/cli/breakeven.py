@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..errors import ConfigError
+from ..config.errors import ConfigError
 from . import ArgumentParser, scenario_options
 
 
@@ -37,8 +37,8 @@ def main(argv: list[str]) -> int:
     if not 1 <= args.max_chain <= 16:
         raise ConfigError("command line", "--max-chain", f"{args.max_chain}", "1..16")
     trees = _sizes(args.trees)
-    from ..api import resolve, run
-    from ..breakeven import breakeven_table
+    from ..results.run import resolve, run
+    from ..analysis.breakeven import breakeven_table
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
     scenario = resolve(args.scenario, None, overrides)
@@ -119,10 +119,10 @@ def plot(table, path: str) -> None:
     import numpy as np
 
     try:
-        from ..plots import breakeven_map
+        from ..viz.figures import breakeven_map
     except ImportError as exc:
         raise ConfigError("command line", "--plot", f"plotting is unavailable: {exc}", "install matplotlib") from None
-    from ..breakeven import throughput_map
+    from ..analysis.breakeven import throughput_map
 
     own = table.own
     verifies = [c.verify_ms for r in table.rows for c in (r.eager, r.graph)]

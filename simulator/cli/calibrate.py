@@ -13,7 +13,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--fit", required=True, help="comma-separated dotted parameter paths to fit")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value")
     args = p.parse_args(argv)
-    from ..calibrate import calibrate
+    from ..analysis.calibrate import calibrate
 
     names = [n.strip() for n in args.fit.split(",") if n.strip()]
 

@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
     from ..config.loader import parse_override, read_yaml, set_path
     from ..config.scenario import ALLREDUCE_CHOICES
     from ..config.topology import Topology
-    from ..errors import ConfigError
+    from ..config.errors import ConfigError
     from ..hardware.collectives import AllReduce, NotPermitted
     from ..hardware.interconnect import Fabric
 

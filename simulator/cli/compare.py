@@ -12,7 +12,7 @@ import os
 import re
 import sys
 
-from ..errors import ConfigError
+from ..config.errors import ConfigError
 from . import ArgumentParser
 
 # a new override starts where whitespace, ';' or ',' is followed by a dotted key and '='
@@ -64,7 +64,7 @@ def runs_of(args) -> list[tuple[str, str, list[str]]]:
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     runs = runs_of(args)
-    from ..api import resolve, run
+    from ..results.run import resolve, run
 
     seed = args.seed if args.seed is not None else resolve(args.scenarios[0], None, args.overrides).spec.seed
     scenarios = [resolve(path, None, overrides + [f"seed={seed}"]) for _, path, overrides in runs]  # errors first
@@ -111,7 +111,7 @@ def to_table(rows: list[dict]) -> str:
 
 
 def to_csv(rows: list[dict]) -> str:
-    from ..report import flatten
+    from ..results.report import flatten
 
     flat = [flatten(r) for r in rows]
     fields = list(dict.fromkeys(k for row in flat for k in row))
@@ -124,7 +124,7 @@ def to_csv(rows: list[dict]) -> str:
 
 def plot(rows: list[dict], path: str) -> None:
     try:
-        from ..plots import grouped_bars
+        from ..viz.figures import grouped_bars
     except ImportError as exc:
         raise ConfigError("command line", "--plot", f"plotting is unavailable: {exc}", "install matplotlib") from None
     grouped_bars([r["label"] for r in rows],

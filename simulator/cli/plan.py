@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..errors import ConfigError
+from ..config.errors import ConfigError
 from . import ArgumentParser, scenario_options
 
 
@@ -23,7 +23,7 @@ def parser() -> ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    from ..planning import plan_levers
+    from ..analysis.planning import plan_levers
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else []) + \
         ([f"fidelity={args.fidelity}"] if args.fidelity else [])
@@ -44,7 +44,7 @@ def to_dict(plan) -> dict:
 
 
 def to_table(plan) -> str:
-    from ..planning import describe_overrides
+    from ..analysis.planning import describe_overrides
 
     today = plan.today
     if plan.speculating:
@@ -74,7 +74,7 @@ def to_table(plan) -> str:
 
 def plot(plan, path: str) -> None:
     try:
-        from ..plots import tornado
+        from ..viz.figures import tornado
     except ImportError as exc:
         raise ConfigError("command line", "--plot", f"plotting is unavailable: {exc}", "install matplotlib") from None
     tornado([(o.name, o.throughput_tok_s) for o in plan.ranked], baseline_value=plan.today.baseline_tok_s,

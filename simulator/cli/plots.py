@@ -30,7 +30,7 @@ class Figures:
             self.short["workload__output_tokens"] = 256
 
     def run(self, name: str, **overrides):
-        from ..api import run
+        from ..results.run import run
 
         return run(scenario(name), **{**self.short, **overrides})
 
@@ -41,7 +41,7 @@ class Figures:
         """Speculative step throughput over (accept length, verify ms) on the reference machine, EAGLE-3 marked."""
         import numpy as np
 
-        from ..plots import breakeven_map
+        from ..viz.figures import breakeven_map
 
         r = self.run("pcie8_eagle3")
         verify, step = r.step_ms["verify"]["mean"], r.step_ms["step"]["mean"]
@@ -56,7 +56,7 @@ class Figures:
 
     def throughput_vs_accept(self) -> str:
         """EAGLE-3 chain of 3 over i.i.d. acceptance, eager vs CUDA-graph verify, PCIe vs NVLink."""
-        from ..plots import throughput_vs_accept
+        from ..viz.figures import throughput_vs_accept
 
         alphas = [0.3, 0.6, 0.9] if self.quick else [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
         variants = {"PCIe, eager verify": {}, "PCIe, CUDA-graph verify": {"runtime__cuda_graph_verify": True},
@@ -68,7 +68,7 @@ class Figures:
                                     path=self.path("throughput_vs_accept.png"))
 
     def pcie_vs_nvlink(self) -> str:
-        from ..plots import pcie_vs_nvlink
+        from ..viz.figures import pcie_vs_nvlink
 
         methods = {"n-gram\ntree": ("pcie8_ngram", "nvlink8_h200_ngram", {}),
                    "EAGLE-3\nchain": ("pcie8_eagle3", "nvlink8_h200_eagle3", {}),
@@ -82,7 +82,7 @@ class Figures:
 
     def chain_vs_tree(self, graph: bool) -> str:
         """Chains of 1..6 drafts against optimal trees of 2..16 nodes, the pcie8_tree head's acceptance."""
-        from ..plots import chain_vs_tree
+        from ..viz.figures import chain_vs_tree
 
         acceptance = {"kind": "positional", "probs": [0.75, 0.33, 0.2, 0.15], "sibling_decay": 0.5,
                       "repeat_last": True}
@@ -98,15 +98,15 @@ class Figures:
                              path=self.path(f"chain_vs_tree_pcie8_{mode.lower().replace('-', '_')}.png"))
 
     def breakdown(self) -> str:
-        from ..plots import breakdown_stack
+        from ..viz.figures import breakdown_stack
 
         return breakdown_stack(self.run("pcie8_eagle3"), title="pcie8_eagle3: where the time goes, per step kind",
                                path=self.path("breakdown_pcie8_eagle3.png"))
 
     def hybrid(self) -> str:
-        from ..plots import hybrid_timeline
+        from ..viz.figures import hybrid_timeline
 
-        from ..api import resolve
+        from ..results.run import resolve
 
         name = "pcie8_hybrid_bursty"
         policy = resolve(scenario(name)).spec.policy
@@ -116,9 +116,9 @@ class Figures:
 
     def tornado(self) -> str:
         """What would make EAGLE-3 pay on the reference machine: one lever at a time, throughput in tok/s."""
-        from ..plots import tornado
+        from ..viz.figures import tornado
 
-        from ..api import resolve
+        from ..results.run import resolve
 
         r = self.run("pcie8_eagle3")
         host = resolve(scenario("pcie8_eagle3")).topology.host
@@ -143,8 +143,8 @@ class Figures:
 
     def concurrency(self) -> str:
         """Llama-3.1-8B with EAGLE-3 on an H100: speculation's speedup as the batch grows (issue: load)."""
-        from ..api import run
-        from ..plots import speedup_vs_concurrency
+        from ..results.run import run
+        from ..viz.figures import speedup_vs_concurrency
 
         levels = [1, 8, 64] if self.quick else [1, 2, 4, 8, 16, 32, 64]
         extra = {"workload__requests": 32, "workload__output_tokens": 128} if self.quick else {}
@@ -158,7 +158,7 @@ class Figures:
                                       path=self.path("speedup_vs_concurrency_llama8b_h100.png"))
 
     def summary(self) -> str:
-        from ..plots import run_summary
+        from ..viz.figures import run_summary
 
         return run_summary(self.run("pcie8_eagle3"), path=self.path("run_pcie8_eagle3.png"))
 

@@ -26,8 +26,8 @@ def parser() -> ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    from ..api import resolve, run
-    from ..report import to_csv, to_json, to_table
+    from ..results.run import resolve, run
+    from ..results.report import to_csv, to_json, to_table
 
     overrides = list(args.overrides)
     if args.seed is not None:
@@ -40,14 +40,14 @@ def main(argv: list[str]) -> int:
     if args.steps_log:
         write_steps(args.steps_log, result)
     if args.trace:
-        from .. import trace
+        from ..results import trace
 
         events = trace.record(resolve(args.scenario, set_args=overrides), steps=args.trace_steps)
         trace.write(events, args.trace)
         print(f"trace: {args.trace} ({events['otherData']['steps']} steps at layer fidelity; open in "
               f"https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
     if args.plot:
-        from ..plots import run_summary
+        from ..viz.figures import run_summary
 
         print(f"plot: {run_summary(result, path=args.plot)}", file=sys.stderr)
     return 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import ConfigError
+from ..config.errors import ConfigError
 from . import ArgumentParser
 
 
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
         raise ConfigError("command line", "--chunk", f"{args.chunk} points per task", ">= 1")
     if args.workers is not None and args.dask:
         raise ConfigError("command line", "--workers", "has no effect with --dask (the cluster has its workers)")
-    from ..sweep import run_sweep
+    from ..experiments.sweep import run_sweep
 
     report = run_sweep(args.sweep, workers=args.workers, dask_address=args.dask, out=args.out,
                        fidelity=args.fidelity, progress=False if args.no_progress else None, chunk_size=args.chunk)

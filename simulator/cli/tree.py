@@ -15,8 +15,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--max-depth", type=int, help="deepest draft allowed")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(argv)
-    from ..analytic import chain_expected_tokens, optimal_tree
-    from ..errors import ConfigError
+    from ..analysis.analytic import chain_expected_tokens, optimal_tree
+    from ..config.errors import ConfigError
 
     try:
         probs = [float(x) for x in args.accept.split(",") if x.strip()]

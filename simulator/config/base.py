@@ -6,7 +6,7 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import ConfigError
+from .errors import ConfigError
 
 
 class Strict(BaseModel):

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from ..errors import ConfigError
+from .errors import ConfigError
 from .base import validate
 from .model_card import ModelCard
 from .scenario import ScenarioSpec

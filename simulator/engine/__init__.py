@@ -4,7 +4,7 @@ from __future__ import annotations
 import simpy
 
 from ..config import Scenario
-from ..errors import ConfigError
+from ..config.errors import ConfigError
 from .machine import Machine
 from .server import Server
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..config import Scenario
-from ..errors import ConfigError
+from ..config.errors import ConfigError
 from ..hardware.collectives import AllReduce, NotPermitted, StepPlan
 from ..hardware.gpu import GPU, Host
 from ..hardware.interconnect import Fabric

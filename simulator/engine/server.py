@@ -14,10 +14,10 @@ from collections import deque
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..config.errors import ConfigError
 from ..model.cost import PassShape
 from ..speculation.setup import build_speculation
-from ..workload import make_requests
+from .requests import make_requests
 from .costs import (NO_DIFFERENCE, FastStepCosts, LayerStepCosts, PassSpec, StepSpec, draft_passes,
                     step_overhead_us, verify_pass)
 from .machine import Machine

@@ -13,7 +13,7 @@ import os
 
 from ..config.speculation import (BurstyAcceptance, IIDAcceptance, NgramContextAcceptance, PositionalAcceptance,
                                   Regime, TraceAcceptance)
-from ..errors import ConfigError
+from ..config.errors import ConfigError
 from .trees import Tree, Walker
 
 MAX_RANKS = 16  # siblings per node the tables cover

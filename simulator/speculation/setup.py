@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from ..workload import mean_length
+from ..config.errors import ConfigError
+from ..config.typical import mean_length
 from .acceptance import AcceptanceModel, build_acceptance, typical_table
 from .drafters import build_drafter
 from .policies import build_policy

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .engine.server import KIND_DECODE, KIND_PREFILL, KIND_SPEC
-from .engine.timeline import CATEGORIES
+from ..engine.server import KIND_DECODE, KIND_PREFILL, KIND_SPEC
+from ..engine.timeline import CATEGORIES
 
 STEPS_PID = 0
 HOST_TID, GPU_TID = 1, 2
@@ -127,9 +127,9 @@ def step_events(steps: dict[str, np.ndarray]) -> list[dict]:
 
 def record(scenario, steps: int = 20, seed: int | None = None) -> dict[str, Any]:
     """The first `steps` steps of the scenario's speculative run at layer fidelity, as a Chrome trace object."""
-    from .api import resolve
-    from .engine import simulate
-    from .metrics import step_table
+    from .run import resolve
+    from ..engine import simulate
+    from .summary import step_table
 
     scenario = resolve(scenario)
     passes: list[dict] = []

@@ -28,12 +28,12 @@ from typing import Any, Iterator, Literal, NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .config import Scenario, load_scenario
-from .config.base import validate
-from .config.loader import read_yaml
-from .errors import ConfigError
-from .sweep_store import line as _line, open_store, write as _write
-from .sweep_store import read_results  # noqa: F401  (re-exported: callers read results from simulator.sweep)
+from ..config import Scenario, load_scenario
+from ..config.base import validate
+from ..config.loader import read_yaml
+from ..config.errors import ConfigError
+from .store import line as _line, open_store, write as _write
+from .store import read_results  # noqa: F401  (re-exported: callers read results from simulator.sweep)
 
 RESERVED = ("point_id", "status", "error")
 
@@ -222,7 +222,7 @@ _BASES: "OrderedDict[str, Scenario]" = OrderedDict()  # sweep token -> base scen
 
 def run_chunk(task: ChunkTask) -> list[tuple[str, str, str, list[Any]]]:
     """Run a chunk of points; each gives (point id, 'ok' or 'error', error message, metric values)."""
-    from .api import run
+    from ..results.run import run
 
     out = []
     for point in task.points:

@@ -13,10 +13,10 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import Field, PositiveFloat
 
-from .api import resolve, run
-from .config.base import Strict, validate
-from .config.loader import read_yaml
-from .errors import ConfigError
+from ..results.run import resolve, run
+from ..config.base import Strict, validate
+from ..config.loader import read_yaml
+from ..config.errors import ConfigError
 
 
 class Measurement(Strict):

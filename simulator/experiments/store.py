@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
+from ..config.errors import ConfigError
 
 
 def cell(value: Any) -> str:

@@ -7,12 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from .config import Scenario, load_scenario
-from .engine import Machine, simulate
-from .metrics import (Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, mean_step_us, summarize,
+from ..config import Scenario, load_scenario
+from ..engine import Machine, simulate
+from .summary import (Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, mean_step_us, summarize,
                       _stats_ms)
-from .model.cost import PassShape
-from .workload import mean_length
+from ..model.cost import PassShape
+from ..config.typical import mean_length
 
 
 def resolve(scenario_or_path: Scenario | str, overrides: dict[str, Any] | None = None,
@@ -22,7 +22,7 @@ def resolve(scenario_or_path: Scenario | str, overrides: dict[str, Any] | None =
     if isinstance(scenario_or_path, Scenario):
         scenario = scenario_or_path
         if set_args:
-            from .config import parse_override
+            from ..config import parse_override
             pairs = [parse_override(s) for s in set_args] + pairs
         return scenario.with_overrides(dict(pairs)) if pairs else scenario
     return load_scenario(str(scenario_or_path), list(set_args or []) + pairs)
@@ -100,9 +100,9 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
 
 def allreduce_choice(scenario: Scenario, machine: Machine) -> dict:
     """The all-reduce a layer runs at a plain decode's message size, and at the scenario's verify size."""
-    from .engine.costs import verify_pass
-    from .model.cost import pass_layout
-    from .speculation.setup import build_speculation
+    from ..engine.costs import verify_pass
+    from ..model.cost import pass_layout
+    from ..speculation.setup import build_speculation
 
     shapes = {"decode": PassShape(1, 1)}
     setup = build_speculation(scenario)
@@ -123,7 +123,7 @@ def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | 
     Plain-decode step times come from the cost model's memoised samples for each speculative step's batch and
     context, so a batched run compares like with like.
     """
-    from .engine.costs import FastStepCosts, PassSpec, StepSpec, step_overhead_us
+    from ..engine.costs import FastStepCosts, PassSpec, StepSpec, step_overhead_us
 
     steps = main.steps
     mask = main.spec_steps
@@ -149,8 +149,8 @@ def what_if(scenario: Scenario, machine: Machine, main, base) -> dict:
     Uses the layer model's memoised pass samples at the run's mean context; `python -m simulator plan` runs the
     full what-if simulations for every lever.
     """
-    from .engine.costs import step_overhead_us, verify_pass
-    from .speculation.setup import build_speculation
+    from ..engine.costs import step_overhead_us, verify_pass
+    from ..speculation.setup import build_speculation
 
     spec_mask = main.spec_steps
     base_step = mean_step_us(base, base.decode_steps)
@@ -190,7 +190,7 @@ def policy_summary(spec, run) -> dict:
 
 def _expected(scenario: Scenario) -> float | None:
     """The acceptance model's analytic tokens per verify for the scenario's own drafter and tree."""
-    from .speculation.setup import build_speculation
+    from ..speculation.setup import build_speculation
     setup = build_speculation(scenario)
     if not setup.slots:
         return None

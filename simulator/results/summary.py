@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from .engine.costs import STEP_COST
-from .engine.server import KIND_DECODE, KIND_SPEC, STEP_FACTS, STEP_FIELDS
+from ..engine.costs import STEP_COST
+from ..engine.server import KIND_DECODE, KIND_SPEC, STEP_FACTS, STEP_FIELDS
 
 BREAKDOWN = ("compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other")
 

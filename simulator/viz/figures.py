@@ -11,8 +11,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .engine.server import KIND_DECODE, KIND_PREFILL, KIND_SPEC
-from .metrics import BREAKDOWN
+from ..engine.server import KIND_DECODE, KIND_PREFILL, KIND_SPEC
+from ..results.summary import BREAKDOWN
 
 DPI = 100
 CATEGORY_COLORS = {"compute": "#4c72b0", "memory": "#55a868", "launch": "#c44e52", "allreduce_transfer": "#8172b2",
@@ -349,7 +349,7 @@ def run_summary(result, path: str = "run.png") -> str:
     ax1.margins(y=0.15)
     columns = [("speculative", result.breakdown_ms_per_token)]
     if result.baseline is not None and result.baseline is not result.run:
-        from .metrics import breakdown_per_token
+        from ..results.summary import breakdown_per_token
         columns.insert(0, ("baseline", breakdown_per_token(result.baseline)))
     bottom = np.zeros(len(columns))
     for category in BREAKDOWN:

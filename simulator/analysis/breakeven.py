@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .config import Scenario
-from .engine.costs import draft_passes, step_overhead_us, verify_pass
-from .engine.machine import Machine, context_anchors
-from .model.cost import PassShape
-from .speculation.acceptance import positional_table, typical_table
-from .speculation.drafters import build_drafter
-from .speculation.setup import build_speculation
-from .speculation.trees import Tree
+from ..config import Scenario
+from ..engine.costs import draft_passes, step_overhead_us, verify_pass
+from ..engine.machine import Machine, context_anchors
+from ..model.cost import PassShape
+from ..speculation.acceptance import positional_table, typical_table
+from ..speculation.drafters import build_drafter
+from ..speculation.setup import build_speculation
+from ..speculation.trees import Tree
 
 CHAIN_DRAFTS = tuple(range(1, 9))
 TREE_DRAFTS = (4, 8, 16, 32)

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .speculation.trees import Tree, optimal_tree_and_value
+from ..speculation.trees import Tree, optimal_tree_and_value
 
 
 def _check_probability(p: float, name: str) -> float:

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config.workload import (ArrivalTrace, FixedLength, FixedRate, LognormalLength, PoissonArrivals, UniformLength,
+from ..config.workload import (ArrivalTrace, FixedLength, FixedRate, LognormalLength, PoissonArrivals, UniformLength,
                               Workload)
-from .errors import ConfigError
+from ..config.errors import ConfigError
+from ..config.typical import max_length, mean_length  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -34,27 +35,6 @@ class Request:
     acceptance_state: object = None  # a regime acceptance model's per-request state
 
 
-def mean_length(length) -> float:
-    """The mean of a length setting (an int or a distribution)."""
-    if isinstance(length, int):
-        return float(length)
-    if isinstance(length, FixedLength):
-        return float(length.value)
-    if isinstance(length, UniformLength):
-        return (length.low + length.high) / 2
-    if isinstance(length, LognormalLength):
-        return float(min(length.max, length.median * np.exp(length.sigma**2 / 2)))
-    raise TypeError(f"unknown length {length!r}")
-
-
-def max_length(length) -> int:
-    if isinstance(length, int):
-        return length
-    if isinstance(length, FixedLength):
-        return length.value
-    if isinstance(length, UniformLength):
-        return length.high
-    return length.max
 
 
 def sample_lengths(length, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -28,7 +28,7 @@ class BenchRow:
 def measure(scenario: str, fidelity: str, tokens: int | None, seed: int) -> BenchRow:
     """The speculative run only, from a cold per-shape cache (a fresh seed): one request generating `tokens`, or
     with tokens None the scenario's own workload as shipped."""
-    from .api import run
+    from ..results.run import run
 
     workload = {} if tokens is None else {"workload__requests": 1, "workload__output_tokens": tokens}
     started = time.perf_counter()

@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any
 
-from .metrics import BREAKDOWN, Result
+from .summary import BREAKDOWN, Result
 
 
 def _fmt(x: float | None, digits: int = 1) -> str:

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .breakeven import CHAIN_DRAFTS
-from .config import Scenario
-from .errors import ConfigError
-from .speculation.acceptance import build_acceptance
-from .speculation.setup import build_speculation, build_tree
+from ..config import Scenario
+from ..config.errors import ConfigError
+from ..speculation.acceptance import build_acceptance
+from ..speculation.setup import build_speculation, build_tree
 
 # -- levers ----------------------------------------------------------------------------------------------------
 Overrides = dict[str, Any]
@@ -36,7 +36,7 @@ def _speculating(scenario: Scenario) -> bool:
 
 def _nvlink_topology(scenario: Scenario, path: str) -> str | None:
     here = os.path.dirname(os.path.abspath(path))
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for folder in (os.path.join(here, "..", "topologies"), os.path.join(package_root, "topologies")):
         candidate = os.path.normpath(os.path.join(folder, "nvlink8_h200.yaml"))
         if os.path.isfile(candidate):
@@ -61,7 +61,7 @@ def lever_nvlink_fabric(scenario: Scenario, path: str):
     topology = _nvlink_topology(scenario, path)
     if topology is None:
         return "topologies/nvlink8_h200.yaml not found"
-    from .config.loader import read_yaml
+    from ..config.loader import read_yaml
     return [{"topology.fabric": read_yaml(topology)["fabric"]}]
 
 
@@ -287,7 +287,7 @@ def _outcome(name: str, description: str, overrides, result, baseline_tok_s: flo
 def plan_levers(path: str, set_args: list[str] | None = None, levers: list[Lever] | None = None,
                 progress: Callable[[str], None] | None = None) -> Plan:
     """Simulate the scenario, then each lever on its own (every candidate of a lever; the best kept), ranked."""
-    from .api import resolve, run
+    from ..results.run import resolve, run
 
     set_args = list(set_args or [])
     say = progress or (lambda text: None)

@@ -1,0 +1,83 @@
+"""The house: every import inside the package points down the layers, never up.
+
+config -> hardware / model / kernels / speculation -> engine -> results -> analysis / experiments / viz -> cli.
+A module may import its own layer or any lower one; anything else is a wrong-way arrow and fails here.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "simulator"
+LAYERS = {"config": 0, "hardware": 1, "model": 1, "kernels": 1, "speculation": 1, "engine": 2, "results": 3,
+          "analysis": 4, "experiments": 4, "viz": 4, "cli": 5}
+TOP = 6  # simulator/__init__.py and __main__.py: the public face may import anything
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] in ("__init__", "__main__"):
+        return TOP
+    if parts[1] not in LAYERS:
+        raise AssertionError(f"{module}: module outside the layered folders (allowed: {sorted(LAYERS)})")
+    return LAYERS[parts[1]]
+
+
+def module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: pathlib.Path) -> list[tuple[int, str]]:
+    """(line, absolute module) for every import of a simulator module in the file, nested imports included."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("simulator"):
+                if target.count(".") == 0:  # from simulator import x / from . import x: the names are modules
+                    found.extend((node.lineno, f"{target}.{alias.name}") for alias in node.names)
+                else:
+                    found.append((node.lineno, target))
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names if alias.name.startswith("simulator"))
+    return found
+
+
+def package_files() -> list[pathlib.Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_top_level_holds_only_folders():
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert loose == [], f"modules at the package's top level (each belongs in a folder): {loose}"
+
+
+@pytest.mark.parametrize("path", package_files(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_wrong_way_import(path):
+    own = layer_of(module_name(path))
+    for line, target in imports_of(path):
+        if target.split(".")[-1] in ("__init__",):
+            continue
+        assert layer_of(target) <= own, f"{path.relative_to(PACKAGE)}:{line} imports {target} from a higher layer"
+
+
+def test_the_walker_sees_a_wrong_way_arrow(tmp_path):
+    """The check can fail: a config module importing the engine is caught."""
+    bad = PACKAGE / "config" / "_probe_wrong_way.py"
+    bad.write_text("from ..engine import simulate\n")
+    try:
+        (target,) = [t for _, t in imports_of(bad)]
+        assert target == "simulator.engine"
+        assert layer_of(target) > layer_of(module_name(bad))
+    finally:
+        bad.unlink()
