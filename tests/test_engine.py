@@ -58,7 +58,7 @@ def test_layer_and_fast_agree():
     assert fast.mean_accept_len == layer.mean_accept_len  # same acceptance draws
 
 
-# --- the reference machine (REFERENCE.md), as issue 2's acceptance states it -------------------------------------
+# --- the reference machine (docs/reference.md), as issue 2's acceptance states it -------------------------------------
 @pytest.fixture(scope="module")
 def reference():
     return simulator.run(EAGLE3)
@@ -78,7 +78,7 @@ def test_reference_eagle3_verify_and_allreduce(reference):
 def test_reference_eagle3_accept_and_breakeven(reference):
     assert 1.9 <= reference.mean_accept_len <= 2.1
     assert reference.throughput_tok_s < reference.baseline_tok_s
-    assert 2.3 <= reference.breakeven_accept_len <= 2.6  # REFERENCE.md: 2.46 (verify only)
+    assert 2.3 <= reference.breakeven_accept_len <= 2.6  # docs/reference.md: 2.46 (verify only)
 
 
 def test_cuda_graph_verify_is_cheaper_and_moves_breakeven(reference):

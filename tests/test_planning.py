@@ -29,7 +29,7 @@ def test_breakeven_reference_chain_of_three():
     table = breakeven_table(resolve(EAGLE3))
     own = table.own
     assert own.label == "chain 3" and own.tree.size == 4 and not table.own_graph_verify
-    assert 2.3 <= table.verify_only(own.eager) <= 2.6  # REFERENCE.md: 30 ms x 82 tok/s = 2.46
+    assert 2.3 <= table.verify_only(own.eager) <= 2.6  # docs/reference.md: 30 ms x 82 tok/s = 2.46
     assert 2.45 <= table.with_drafting(own.eager) <= 2.75  # drafting and the scheduler's step work on top
     assert table.with_drafting(own.graph) < table.verify_only(own.eager) - 0.5  # CUDA-graph verify lowers it
     assert table.verify_only(own.graph) < table.verify_only(own.eager)

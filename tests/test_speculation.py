@@ -47,7 +47,7 @@ def ngram():
 
 
 def test_ngram_reference_figures(ngram):
-    """REFERENCE.md: accept 1.3-1.5, verify 40-50 ms, 15-31 tok/s (issue: 15-35), below baseline."""
+    """docs/reference.md: accept 1.3-1.5, verify 40-50 ms, 15-31 tok/s (issue: 15-35), below baseline."""
     assert 1.3 <= ngram.mean_accept_len <= 1.5
     assert 40 <= ngram.step_ms["verify"]["mean"] <= 50
     assert 15 <= ngram.throughput_tok_s <= 35

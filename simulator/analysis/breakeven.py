@@ -3,7 +3,7 @@
 `breakeven_table` costs each shape from the machine's memoised pass samples at the workload's mean context (no
 decode loop runs; the figure for the scenario's own configuration agrees with a full run's breakeven_accept_len,
 a test). Break-even = speculative step (verify + drafting + host work) / plain decode step; verify-only is
-REFERENCE.md's rule (verify pass / plain step).
+docs/reference.md's rule (verify pass / plain step).
 """
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ def to_table(table, check=None) -> str:
              f"mean context {table.context:,} tokens)",
              f"plain decode step {table.decode_step_ms:.2f} ms ({table.baseline_tok_s:.1f} tok/s). Speculation pays "
              "when the accept length (bonus token included) exceeds the break-even.",
-             "  verify-only   = verify pass / plain decode step (REFERENCE.md's rule)",
+             "  verify-only   = verify pass / plain decode step (docs/reference.md's rule)",
              "  with drafting = (verify pass + drafting + per-step host work) / plain decode step",
              ""]
     if table.note:

@@ -34,7 +34,7 @@ NCCL_TREE_CORRECTION = {
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .5, .5, .6, .6, .7, .8, .9),
 }
 # Custom (vLLM/SGLang) all-reduce: one-shot below 256 KB at 8 ranks, two-shot up to 8 MB buffers
-# (vllm/distributed/device_communicators/custom_all_reduce.py; FACTS.md).
+# (vllm/distributed/device_communicators/custom_all_reduce.py; docs/sources.md).
 CUSTOM_ONE_SHOT_MAX_BYTES = 256 * 1024
 CUSTOM_MAX_BYTES = 8 * 1024 * 1024
 

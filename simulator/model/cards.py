@@ -68,7 +68,7 @@ def expected_distinct_experts(num_experts: int, experts_per_token: int, tokens: 
                               locality: float = 0.0) -> float:
     """Distinct experts touched by `batch` sequences of `tokens` consecutive tokens each: E (1 - (1 - k/E)^n_eff).
 
-    Uniform routing makes every token an independent draw (FACTS.md); with routing locality rho, each token after
+    Uniform routing makes every token an independent draw (docs/sources.md); with routing locality rho, each token after
     the first in a sequence is a fresh draw only for a (1 - rho) share of its choices: n_eff = b (1 + (t - 1)(1 - rho)).
     """
     effective = batch * (1.0 + (tokens - 1) * (1.0 - locality))

@@ -118,7 +118,7 @@ def allreduce_choice(scenario: Scenario, machine: Machine) -> dict:
 
 def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | None:
     """Accept length at which speculation matches plain decode: its step time over a plain decode step's at the
-    same batch and context (REFERENCE.md's accept_len > step_time x baseline_rate, batch by batch).
+    same batch and context (docs/reference.md's accept_len > step_time x baseline_rate, batch by batch).
 
     Plain-decode step times come from the cost model's memoised samples for each speculative step's batch and
     context, so a batched run compares like with like.
