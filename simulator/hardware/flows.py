@@ -1,0 +1,196 @@
+"""A flow network: links own their capacity, and the flows crossing them share it max-min fairly.
+
+What is modelled: a transfer is a fluid flow of bytes along a route of directed links. At every moment each link's
+bandwidth is split max-min fairly among the flows crossing it (progressive filling, as flow-level network
+simulators such as SimGrid's default model do): all flows' rates rise together until a link saturates, the flows
+through it are frozen at that rate, and the others keep rising. Whenever a flow starts or ends, every active flow
+is re-rated and the completion times of the flows it slowed or sped up move accordingly.
+
+Assumptions: links arbitrate fairly per flow (no per-packet or credit effects, no priority); a rate change takes
+effect at once (no TCP-like ramp); a flow's own ceiling (`limit_GBps`, e.g. what one NCCL channel can drive) acts
+as a private link. Latency is not a flow's business: a caller that pays a step latency yields a timeout first.
+
+Time is in microseconds, bandwidth in GB/s (1 GB/s = 1e3 bytes per microsecond), as everywhere in the simulator.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Hashable, Mapping, Sequence
+
+import simpy
+
+BYTES_PER_US_PER_GBPS = 1e3
+_RELATIVE_TIE = 1e-12  # rates within this relative distance of a saturation level freeze together (float rounding)
+
+
+def max_min_rates(routes: Sequence[Sequence[Hashable]], capacity_GBps: Mapping[Hashable, float],
+                  limits_GBps: Sequence[float | None] | None = None) -> list[float]:
+    """Max-min fair rates (GB/s) of flows with the given routes, by progressive filling.
+
+    The unfrozen flows all sit at one level; the next level is the lowest at which a link they cross saturates
+    (its capacity left after the frozen flows, over its unfrozen flows) or a flow reaches its own limit. The flows
+    that meet it freeze there. Each round freezes at least one flow, so there are at most len(routes) rounds.
+    """
+    n = len(routes)
+    limits = list(limits_GBps) if limits_GBps is not None else [None] * n
+    rates = [0.0] * n
+    users: dict[Hashable, list[int]] = {}
+    for i, route in enumerate(routes):
+        for link in route:
+            users.setdefault(link, []).append(i)
+    left = {link: float(capacity_GBps[link]) for link in users}
+    count = {link: len(flows) for link, flows in users.items()}
+    active = set(range(n))
+    while active:
+        level = min((left[link] / count[link] for link in users if count[link]), default=float("inf"))
+        capped = [limits[i] for i in active if limits[i] is not None]
+        level = min([level, *capped])
+        tie = level * (1.0 + _RELATIVE_TIE)
+        frozen = {i for i in active if limits[i] is not None and limits[i] <= tie}
+        for link, flows in users.items():
+            if count[link] and left[link] / count[link] <= tie:
+                frozen.update(i for i in flows if i in active)
+        for i in frozen:
+            rates[i] = level
+            for link in routes[i]:
+                left[link] -= level
+                count[link] -= 1
+        active -= frozen
+    return rates
+
+
+def reference_rates(routes: Sequence[Sequence[Hashable]], capacity_GBps: Mapping[Hashable, float],
+                    limits_GBps: Sequence[float | None] | None = None) -> list[Fraction]:
+    """The same allocation in exact rational arithmetic, written as plainly as possible (a test oracle).
+
+    Raise every unfrozen flow by the largest common increment no link or limit forbids; freeze the flows on the
+    links that filled up, and those at their limit; repeat.
+    """
+    n = len(routes)
+    limits = [None if x is None else Fraction(x) for x in (limits_GBps or [None] * n)]
+    rates = [Fraction(0)] * n
+    frozen = [False] * n
+    while not all(frozen):
+        links = {link for i in range(n) if not frozen[i] for link in routes[i]}
+        steps = []
+        for link in links:
+            used = sum(rates[i] for i in range(n) if link in routes[i])
+            growing = sum(1 for i in range(n) if link in routes[i] and not frozen[i])
+            steps.append((Fraction(capacity_GBps[link]) - used) / growing)
+        steps += [limits[i] - rates[i] for i in range(n) if not frozen[i] and limits[i] is not None]
+        step = min(steps)
+        for i in range(n):
+            if not frozen[i]:
+                rates[i] += step
+        for link in links:
+            if sum(rates[i] for i in range(n) if link in routes[i]) == Fraction(capacity_GBps[link]):
+                for i in range(n):
+                    if link in routes[i]:
+                        frozen[i] = True
+        for i in range(n):
+            if limits[i] is not None and rates[i] == limits[i]:
+                frozen[i] = True
+    return rates
+
+
+@dataclass(eq=False)
+class Flow:
+    """One transfer in flight: its route, its bytes, and the rates it ran at (`rates`: (at_us, GB/s) changes)."""
+
+    route: tuple
+    nbytes: float
+    started_at: float
+    done: simpy.Event
+    limit_GBps: float | None = None
+    remaining: float = 0.0
+    rate_GBps: float = 0.0
+    finish_at: float = float("inf")
+    finished_at: float | None = None
+    rates: list[tuple[float, float]] = field(default_factory=list)
+
+
+class FlowNetwork:
+    """The links of a fabric as one shared resource: `transfer(route, nbytes)` is an event that fires when the
+    bytes have crossed, at whatever rates max-min sharing gave the flow meanwhile."""
+
+    def __init__(self, env: simpy.Environment, capacity_GBps: Mapping[Hashable, float]):
+        for link, value in capacity_GBps.items():
+            if not value > 0:
+                raise ValueError(f"link {link!r} has capacity {value!r} GB/s; capacities must be positive")
+        self.env = env
+        self.capacity_GBps = dict(capacity_GBps)
+        self.active: list[Flow] = []
+        self._updated_at = env.now
+        self._generation = 0  # a completion timer is live only while no re-rate has happened since it was set
+
+    @classmethod
+    def from_fabric(cls, env: simpy.Environment, fabric) -> "FlowNetwork":
+        """Every directed link of a hardware.interconnect.Fabric, keyed (node, node) as its Hops name them."""
+        return cls(env, {pair: link.bandwidth_GBps for pair, link in fabric.link_of.items()})
+
+    def transfer(self, route: Sequence[Hashable], nbytes: float, limit_GBps: float | None = None) -> simpy.Event:
+        """Start a flow now; the returned event succeeds with the Flow when its last byte has crossed."""
+        route = tuple(route)
+        if not route or len(set(route)) != len(route):
+            raise ValueError(f"a flow needs a route of distinct links, at least one, got {route!r}")
+        unknown = [link for link in route if link not in self.capacity_GBps]
+        if unknown:
+            raise ValueError(f"route crosses unknown link {unknown[0]!r}")
+        if nbytes < 0 or (limit_GBps is not None and not limit_GBps > 0):
+            raise ValueError(f"a flow needs nbytes >= 0 and a positive limit, got {nbytes!r}, {limit_GBps!r}")
+        flow = Flow(route, float(nbytes), self.env.now, self.env.event(), limit_GBps, remaining=float(nbytes))
+        if nbytes == 0:
+            flow.finished_at = self.env.now
+            flow.done.succeed(flow)
+            return flow.done
+        self._advance()
+        self.active.append(flow)
+        self._rerate()
+        return flow.done
+
+    def rates_GBps(self) -> list[float]:
+        """The current rate of every active flow, in start order."""
+        return [flow.rate_GBps for flow in self.active]
+
+    def _advance(self) -> None:
+        """Move every active flow's remaining bytes forward to now at its current rate."""
+        elapsed = self.env.now - self._updated_at
+        if elapsed > 0:
+            for flow in self.active:
+                flow.remaining -= flow.rate_GBps * BYTES_PER_US_PER_GBPS * elapsed
+        self._updated_at = self.env.now
+
+    def _rerate(self) -> None:
+        """Re-solve the rates of all active flows and set one timer for the earliest completion."""
+        now = self.env.now
+        rates = max_min_rates([f.route for f in self.active], self.capacity_GBps, [f.limit_GBps for f in self.active])
+        for flow, rate in zip(self.active, rates):
+            if rate != flow.rate_GBps:
+                flow.rate_GBps = rate
+                if flow.rates and flow.rates[-1][0] == now:
+                    flow.rates.pop()  # superseded at the same instant (flows starting together)
+                flow.rates.append((now, rate))
+            flow.finish_at = now + max(flow.remaining, 0.0) / (rate * BYTES_PER_US_PER_GBPS)
+        self._generation += 1
+        if self.active:
+            first = min(flow.finish_at for flow in self.active)
+            timer = self.env.timeout(max(first - now, 0.0))
+            generation = self._generation
+            timer.callbacks.append(lambda _event: self._on_timer(generation))
+
+    def _on_timer(self, generation: int) -> None:
+        if generation != self._generation:
+            return  # a re-rate since this timer was set moved the completions
+        now = self.env.now
+        self._advance()
+        tie = now + _RELATIVE_TIE * max(1.0, abs(now))
+        finished = [flow for flow in self.active if flow.finish_at <= tie]
+        self.active = [flow for flow in self.active if flow.finish_at > tie]
+        for flow in finished:
+            flow.remaining = 0.0
+            flow.finished_at = now
+            flow.rates.append((now, 0.0))
+        self._rerate()
+        for flow in finished:
+            flow.done.succeed(flow)
