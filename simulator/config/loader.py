@@ -11,6 +11,7 @@ import yaml
 from .errors import ConfigError
 from .base import validate
 from .model_card import ModelCard
+from .parallelism import check_parallelism
 from .scenario import ScenarioSpec
 from .topology import Topology
 
@@ -194,15 +195,7 @@ def load_scenario(path: str, overrides: Iterable[str | tuple[str, Any]] = ()) ->
 def check(scenario: Scenario) -> None:
     """Checks that span the scenario, its topology and its model card."""
     spec, topo, card, file = scenario.spec, scenario.topology, scenario.model, scenario.source
-    tp = spec.parallelism.tp
-    gpus = topo.num_gpus
-    if tp > gpus or gpus % tp:
-        raise ConfigError(file, "parallelism.tp", f"tp={tp} does not divide the {gpus} GPUs of {topo.name}",
-                          ", ".join(str(d) for d in range(1, gpus + 1) if gpus % d == 0))
-    heads = card.attention.num_heads
-    if heads % tp:
-        raise ConfigError(file, "parallelism.tp", f"tp={tp} does not divide the {heads} attention heads of {card.name}",
-                          ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0 and d <= gpus))
+    check_parallelism(spec.parallelism, topo, card, file)
     spec_cfg = spec.speculation
     if spec_cfg.method == "mtp" and card.mtp_layers == 0:
         raise ConfigError(file, "speculation.method", f"mtp needs a model with MTP modules; {card.name} has none",

@@ -3,18 +3,15 @@ from __future__ import annotations
 
 from typing import Any, Literal, Union
 
-from pydantic import Field, NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeInt
 
 from .base import Strict
+from .parallelism import Parallelism
 from .policy import Policy, StaticPolicy
 from .speculation import Speculation
 from .workload import Workload
 
 ALLREDUCE_CHOICES = ("auto", "nccl", "nccl_ring", "nccl_tree", "nvls", "one_shot", "two_shot")
-
-
-class Parallelism(Strict):
-    tp: PositiveInt = Field(description="Tensor-parallel degree: ranks that share every layer")
 
 
 class Runtime(Strict):

@@ -20,6 +20,7 @@ from ..hardware.collectives import AllReduce, NotPermitted, StepPlan
 from ..hardware.gpu import GPU, Host
 from ..hardware.interconnect import Fabric
 from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
+from .placement import require_single_group
 from .timeline import PassPlan, sample_passes
 
 FAST_SAMPLES = 64  # passes drawn per shape (stratified) for the fast fidelity: the run-to-run SE of a mean pass ~0.3%
@@ -66,6 +67,7 @@ class Machine:
 
     def __init__(self, scenario: Scenario):
         spec = scenario.spec
+        require_single_group(scenario)
         self.scenario = scenario
         self.tp = spec.parallelism.tp
         self.runtime = spec.runtime

@@ -1,0 +1,184 @@
+"""Parallelism beyond one TP group: every check of the split is one line (file, key path, problem, allowed) and exit
+2; ranks are placed on GPUs with their groups; the weights per GPU follow the split."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+from conftest import ROOT, scenario_path
+from simulator.cli import main
+from simulator.config import build, load_scenario
+from simulator.config.errors import ConfigError
+from simulator.engine.machine import Machine, memory_budget
+from simulator.engine.placement import check_memory, place, stage_layers, weight_bytes_per_gpu
+from simulator.model.cards import attention_params, bytes_per_param
+from simulator.model.cost import draft_head_card
+
+EAGLE3 = scenario_path("pcie8_eagle3.yaml")  # Kimi-K2.5 on the 8-GPU PCIe machine
+LLAMA = scenario_path("nvlink8_h100_llama8b_eagle3.yaml")
+
+
+def scenario(base: str, parallelism: dict, card: str | None = None, **model_changes):
+    """The base scenario with `parallelism` replaced, optionally another model card (speculation off), and model-card
+    fields changed (dotted keys spelled with __)."""
+    with open(base) as handle:
+        raw = yaml.safe_load(handle)
+    raw["parallelism"] = parallelism
+    if card is not None:
+        raw["model"] = os.path.join(ROOT, "scenarios", "models", card)
+        raw["speculation"] = {"method": "none"}
+    sets = [(f"model.{key.replace('__', '.')}", value) for key, value in model_changes.items()]
+    return build(raw, base, os.path.dirname(base), sets)
+
+
+def llama70b(parallelism: dict, **changes):
+    return scenario(LLAMA, parallelism, "llama_3_1_70b.yaml", **changes)
+
+
+def refused(make, *fragments):
+    with pytest.raises(ConfigError) as caught:
+        make()
+    line = str(caught.value)
+    assert "\n" not in line
+    for fragment in fragments:
+        assert fragment in line, (fragment, line)
+    return line
+
+
+# --- every check, one line each ----------------------------------------------------------------------------------
+
+def test_dp_attention_groups_must_divide_tp():
+    refused(lambda: scenario(EAGLE3, {"tp": 8, "dp": 3, "dp_attention": True}),
+            "parallelism.dp", "dp must divide tp", "allowed: 1, 2, 4, 8")
+
+
+def test_ep_must_divide_tp():
+    refused(lambda: scenario(EAGLE3, {"tp": 8, "ep": 3}), "parallelism.ep", "must divide the tp=8", "allowed: 1, 2, 4, 8")
+
+
+def test_product_of_degrees_against_gpus():
+    refused(lambda: scenario(EAGLE3, {"tp": 8, "dp": 2}), "parallelism", "tp=8 x dp=2 = 16 GPUs", "the 8 of",
+            "allowed: at most 8")
+    refused(lambda: scenario(EAGLE3, {"tp": 4, "pp": 4}), "tp=4 x pp=4 = 16 GPUs")
+    # DP-attention groups live inside the tp ranks: no extra GPUs
+    assert scenario(EAGLE3, {"tp": 8, "dp": 8, "dp_attention": True, "ep": 8}).spec.parallelism.num_gpus == 8
+
+
+def test_tp_alone_keeps_its_messages():
+    refused(lambda: scenario(EAGLE3, {"tp": 3}), "parallelism.tp", "does not divide the 8 GPUs", "allowed: 1, 2, 4, 8")
+    refused(lambda: scenario(EAGLE3, {"tp": 8}, attention__num_heads=12), "parallelism.tp", "12 attention heads")
+
+
+def test_heads_of_a_dp_attention_group():
+    """tp 8 over dp 2 groups: attention splits 4 ways, and 6 heads do not split 4 ways."""
+    line = refused(lambda: llama70b({"tp": 8, "dp": 2, "dp_attention": True}, attention__num_heads=6,
+                                    attention__num_kv_heads=6),
+                   "parallelism.dp", "tp / dp = 4 does not divide the 6 attention heads")
+    assert "allowed: 1, 2, 3, 6" in line
+
+
+def test_kv_heads_neither_divisor_nor_multiple():
+    refused(lambda: llama70b({"tp": 2}, attention__num_heads=24, attention__num_kv_heads=3),
+            "parallelism.tp", "3 KV heads", "neither divides the other")
+
+
+def test_experts_divisible_and_present():
+    refused(lambda: llama70b({"tp": 8, "ep": 2}), "parallelism.ep", "has no experts", "allowed: 1")
+    refused(lambda: scenario(EAGLE3, {"tp": 8, "ep": 8}, moe__num_experts=12), "parallelism.ep",
+            "ep=8 does not divide the 12 experts")
+
+
+def test_pipeline_stages_need_layers():
+    refused(lambda: scenario(EAGLE3, {"tp": 2, "pp": 4}, num_layers=2), "parallelism.pp", "pp=4 stages for the 2 layers",
+            "at most 2")
+
+
+def test_explicit_placement_is_checked():
+    base = {"tp": 4, "dp": 2}
+    refused(lambda: llama70b({**base, "gpus": [["gpu0", "gpu1", "gpu2", "gpu3"]]}), "parallelism.gpus",
+            "1 instances listed", "2 lists of 4")
+    refused(lambda: llama70b({**base, "gpus": [["gpu0", "gpu1", "gpu2"], ["gpu4", "gpu5", "gpu6", "gpu7"]]}),
+            "parallelism.gpus[0]", "3 GPUs for the tp x pp = 4 ranks")
+    refused(lambda: llama70b({**base, "gpus": [["gpu0", "gpu1", "gpu2", "gpu9"], ["gpu4", "gpu5", "gpu6", "gpu7"]]}),
+            "parallelism.gpus[0][3]", "'gpu9' is not a GPU", "allowed: gpu0")
+    refused(lambda: llama70b({**base, "gpus": [["gpu0", "gpu1", "gpu2", "gpu3"], ["gpu3", "gpu5", "gpu6", "gpu7"]]}),
+            "parallelism.gpus[1][0]", "'gpu3' is placed twice")
+
+
+def test_memory_per_gpu_under_the_split():
+    """Kimi-K2.5's INT4 experts need all 8 of these 96 GB GPUs: 2 x TP4 does not fit, nor TP2 x PP2 (its heavier
+    second stage named); DP-attention + EP8 over the same 8 ranks does."""
+    refused(lambda: check_memory(scenario(EAGLE3, {"tp": 4, "dp": 2})), "parallelism", "does not fit",
+            "GB of weights per GPU at tp=4, dp=2", "allowed: a larger tp or pp")
+    refused(lambda: check_memory(scenario(EAGLE3, {"tp": 2, "pp": 2})), "on pipeline stage 1 at tp=2, pp=2")
+    check_memory(scenario(EAGLE3, {"tp": 8, "dp": 8, "dp_attention": True, "ep": 8}))
+
+
+def test_a_valid_wider_split_is_refused_by_the_engine_not_simulated_as_one_group(capsys):
+    """Until deployments run, a valid dp/ep/pp split exits 2 with one line instead of simulating one of its groups."""
+    code = main([EAGLE3, "--set", "parallelism.ep=8"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip().count("\n") == 0 and "parallelism: ep: 8: the split is valid" in err
+
+
+# --- placement ---------------------------------------------------------------------------------------------------
+
+def test_two_replicas_of_tp4_take_the_gpus_in_order():
+    placement = place(llama70b({"tp": 4, "dp": 2}))
+    groups = [[r.gpu for r in g] for g in placement.tp_groups()]
+    assert groups == [["gpu0", "gpu1", "gpu2", "gpu3"], ["gpu4", "gpu5", "gpu6", "gpu7"]]
+    assert [r.instance for r in placement.ranks] == [0] * 4 + [1] * 4
+    assert placement.pipeline_pairs() == [] and placement.machines() == ["node0"]
+
+
+def test_dp_attention_and_expert_groups():
+    placement = place(scenario(EAGLE3, {"tp": 8, "dp": 4, "dp_attention": True, "ep": 2}))
+    assert len(placement.tp_groups()) == 1
+    assert [[r.index for r in g] for g in placement.attention_groups()] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert [r.expert_shard for r in placement.ranks] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_pipeline_stages_and_explicit_gpus():
+    gpus = [["gpu7", "gpu6", "gpu5", "gpu4", "gpu0", "gpu1", "gpu2", "gpu3"]]
+    placement = place(llama70b({"tp": 4, "pp": 2, "gpus": gpus}))
+    assert [(a.gpu, b.gpu) for a, b in placement.pipeline_pairs()] == \
+        [("gpu7", "gpu0"), ("gpu6", "gpu1"), ("gpu5", "gpu2"), ("gpu4", "gpu3")]
+    assert [r.stage for r in placement.ranks] == [0] * 4 + [1] * 4
+
+
+def test_stage_layers_as_sglang_splits_them():
+    """Equal shares, the last `layers % pp` stages one more (sglang/srt/distributed/utils.py get_pp_indices)."""
+    assert [len(s) for s in stage_layers(61, 4)] == [15, 15, 15, 16]
+    assert [len(s) for s in stage_layers(80, 3)] == [26, 27, 27]
+    assert [list(s) for s in stage_layers(5, 2)] == [[0, 1], [2, 3, 4]]
+
+
+# --- weights per GPU ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", [EAGLE3, LLAMA, scenario_path("nvlink8_h200_eagle3.yaml")])
+def test_tp_alone_weighs_what_the_engine_budgets(path):
+    loaded = load_scenario(path)
+    machine = Machine(loaded)
+    (per_gpu,) = weight_bytes_per_gpu(loaded)
+    assert per_gpu == pytest.approx(memory_budget(loaded, machine.cards, machine.tp)["weights_GB"] * 1e9, rel=1e-12)
+
+
+def test_pipeline_stages_share_the_weights():
+    """The stages of a pipeline hold the whole model between them (no draft parts here)."""
+    whole = weight_bytes_per_gpu(llama70b({"tp": 4}))
+    stages = weight_bytes_per_gpu(llama70b({"tp": 4, "pp": 2}))
+    assert sum(stages) == pytest.approx(whole[0], rel=1e-12)
+
+
+def test_dp_attention_replicates_attention_across_groups():
+    """With dp attention groups, each rank holds 1/(tp/dp) of the attention instead of 1/tp (the target's layers and
+    its EAGLE head's); nothing else moves."""
+    plain, grouped = (scenario(EAGLE3, {"tp": 8, "dp": dp, "dp_attention": dp > 1, "ep": 8}) for dp in (1, 4))
+    extra = 0.0
+    for card in (plain.model, draft_head_card(plain.model)):
+        extra += card.num_layers * (attention_params(card, 2)[1] - attention_params(card, 8)[1]) * \
+            bytes_per_param(card, card.weights.attention)
+    assert weight_bytes_per_gpu(grouped)[0] - weight_bytes_per_gpu(plain)[0] == pytest.approx(extra, rel=1e-9)
