@@ -79,6 +79,13 @@ def scenario_options(p: "ArgumentParser", formats=("table", "json"), fidelity: b
     p.add_argument("--seed", type=int, help="override the scenario's seed")
     if fidelity:
         p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override the scenario's fidelity")
+    limit_options(p)
+
+
+def limit_options(p: "ArgumentParser") -> None:
+    """--max-work: the bound on a run's estimated work (see simulator.results.limits)."""
+    p.add_argument("--max-work", type=float, metavar="N", help="refuse runs estimated above N weighted steps "
+                   "(default 2e7, a few minutes; requests x (output tokens + prefill chunks) x fidelity weight)")
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -15,6 +15,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--fidelity", action="append", choices=tuple(DEFAULT_TOKENS), help="repeatable; default: all")
     p.add_argument("--tokens", help="comma-separated generated-token counts (default per fidelity)")
     args = p.parse_args(argv)
+    tokens_asked = _tokens(args.tokens) if args.tokens else None  # a mistake stops here, before any run
     scenarios = args.scenarios or [s for s in REFERENCE_SCENARIOS if os.path.exists(s)]
     from ..engine import FIDELITIES
 
@@ -26,7 +27,7 @@ def main(argv: list[str]) -> int:
     seed = 1000
     for scenario in scenarios:
         for fidelity in fidelities:
-            counts = [int(t) for t in args.tokens.split(",")] if args.tokens else DEFAULT_TOKENS[fidelity]
+            counts = tokens_asked or DEFAULT_TOKENS[fidelity]
             if fidelity == "fast" and not args.tokens:
                 counts = [None, *counts]
             for tokens in counts:
@@ -38,3 +39,16 @@ def main(argv: list[str]) -> int:
                 print(f"{os.path.basename(scenario):<34} {fidelity:<8} {label:>9} {row.tokens:>7} {row.wall_s:>8.3f} "
                       f"{row.tokens_per_wall_s:>15,.0f} {row.faster_than_real_time:>12,.0f}", flush=True)
     return 0
+
+
+def _tokens(text: str) -> list[int]:
+    from ..config.errors import ConfigError
+
+    try:
+        counts = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(not 1 <= c <= 1_000_000 for c in counts):
+        raise ConfigError("command line", "--tokens", f"not a list of token counts: {text!r}",
+                          "comma-separated integers 1..1000000, e.g. 2048,8192")
+    return counts

@@ -42,6 +42,11 @@ def main(argv: list[str]) -> int:
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
     scenario = resolve(args.scenario, None, overrides)
+    from ..results.files import check_outputs
+    from ..results.limits import check_work
+
+    check_outputs(args)
+    check_work(scenario, args.max_work)
     table = breakeven_table(scenario, tuple(range(1, args.max_chain + 1)), trees)
     check = None
     if args.check and table.own is not None:

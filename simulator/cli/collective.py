@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
         path, value = parse_override(text)
         set_path(data, path, value, args.topology)
     topology = validate(Topology, data, args.topology)
-    ranks = args.ranks or topology.num_gpus
+    ranks = topology.num_gpus if args.ranks is None else args.ranks
     if not 1 <= ranks <= topology.num_gpus:
         raise ConfigError("command line", "--ranks", f"{ranks} ranks on a {topology.num_gpus}-GPU topology",
                           f"1..{topology.num_gpus}")

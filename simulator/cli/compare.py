@@ -13,7 +13,7 @@ import re
 import sys
 
 from ..config.errors import ConfigError
-from . import ArgumentParser
+from . import ArgumentParser, limit_options
 
 # a new override starts where whitespace, ';' or ',' is followed by a dotted key and '='
 _OVERRIDE_START = re.compile(r"[\s;,]+(?=[A-Za-z_][\w.\[\]]*\s*=)")
@@ -32,6 +32,7 @@ def parser() -> ArgumentParser:
     p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override every run's fidelity")
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.add_argument("--plot", metavar="OUT.png", help="grouped bars: throughput and baseline per run")
+    limit_options(p)
     return p
 
 
@@ -68,6 +69,12 @@ def main(argv: list[str]) -> int:
 
     seed = args.seed if args.seed is not None else resolve(args.scenarios[0], None, args.overrides).spec.seed
     scenarios = [resolve(path, None, overrides + [f"seed={seed}"]) for _, path, overrides in runs]  # errors first
+    from ..results.files import check_outputs
+    from ..results.limits import check_work
+
+    check_outputs(args)
+    for scenario in scenarios:
+        check_work(scenario, args.max_work)
     rows = []
     for i, ((label, _, _), scenario) in enumerate(zip(runs, scenarios), start=1):
         print(f"compare: [{i}/{len(runs)}] {label}", file=sys.stderr)

@@ -27,6 +27,12 @@ def main(argv: list[str]) -> int:
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else []) + \
         ([f"fidelity={args.fidelity}"] if args.fidelity else [])
+    from ..results.files import check_outputs
+    from ..results.limits import check_work
+    from ..results.run import resolve
+
+    check_outputs(args)
+    check_work(resolve(args.scenario, None, overrides), args.max_work)
     plan = plan_levers(args.scenario, overrides, progress=lambda text: print(text, file=sys.stderr))
     if args.format == "json":
         print(json.dumps(to_dict(plan), indent=2, default=str))

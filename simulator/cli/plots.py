@@ -180,7 +180,9 @@ def parser() -> ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
+    from ..results.files import check_outputs
+
+    check_outputs(args, files=(), folders=("out",))  # made if missing, refused if a file or not writable
     figures = Figures(args.out, args.quick)
     started = time.perf_counter()
     items = figures.all()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import csv
 import sys
 
-from . import ArgumentParser
+from . import ArgumentParser, limit_options
 
 
 def parser() -> ArgumentParser:
@@ -21,20 +21,27 @@ def parser() -> ArgumentParser:
                    help="write a Chrome/Perfetto trace of the first steps, re-simulated at layer fidelity")
     p.add_argument("--trace-steps", type=int, default=20, metavar="N", help="steps the trace covers (default 20)")
     p.add_argument("--plot", metavar="OUT.png", help="write a summary figure of the run (PNG, or SVG for .svg)")
+    limit_options(p)
     return p
 
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    from ..results.files import check_outputs
+    from ..results.limits import check_work
     from ..results.run import resolve, run
     from ..results.report import to_csv, to_json, to_table
+
+    check_outputs(args)  # before any simulation: a bad output path costs one line, not a run
 
     overrides = list(args.overrides)
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
     if args.fidelity:
         overrides.append(f"fidelity={args.fidelity}")
-    result = run(args.scenario, set_args=overrides, baseline=not args.no_baseline)
+    scenario = resolve(args.scenario, set_args=overrides)
+    check_work(scenario, args.max_work, runs=1 if args.no_baseline else 2)
+    result = run(scenario, baseline=not args.no_baseline)
     text = {"table": to_table, "json": to_json, "csv": to_csv}[args.format](result)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if args.steps_log:
@@ -56,7 +63,9 @@ def main(argv: list[str]) -> int:
 def write_steps(path: str, result) -> None:
     from ..engine.server import STEP_FIELDS
 
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    from ..results.files import atomic_write
+
+    with atomic_write(path, newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(STEP_FIELDS)
         for row in zip(*(result.run.steps[name] for name in STEP_FIELDS)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from ..config.errors import ConfigError
-from . import ArgumentParser
+from . import ArgumentParser, limit_options
 
 
 def parser() -> ArgumentParser:
@@ -18,13 +18,18 @@ def parser() -> ArgumentParser:
     p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override every point's fidelity")
     p.add_argument("--chunk", type=int, metavar="N", help="points per task sent to a worker (default: automatic)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal anyway)")
+    p.add_argument("--max-points", type=int, metavar="N", help="refuse sweeps of more than N points (default 100000)")
+    limit_options(p)
     return p
 
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError("command line", "--workers", f"{args.workers} workers", ">= 1")
+    from ..results.files import check_output_file
+    from ..results.limits import check_workers
+
+    check_workers(args.workers)
+    check_output_file(args.out, "--out")
     if args.chunk is not None and args.chunk < 1:
         raise ConfigError("command line", "--chunk", f"{args.chunk} points per task", ">= 1")
     if args.workers is not None and args.dask:
@@ -32,6 +37,7 @@ def main(argv: list[str]) -> int:
     from ..experiments.sweep import run_sweep
 
     report = run_sweep(args.sweep, workers=args.workers, dask_address=args.dask, out=args.out,
-                       fidelity=args.fidelity, progress=False if args.no_progress else None, chunk_size=args.chunk)
+                       fidelity=args.fidelity, progress=False if args.no_progress else None, chunk_size=args.chunk,
+                       max_points=args.max_points, max_work=args.max_work)
     print(report.line(), file=sys.stderr)
     return 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from . import ArgumentParser
 
@@ -14,12 +15,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--size", type=int, required=True, help="tokens in the verify pass, the root included")
     p.add_argument("--max-depth", type=int, help="deepest draft allowed")
     p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--max-size", type=int, default=128, metavar="N",
+                   help="refuse sizes above N (default 128: the program is O(size^3 x depth), 128 runs in seconds)")
     args = p.parse_args(argv)
     from ..analysis.analytic import chain_expected_tokens, optimal_tree
     from ..config.errors import ConfigError
 
     try:
         probs = [float(x) for x in args.accept.split(",") if x.strip()]
+        if not all(math.isfinite(x) for x in probs):
+            raise ValueError
     except ValueError:
         raise ConfigError("command line", "--accept", f"not a list of numbers: {args.accept!r}",
                           "comma-separated probabilities, e.g. 0.6,0.2,0.1") from None
@@ -33,8 +38,9 @@ def main(argv: list[str]) -> int:
                           "P_k are exclusive outcomes at one node: sum <= 1")
     if args.size < 1:
         raise ConfigError("command line", "--size", f"size {args.size} < 1", ">= 1 (the root counts)")
-    if args.size > 512:
-        raise ConfigError("command line", "--size", f"size {args.size} is too large", "<= 512")
+    if args.size > args.max_size:
+        raise ConfigError("command line", "--size", f"size {args.size} is above the limit of {args.max_size}",
+                          f"<= {args.max_size}, or raise the limit with --max-size {args.size} (time grows as size^4)")
     if args.max_depth is not None and (args.max_depth < 0 or (args.max_depth == 0 and args.size > 1)):
         raise ConfigError("command line", "--max-depth", f"{args.size} nodes do not fit within depth {args.max_depth}",
                           ">= 1")

@@ -52,29 +52,94 @@ class Scenario:
 # libyaml's implementation of the safe loader when present (same safe subset as yaml.safe_load, ~10x faster)
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _FILE_CACHE: dict[tuple, Any] = {}
+MAX_FILE_BYTES = 10_000_000
+MAX_VALUES = 100_000  # values a document may expand to through aliases (shipped files hold a few hundred)
 
 
-def safe_load(text: str) -> Any:
-    """yaml.safe_load, through libyaml when available."""
-    return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a SafeLoader: no arbitrary objects
+class _StrictLoader(_SAFE_LOADER):  # type: ignore[misc,valid-type]
+    """The safe loader, refusing a key given twice in one mapping (YAML says keys are unique; PyYAML keeps the
+    last silently). Merge keys (<<) are not duplicates: explicit keys override merged ones by design."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base constructor reports it
+                continue
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first given on line {first})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def safe_load(text: str, file: str = "<yaml>") -> Any:
+    """yaml.safe_load through libyaml when available; duplicate keys, recursive aliases and alias bombs refused."""
+    data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader: no arbitrary objects
+    check_expansion(data, file)
+    return data
+
+
+def check_expansion(data: Any, file: str, limit: int = MAX_VALUES) -> None:
+    """Refuse a document that refers to itself or expands, through aliases, to more than `limit` values.
+
+    Aliases share one object, so the document is small in memory; whatever walks it value by value (a copy, a
+    hash, a JSON dump) pays the expanded size. Sizes are counted once per shared object during this one walk.
+    """
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        key = id(node)  # identity within this walk only: the document is alive throughout, nothing is cached
+        children = list(node.values()) if isinstance(node, dict) else node
+        if done:
+            on_path.discard(key)
+            sizes[key] = 1 + sum(sizes.get(id(c), 1) for c in children)
+            if sizes[key] > limit:
+                raise ConfigError(file, "<yaml>", f"the document expands to more than {limit:,} values through "
+                                  "aliases", "a document without alias bombs")
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise ConfigError(file, "<yaml>", "a recursive alias: a value contains itself", "aliases of finished values")
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if isinstance(c, (dict, list)))
 
 
 def read_yaml(path: str, key_for_missing: str = "<file>", referrer: str | None = None) -> Any:
     """Parse a YAML file (cached per path and modification time; callers get their own copy)."""
     if not os.path.isfile(path):
-        raise ConfigError(referrer or path, key_for_missing, f"file not found: {path}")
+        what = "is a directory" if os.path.isdir(path) else "is not a regular file" if os.path.exists(path) else \
+            "file not found"
+        raise ConfigError(referrer or path, key_for_missing, f"{what}: {path}" if what == "file not found" else
+                          f"{path} {what}", "a YAML file")
     try:
         stat = os.stat(path)
+        if stat.st_size > MAX_FILE_BYTES:
+            raise ConfigError(path, "<file>", f"{stat.st_size:,} bytes, more than a configuration file holds",
+                              f"at most {MAX_FILE_BYTES:,} bytes")
         key = (os.path.abspath(path), stat.st_mtime_ns, stat.st_size)
         if key not in _FILE_CACHE:
             with open(path, encoding="utf-8") as handle:
-                _FILE_CACHE[key] = safe_load(handle.read())
+                _FILE_CACHE[key] = safe_load(handle.read(), path)
         return copy.deepcopy(_FILE_CACHE[key])
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "<yaml>"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(path, where, f"YAML syntax error: {problem}") from None
+        kind = "YAML error" if isinstance(exc, yaml.constructor.ConstructorError) else "YAML syntax error"
+        raise ConfigError(path, where, f"{kind}: {problem}") from None
+    except RecursionError:
+        raise ConfigError(path, "<yaml>", "the document is nested too deeply", "fewer levels of nesting") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(path, "<file>", f"cannot read file: {exc}") from None
 
@@ -109,15 +174,22 @@ def split_path(path: str) -> list[str]:
     return keys
 
 
+def _index(node: list, key: str, file: str, where: str) -> int:
+    """A list index from a path: a non-negative integer below the list's length (no negative indices)."""
+    if not key.isdigit() or int(key) >= len(node):
+        raise ConfigError(file, where, f"no list element {key!r} (from --set)",
+                          f"an index 0..{len(node) - 1}" if node else "the list is empty")
+    return int(key)
+
+
 def set_path(data: dict, path: str, value: Any, file: str) -> None:
     keys = split_path(path)
+    if not keys:
+        raise ConfigError(file, path or "<root>", "empty key path (from --set)", "dotted.path=value")
     node: Any = data
     for i, key in enumerate(keys[:-1]):
         if isinstance(node, list):
-            try:
-                node = node[int(key)]
-            except (ValueError, IndexError):
-                raise ConfigError(file, ".".join(keys[: i + 1]), "no such list element (from --set)") from None
+            node = node[_index(node, key, file, ".".join(keys[: i + 1]))]
             continue
         if not isinstance(node, dict):
             raise ConfigError(file, ".".join(keys[:i]), "is not a mapping, cannot set a key inside it (from --set)")
@@ -126,10 +198,7 @@ def set_path(data: dict, path: str, value: Any, file: str) -> None:
         node = node[key]
     last = keys[-1]
     if isinstance(node, list):
-        try:
-            node[int(last)] = value
-        except (ValueError, IndexError):
-            raise ConfigError(file, path, "no such list element (from --set)") from None
+        node[_index(node, last, file, path)] = value
     elif isinstance(node, dict):
         node[last] = value
     else:

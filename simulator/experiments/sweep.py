@@ -32,6 +32,8 @@ from ..config import Scenario, load_scenario
 from ..config.base import validate
 from ..config.loader import read_yaml
 from ..config.errors import ConfigError
+from ..results.files import check_output_file
+from ..results.limits import cap_workers, check_points, check_work
 from .store import line as _line, open_store, write as _write
 from .store import read_results  # noqa: F401  (re-exported: callers read results from simulator.sweep)
 
@@ -104,6 +106,7 @@ class ChunkTask(NamedTuple):
     fixed: dict[str, Any]
     metrics: tuple[str, ...]
     points: tuple[Point, ...]
+    max_work: float | None = None  # each point's bound (simulator.results.limits)
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,16 @@ def check_axes(sweep: Sweep, base: Scenario) -> None:
                 break
 
 
+def num_points(sweep: Sweep) -> float:
+    """How many points the axes make (before duplicates are merged), computed without making them."""
+    spec = sweep.spec
+    if spec.mode == "random":
+        return float(spec.samples)
+    if spec.mode == "zip":
+        return float(len(next(iter(spec.axes.values()))))
+    return float(math.prod(len(v) for v in spec.axes.values()))
+
+
 def point_id(scenario: str, overrides: dict[str, Any]) -> str:
     """A stable hash of a point: the base scenario as named in the sweep file and every override applied to it."""
     text = json.dumps({"scenario": scenario, "set": overrides}, sort_keys=True, separators=(",", ":"), default=str)
@@ -232,7 +245,9 @@ def run_chunk(task: ChunkTask) -> list[tuple[str, str, str, list[Any]]]:
                 base = _BASES[task.token] = load_scenario(task.scenario_path, list(task.fixed.items()))
                 while len(_BASES) > 4:
                     _BASES.popitem(last=False)
-            result = run(base.with_overrides(point.values)).to_dict()
+            scenario = base.with_overrides(point.values)
+            check_work(scenario, task.max_work)
+            result = run(scenario).to_dict()
             out.append((point.id, "ok", "", [_lookup(result, m) for m in task.metrics]))
         except Exception as exc:  # a failed point is a result: recorded, and the sweep goes on
             out.append((point.id, "error", _one_line(exc), []))
@@ -255,7 +270,8 @@ def _one_line(exc: BaseException) -> str:
 # -- running ---------------------------------------------------------------------------------------------------------
 def run_sweep(sweep: Sweep | str, *, workers: int | None = None, dask_address: str | None = None,
               out: str | None = None, fidelity: str | None = None, progress: bool | None = None,
-              chunk_size: int | None = None) -> SweepReport:
+              chunk_size: int | None = None, max_points: int | None = None, max_work: float | None = None
+              ) -> SweepReport:
     """Run every point of a sweep that has no ok row in `out` yet, streaming rows to it.
 
     Local worker processes by default (`workers`, default: the number of CPUs; 1 runs in this process), or the
@@ -268,16 +284,20 @@ def run_sweep(sweep: Sweep | str, *, workers: int | None = None, dask_address: s
     base = load_scenario(sweep.scenario_path, list(fixed.items()))  # a bad base or `set` stops here, exit 2
     check_axes(sweep, base)
     out = out or sweep.default_out
+    check_output_file(out, "--out")
+    check_points(num_points(sweep), sweep.file, max_points)
+    check_work(base, max_work)
     all_points = points(sweep, fixed)
     client = _dask_client(dask_address) if dask_address else None
     try:
         fd, done = open_store(out, ["point_id", *spec.axes, *spec.metrics, "status", "error"])
         try:
             todo = [p for p in all_points if p.id not in done]
-            capacity = sum(client.nthreads().values()) if client else (workers or _cpus())
+            capacity = sum(client.nthreads().values()) if client else cap_workers(workers, len(todo), _cpus())
             size = chunk_size or max(1, min(16, len(todo) // (4 * capacity)))  # a few chunks per worker: balance
             token = uuid.uuid4().hex
-            tasks = [ChunkTask(token, sweep.scenario_path, fixed, tuple(spec.metrics), tuple(todo[i:i + size]))
+            tasks = [ChunkTask(token, sweep.scenario_path, fixed, tuple(spec.metrics), tuple(todo[i:i + size]),
+                               max_work)
                      for i in range(0, len(todo), size)]
             if client is not None:
                 results = _on_dask(client, tasks)

@@ -163,6 +163,8 @@ def record(scenario, steps: int = 20, seed: int | None = None) -> dict[str, Any]
 
 def write(trace: dict, path: str) -> str:
     """Write a trace as compact JSON; returns the path."""
-    with open(path, "w", encoding="utf-8") as handle:
+    from .files import atomic_write
+
+    with atomic_write(path) as handle:  # a failed write keeps the previous file
         handle.write(json.dumps(trace, separators=(",", ":")))  # dumps: one C-encoder call, faster than dump
     return path

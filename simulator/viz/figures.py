@@ -32,10 +32,15 @@ def _pyplot():
 
 
 def _save(fig, path: str) -> str:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fig.savefig(path, dpi=DPI, format="svg" if path.lower().endswith(".svg") else "png", bbox_inches="tight")
-    _pyplot().close(fig)
+    from ..results.files import atomic_write
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # API callers; the CLI checked it before
+    try:
+        with atomic_write(path, "wb") as handle:  # a failed write keeps the previous figure
+            fig.savefig(handle, dpi=DPI, format="svg" if path.lower().endswith(".svg") else "png",
+                        bbox_inches="tight")
+    finally:
+        _pyplot().close(fig)
     return path
 
 
