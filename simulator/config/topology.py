@@ -1,9 +1,7 @@
 """A machine: its GPUs, the host that launches their kernels, and the fabric graph that joins them."""
 from __future__ import annotations
 
-from typing import Literal
-
-from typing import Annotated
+from typing import Annotated, Literal, Optional
 
 from pydantic import Field, NonNegativeFloat, model_validator
 
@@ -38,14 +36,29 @@ class HostSpec(Strict):
 
 class FabricNode(Strict):
     name: str
-    kind: Literal["gpu", "cpu", "pcie_switch", "nvswitch"] = Field(description="gpu | cpu (socket with its root complex) | pcie_switch | nvswitch")
+    kind: Literal["gpu", "cpu", "pcie_switch", "nvswitch", "nic", "switch"] = Field(
+        description="gpu | cpu (socket with its root complex) | pcie_switch | nvswitch | nic (an InfiniBand/RoCE "
+                    "port) | switch (a network switch between machines, e.g. a leaf or one rail's leaf)")
+    machine: Optional[str] = Field(None, description=(
+        "The server this node sits in (NCCL's node); needed on every node but network switches once a topology "
+        "spans machines, omitted on a single machine"))
 
 
 class FabricLink(Strict):
     between: tuple[str, str] = Field(description="The two node names this link joins")
-    kind: Literal["pcie", "nvlink", "socket"] = Field(description="pcie | nvlink | socket (UPI/xGMI between CPU sockets)")
+    kind: Literal["pcie", "nvlink", "socket", "network"] = Field(
+        description="pcie | nvlink | socket (UPI/xGMI between CPU sockets) | network (a NIC's port to a switch or NIC)")
     bandwidth_GBps: Rate = Field(description="Bandwidth per direction")
     latency_us: Micros = Field(description="Latency this link adds to a collective step beyond NCCL's per-hop figure (which covers one GPU link)")
+
+
+class Network(Strict):
+    """How the machines' NICs move data (the wiring, rails included, is in the links)."""
+
+    transport: Literal["infiniband", "roce"] = Field(description="infiniband | roce (RDMA over Converged Ethernet)")
+    gpudirect_rdma: bool = Field(description=(
+        "NICs read and write GPU memory directly (GPUDirect RDMA; NCCL uses it when GPU and NIC share a PCIe "
+        "switch, NCCL_NET_GDR_LEVEL=PXB by default); off: transfers are staged through the host's memory"))
 
 
 class Fabric(Strict):
@@ -56,6 +69,7 @@ class Fabric(Strict):
     shm_hop_latency_us: Micros = Field(
         default=0.0, description="Extra latency per collective step that goes through host memory instead of peer-to-peer")
     nvls: bool = Field(default=False, description="NVSwitch multicast (NVLink SHARP) available for all-reduce")
+    network: Optional[Network] = Field(None, description="The network between machines; required with network links")
 
     @model_validator(mode="after")
     def _check_graph(self):
@@ -71,7 +85,29 @@ class Fabric(Strict):
                 raise ValueError(f"link joins {link.between[0]!r} to itself")
         if not any(n.kind == "gpu" for n in self.nodes):
             raise ValueError("the fabric has no node of kind gpu (zero GPUs)")
+        _check_machines(self)
         return self
+
+
+def _check_machines(fabric: "Fabric") -> None:
+    """Machines are joined only by network links, which start at a NIC; every node but a switch names its machine
+    once any does."""
+    nodes = {n.name: n for n in fabric.nodes}
+    spans = any(n.machine is not None for n in fabric.nodes) or any(n.kind == "switch" for n in fabric.nodes)
+    for node in fabric.nodes:
+        if node.kind == "switch" and node.machine is not None:
+            raise ValueError(f"node {node.name!r}: a network switch sits between machines, not in {node.machine!r}")
+        if spans and node.kind != "switch" and node.machine is None:
+            raise ValueError(f"node {node.name!r} names no machine, but the topology spans machines")
+    for link in fabric.links:
+        a, b = (nodes[end] for end in link.between)
+        if link.kind == "network":
+            if "nic" not in (a.kind, b.kind) or {a.kind, b.kind} - {"nic", "switch"}:
+                raise ValueError(f"network link {a.name}-{b.name} must join a nic to a switch or a nic")
+            if fabric.network is None:
+                raise ValueError("network links need fabric.network (transport, gpudirect_rdma)")
+        elif a.machine != b.machine or "switch" in (a.kind, b.kind):
+            raise ValueError(f"{link.kind} link {a.name}-{b.name} joins two machines; only network links do")
 
 
 class Topology(Strict):
@@ -88,3 +124,8 @@ class Topology(Strict):
     @property
     def num_gpus(self) -> int:
         return len(self.gpu_names)
+
+    @property
+    def machine_of(self) -> dict[str, str]:
+        """Each GPU's machine ("node0" on a single-machine topology)."""
+        return {n.name: n.machine or "node0" for n in self.fabric.nodes if n.kind == "gpu"}

@@ -63,7 +63,7 @@ def _groups(ranks, key) -> list[list[Rank]]:
 def place(scenario: Scenario) -> Placement:
     """Every rank of the scenario's split on its GPU (explicit `parallelism.gpus`, else the topology's order)."""
     par, topology = scenario.spec.parallelism, scenario.topology
-    machine_of = getattr(topology, "machine_of", None) or {}
+    machine_of = topology.machine_of
     per_instance = par.ranks_per_instance
     names = par.gpus or [topology.gpu_names[i * per_instance:(i + 1) * per_instance] for i in range(par.instances)]
     attention_size, expert_size = par.attention_tp, par.expert_tp
@@ -72,7 +72,7 @@ def place(scenario: Scenario) -> Placement:
         for local, gpu in enumerate(gpus):
             stage, tp_rank = divmod(local, par.tp)
             ranks.append(Rank(len(ranks), instance, stage, tp_rank, tp_rank // attention_size, tp_rank // expert_size,
-                              gpu, machine_of.get(gpu, "node0")))
+                              gpu, machine_of[gpu]))
     return Placement(par, tuple(ranks))
 
 
@@ -145,8 +145,14 @@ def check_memory(scenario: Scenario) -> list[float]:
 def require_single_group(scenario: Scenario) -> None:
     """The serving loop simulates one TP group on the first tp GPUs. A wider split is checked (placement, memory)
     and then refused with one line, rather than silently simulated as one of its groups."""
-    par = scenario.spec.parallelism
+    par, topology = scenario.spec.parallelism, scenario.topology
     if par.is_single_group:
+        machine_of = topology.machine_of
+        spanned = sorted({machine_of[gpu] for gpu in topology.gpu_names[:par.tp]})
+        if len(spanned) > 1:
+            per_machine = sum(1 for gpu in topology.gpu_names if machine_of[gpu] == spanned[0])
+            raise ConfigError(scenario.source, "parallelism.tp", f"tp={par.tp} spans machines {', '.join(spanned)}: "
+                              "collectives between machines are not simulated yet", f"tp up to {per_machine}")
         return
     check_memory(scenario)
     wider = ", ".join(f"{k}: {getattr(par, k)}" for k in ("dp", "ep", "pp") if getattr(par, k) > 1)

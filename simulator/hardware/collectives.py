@@ -80,6 +80,9 @@ class AllReduce:
         self.ranks = ranks
         self.choice = choice
         self.kernel_floor_us = kernel_floor_us
+        if any(fabric.hop(i, (i + 1) % ranks).net for i in range(ranks)) if ranks > 1 else False:
+            raise NotPermitted(f"the {ranks} ranks span machines, and NCCL's model between machines is not in this "
+                               "version yet: take at most one machine's GPUs")
         self._p2p_all = ranks > 1 and fabric.all_pairs_p2p(ranks)
         self._nvlink_all = ranks > 1 and fabric.all_pairs_nvlink(ranks)
         self._tables = self._nccl_tables() if ranks > 1 else {}

@@ -10,8 +10,8 @@ from scipy.sparse.csgraph import shortest_path
 
 from ..config.topology import Topology
 
-# Path classes, nearest first, as NCCL's path types NVL < PXB < PHB < SYS.
-PATH_CLASSES = ("nvlink", "pcie_switch", "cpu", "system")
+# Path classes, nearest first, as NCCL's path types NVL < PXB < PHB < SYS < NET (the last: between machines).
+PATH_CLASSES = ("nvlink", "pcie_switch", "cpu", "system", "network")
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class Hop:
     links: tuple[tuple[int, int], ...]  # directed (node, node) pairs
     path_class: str
     p2p: bool
+    net: bool = False  # crosses machines through NICs (NCCL's NET transport), not P2P nor host-memory SHM
 
     @property
     def over_nvlink(self) -> bool:
@@ -31,7 +32,8 @@ class Hop:
 
 # Route preference by link kind, as NCCL ranks paths by type (NVL before PCI before SYS) before bandwidth: a route
 # never trades an NVLink path for a PCIe one because of a link's latency or bandwidth.
-LINK_CLASS_WEIGHT = {"nvlink": 0.0, "pcie": 1e3, "socket": 1e6}
+# A network link weighs more than any path inside a machine, so only routes between machines cross the network.
+LINK_CLASS_WEIGHT = {"nvlink": 0.0, "pcie": 1e3, "socket": 1e6, "network": 1e9}
 
 
 class Fabric:
@@ -72,6 +74,8 @@ class Fabric:
     def path_class(self, nodes: list[int]) -> str:
         kinds = [self.kinds[i] for i in nodes[1:-1]]
         links = [self.link_of[(u, v)].kind for u, v in zip(nodes, nodes[1:])]
+        if "network" in links:
+            return "network"
         if "socket" in links:
             return "system"
         if "cpu" in kinds:
@@ -91,6 +95,8 @@ class Fabric:
         if not nodes:
             raise ValueError(f"no route between {self.names[a]} and {self.names[b]}")
         cls = self.path_class(nodes)
+        if cls == "network":
+            return self._net_hop(src_rank, dst_rank, nodes)
         if PATH_CLASSES.index(cls) <= self._p2p_rank:
             return Hop(src_rank, dst_rank, tuple(zip(nodes, nodes[1:])), cls, True)
         # Host-memory (SHM) transport: up to the sender's socket, then from there down to the receiver.
@@ -101,10 +107,23 @@ class Fabric:
         links = tuple(zip(up, up[1:])) + tuple(zip(down, down[1:]))
         return Hop(src_rank, dst_rank, links, cls, False)
 
+    def _net_hop(self, src_rank: int, dst_rank: int, nodes: list[int]) -> Hop:
+        """Between machines: NIC to NIC over the network. With GPUDirect RDMA the NICs read and write GPU memory
+        along the route; without it each side stages through its nearest socket's memory."""
+        if self.topology.fabric.network.gpudirect_rdma:
+            return Hop(src_rank, dst_rank, tuple(zip(nodes, nodes[1:])), "network", False, net=True)
+        a, b = nodes[0], nodes[-1]
+        cpu_a, cpu_b = self.nearest_cpu(a), self.nearest_cpu(b)
+        if cpu_a is None or cpu_b is None:
+            raise ValueError(f"{self.names[a]} -> {self.names[b]}: without GPUDirect RDMA both need a CPU to stage through")
+        legs = (self.route(a, cpu_a), self.route(cpu_a, cpu_b), self.route(cpu_b, b))
+        links = tuple(link for leg in legs for link in zip(leg, leg[1:]))
+        return Hop(src_rank, dst_rank, links, "network", False, net=True)
+
     def latency_us(self, hop: Hop) -> float:
         """Latency the route adds to a step: its links, plus host-memory staging when not peer-to-peer."""
         total = sum(self.link_of[l].latency_us for l in hop.links)
-        if not hop.p2p:
+        if not hop.p2p and not hop.net:
             total += self.topology.fabric.shm_hop_latency_us
         return total
 
