@@ -7,6 +7,7 @@ hidden sizes of a few hundred) so a whole run takes milliseconds.
 from __future__ import annotations
 
 import copy
+from collections import deque
 
 from hypothesis import strategies as st
 
@@ -254,3 +255,44 @@ def make_scenario(raw: dict):
 
 def gpu_count(raw: dict) -> int:
     return sum(1 for node in raw["topology"]["fabric"]["nodes"] if node["kind"] == "gpu")
+
+
+# --- flow sets on small graphs (hardware/flows.py) ------------------------------------------------------------------
+
+CAPACITIES = st.one_of(st.sampled_from([12.5, 24.0, 25.0, 48.0, 50.0, 64.0]), st.floats(1.0, 400.0))
+
+
+@st.composite
+def flow_sets(draw, max_flows: int = 8):
+    """A random connected graph of 2-6 nodes (both directions of every edge a link with its own capacity), and
+    flows between random node pairs along BFS routes, some with their own limit."""
+    n = draw(st.integers(2, 6))
+    edges = {(i, draw(st.integers(0, i - 1))) for i in range(1, n)}  # a random tree keeps the graph connected
+    extra = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=6))
+    edges |= {(a, b) for a, b in extra if a != b and (b, a) not in edges}
+    capacity = {}
+    for a, b in edges:
+        capacity[(a, b)] = draw(CAPACITIES)
+        capacity[(b, a)] = draw(CAPACITIES)
+    flows = []
+    for _ in range(draw(st.integers(1, max_flows))):
+        src, dst = draw(st.sampled_from([(a, b) for a in range(n) for b in range(n) if a != b]))
+        limit = draw(st.one_of(st.none(), CAPACITIES))
+        flows.append((_bfs_route(capacity, src, dst), limit))
+    return capacity, flows
+
+
+def _bfs_route(capacity, src, dst):
+    previous = {src: None}
+    queue = deque([src])
+    while queue:
+        node = queue.popleft()
+        for a, b in sorted(capacity):
+            if a == node and b not in previous:
+                previous[b] = a
+                queue.append(b)
+    route, node = [], dst
+    while previous[node] is not None:
+        route.append((previous[node], node))
+        node = previous[node]
+    return route[::-1]
