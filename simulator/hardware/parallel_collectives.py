@@ -94,3 +94,16 @@ def kv_transfer_us(fabric: Fabric, pairs: Sequence[tuple[int, int]], kv_bytes_pe
     """A request's KV cache from a prefill instance to a decode instance: each prefill rank sends its shard to the
     decode rank that will hold it, all at once (disaggregated serving, as SGLang's and vLLM's KV connectors do)."""
     return concurrent_us(fabric, [(s, d, kv_bytes_per_rank) for s, d in pairs], latency_us)
+
+
+def ring_all_reduce(env, network, hops: Sequence, nbytes: float, step_latency_us: float = 0.0):
+    """A ring all-reduce's transfers as a SimPy process on a shared flow network: 2 (n - 1) steps, each a step
+    latency and then every rank's nbytes / n chunk to its ring successor at once (the step ends with its slowest
+    flow). Alone on its links it takes 2 (n - 1) (latency + nbytes / n / bottleneck), NCCL's ring with the links'
+    bandwidth; other traffic on the links slows exactly the steps it overlaps."""
+    n = len(hops)
+    for _ in range(2 * (n - 1)):
+        if step_latency_us > 0:
+            yield env.timeout(step_latency_us)
+        yield env.all_of([network.transfer(hop.links, nbytes / n) for hop in hops])
+    return env.now
