@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -51,7 +52,7 @@ class Scenario:
 
 # libyaml's implementation of the safe loader when present (same safe subset as yaml.safe_load, ~10x faster)
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_FILE_CACHE: dict[tuple, Any] = {}
+_FILE_CACHE_SIZE = 256  # parsed files kept (by path, modification time and size); a run reads a handful
 MAX_FILE_BYTES = 10_000_000
 MAX_VALUES = 100_000  # values a document may expand to through aliases (shipped files hold a few hundred)
 
@@ -115,6 +116,13 @@ def check_expansion(data: Any, file: str, limit: int = MAX_VALUES) -> None:
         stack.extend((c, False) for c in children if isinstance(c, (dict, list)))
 
 
+@functools.lru_cache(maxsize=_FILE_CACHE_SIZE)
+def _parsed(path: str, mtime_ns: int, size: int, name: str) -> Any:
+    """A file's YAML, parsed once per (path, modification time, size)."""
+    with open(path, encoding="utf-8") as handle:
+        return safe_load(handle.read(), name)
+
+
 def read_yaml(path: str, key_for_missing: str = "<file>", referrer: str | None = None) -> Any:
     """Parse a YAML file (cached per path and modification time; callers get their own copy)."""
     if not os.path.isfile(path):
@@ -127,11 +135,7 @@ def read_yaml(path: str, key_for_missing: str = "<file>", referrer: str | None =
         if stat.st_size > MAX_FILE_BYTES:
             raise ConfigError(path, "<file>", f"{stat.st_size:,} bytes, more than a configuration file holds",
                               f"at most {MAX_FILE_BYTES:,} bytes")
-        key = (os.path.abspath(path), stat.st_mtime_ns, stat.st_size)
-        if key not in _FILE_CACHE:
-            with open(path, encoding="utf-8") as handle:
-                _FILE_CACHE[key] = safe_load(handle.read(), path)
-        return copy.deepcopy(_FILE_CACHE[key])
+        return copy.deepcopy(_parsed(os.path.abspath(path), stat.st_mtime_ns, stat.st_size, path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "<yaml>"

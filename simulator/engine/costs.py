@@ -2,7 +2,7 @@
 
 `FastStepCosts` draws a whole step from memoised samples of the layer model at the two anchor contexts around the
 step's context and interpolates (one lookup per step); `LayerStepCosts` runs every pass at layer fidelity, one
-SimPy event per collective. Both return the same STEP_COST tuple.
+SimPy event per collective. Both return the step's cost as STEP_COST values (engine.records names them).
 """
 from __future__ import annotations
 
@@ -12,16 +12,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..model.cost import PassShape
-from .machine import Machine, context_anchors
+from .machine import SAMPLE_FIELDS, Machine, at_context, context_anchors
 from ..hardware.links import LinkNetwork
 from .linkpass import LinkPass
+from .records import STEP_COST, CostTable
 from .timeline import LayerPass
 
-# duration, main pass, drafting, then the main pass's categories, other, and the all-reduce views
-STEP_COST = ("duration", "pass_us", "draft_us", "compute", "memory", "launch", "allreduce_transfer",
-             "allreduce_wait", "other", "allreduce_only", "allreduce_profile")
-NO_DIFFERENCE = (0.0,) * len(STEP_COST)
 INDEX_BLOCK = 1 << 14
+TABLE_CACHE_SIZE = 4096  # (step, anchor) tables a run keeps; the anchors double, so a run needs a few per step kind
 
 
 @dataclass(frozen=True)
@@ -48,14 +46,29 @@ def draft_passes(drafter, tree, batch: int) -> tuple[PassSpec, ...]:
     return tuple(PassSpec(d.part, PassShape(d.tokens, batch), d.graph) for d in drafter.passes(tree, batch))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class StepSpec:
-    """The passes of one step and its host-side costs (compared by identity: the server keeps one per kind)."""
+    """The passes of one step and its host-side costs (compared by value; the hash is computed once, since the
+    fast fidelity looks a step's samples up by it every step)."""
 
     main: PassSpec
     drafts: tuple[PassSpec, ...] = ()
     draft_host_us: float = 0.0  # proposals computed on the CPU (n-gram lookup)
     other_us: float = 0.0  # scheduler work and the end-of-step synchronisation
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash((self.main, self.drafts, self.draft_host_us, self.other_us)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+def _bounded_put(cache: dict, key, value):
+    """Store in a cache that is emptied when it reaches TABLE_CACHE_SIZE (cheap on the hot path, bounded)."""
+    if len(cache) >= TABLE_CACHE_SIZE:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 class FastStepCosts:
@@ -85,51 +98,46 @@ class FastStepCosts:
         for d in step.drafts:
             samples = m.samples(d.part, replace(d.shape, context=context), d.graph, self.seed)
             draft += samples[perm_rng.permutation(n), 0]  # independent passes: pair samples at random
-        pass_us = main[:, 0]
-        duration = pass_us + draft + step.other_us
-        cols = [duration, pass_us, draft, main[:, 1], main[:, 2], main[:, 3], main[:, 4], main[:, 5],
-                np.full(n, step.other_us), main[:, 6], main[:, 7]]
-        table = np.stack(cols, axis=1).tolist()
-        self._tables[key] = table
-        return table
+        cols = {name: main[:, i] for i, name in enumerate(SAMPLE_FIELDS)}
+        cols["pass_us"] = cols.pop("duration")
+        cols.update(duration=cols["pass_us"] + draft + step.other_us, draft_us=draft, other=np.full(n, step.other_us))
+        table = np.stack([cols[name] for name in STEP_COST], axis=1).tolist()
+        return _bounded_put(self._tables, key, table)
+
+    def _mean_at(self, step: StepSpec, context: int) -> float:
+        key = (step, context)
+        mean = self._means.get(key)
+        if mean is None:
+            table = self._table(step, context)
+            mean = _bounded_put(self._means, key, sum(row[0] for row in table) / len(table))
+        return mean
 
     def mean_step_us(self, step: StepSpec, context: int) -> float:
         """Expected duration of a step at `context` (the mean of its memoised samples, blended between anchors)."""
-        low, high, weight = context_anchors(context)
-        key = (step, low, "mean")
-        a = self._means.get(key)
-        if a is None:
-            a = self._means[key] = sum(row[0] for row in self._table(step, low)) / len(self._table(step, low))
-        if weight == 0.0:
-            return a
-        key = (step, high, "mean")
-        b = self._means.get(key)
-        if b is None:
-            b = self._means[key] = sum(row[0] for row in self._table(step, high)) / len(self._table(step, high))
-        return a + (b - a) * weight
+        return at_context(context, lambda anchor: self._mean_at(step, anchor))
 
-    def _pair(self, step: StepSpec, low: int, high: int) -> tuple:
-        """The anchor table at `low` and its differences to the one at `high`, as row tuples."""
+    def _pair(self, step: StepSpec, low: int, high: int) -> CostTable:
+        """The anchor table at `low` and its differences to the one at `high`."""
         key = (step, low, high)
         pair = self._pairs.get(key)
         if pair is None:
             a = np.asarray(self._table(step, low))
             d = np.asarray(self._table(step, high)) - a if high != low else np.zeros_like(a)
-            pair = self._pairs[key] = (list(map(tuple, a.tolist())), list(map(tuple, d.tolist())), a[:, 0].tolist(),
-                                       d[:, 0].tolist())
+            pair = _bounded_put(self._pairs, key, CostTable(a, d))
         return pair
 
     def step(self, step: StepSpec, context: int) -> tuple:
-        """One step's cost at `context`: (duration, anchor row, difference row, weight); every STEP_COST field is
-        anchor + weight x difference (hot path: the duration is blended now, the other fields when the log is read)."""
+        """One step's cost at `context`: (duration, table, row, weight); every STEP_COST field is table.anchor[row]
+        + weight x table.delta[row] (hot path: the duration is blended now, the other fields when the log is read)."""
         low, high, weight = context_anchors(context)
-        rows, deltas, durations, duration_deltas = self._pair(step, low, high)
+        table = self._pair(step, low, high)
+        durations = table.durations
         if self._at >= len(self._indices):
             self._indices = self._rng.integers(0, 1 << 30, INDEX_BLOCK).tolist()
             self._at = 0
-        i = self._indices[self._at] % len(rows)
+        i = self._indices[self._at] % len(durations)
         self._at += 1
-        return durations[i] + duration_deltas[i] * weight, rows[i], deltas[i], weight
+        return durations[i] + table.duration_deltas[i] * weight, table, i, weight
 
 
 class LayerStepCosts:
@@ -161,7 +169,7 @@ class LayerStepCosts:
         return result
 
     def step(self, env, step: StepSpec, context: int):
-        """Generator: runs the step's passes and host costs; returns the STEP_COST list."""
+        """Generator: runs the step's passes and host costs; returns the STEP_COST values."""
         draft = step.draft_host_us
         if step.draft_host_us > 0:
             yield env.timeout(step.draft_host_us)
@@ -171,6 +179,6 @@ class LayerStepCosts:
         r = yield from self._run(env, step.main, context)
         if step.other_us > 0:
             yield env.timeout(step.other_us)
-        return [r["duration"] + draft + step.other_us, r["duration"], draft, r["compute"], r["memory"], r["launch"],
-                r["allreduce_transfer"], r["allreduce_wait"], step.other_us, r["allreduce_only"],
-                r["allreduce_profile"]]
+        cost = dict(r, duration=r["duration"] + draft + step.other_us, pass_us=r["duration"], draft_us=draft,
+                    other=step.other_us)
+        return tuple(cost[name] for name in STEP_COST)

@@ -1,7 +1,9 @@
 """One TP group on one machine: turns a pass shape into a PassPlan (cost model x roofline x collectives).
 
-A plan's cost is affine in the cached context (KV bytes and attention FLOPs grow with it), so plans are built at
-anchor contexts on a doubling grid and interpolated between them; a pass shape is costed once per anchor.
+A plan's cost grows with the cached context (KV bytes and attention FLOPs), piecewise: each kernel's roofline time is
+the largest of its compute, memory and floor terms, each affine in the context. Plans are built at anchor contexts on
+a doubling grid and interpolated linearly between them (exact where no kernel changes bound between two anchors);
+a pass shape is costed once per anchor. `at_context` is that one blending rule, used by every caller.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import math
 from collections import OrderedDict
 from dataclasses import replace
 from functools import lru_cache
+from typing import Any, Callable
 
 import numpy as np
 
@@ -43,6 +46,20 @@ def context_anchors(context: int) -> tuple[int, int, float]:
         return low, low, 0.0
     high = 2 * low
     return low, high, (context - low) / (high - low)
+
+
+def blend(low_value, high_value, weight: float):
+    """The value at weight in [0, 1] between the lower and the upper anchor's (floats or arrays)."""
+    return low_value + (high_value - low_value) * weight
+
+
+def at_context(context: int, value_at: Callable[[int], Any]):
+    """A quantity at `context`, from its values at the anchor contexts around it (value_at(anchor)), blended."""
+    low, high, weight = context_anchors(context)
+    a = value_at(low)
+    if weight == 0.0:
+        return a
+    return blend(a, value_at(high), weight)
 
 
 def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
@@ -114,9 +131,9 @@ class Machine:
         if weight == 0.0:
             return a
         b = self.anchor_plan(part, replace(shape, context=high), graph)
-        mix = lambda x, y: x + (y - x) * weight  # noqa: E731
-        return replace(a, compute_us=mix(a.compute_us, b.compute_us), memory_us=mix(a.memory_us, b.memory_us),
-                       last_us=mix(a.last_us, b.last_us), label=a.label.replace(f"ctx{low}", f"ctx{shape.context}"))
+        return replace(a, compute_us=blend(a.compute_us, b.compute_us, weight),
+                       memory_us=blend(a.memory_us, b.memory_us, weight), last_us=blend(a.last_us, b.last_us, weight),
+                       label=a.label.replace(f"ctx{low}", f"ctx{shape.context}"))
 
     def _build(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
         layout = pass_layout(self.cards[part], self.tp, shape, self.runtime.fuse_allreduce_rmsnorm)
@@ -147,6 +164,13 @@ class Machine:
         )
 
     # -- fast fidelity ----------------------------------------------------------------------------------------
+    def mean_pass_us(self, part: str, shape: PassShape, graph: bool, seed: int) -> float:
+        """Mean duration of the memoised pass samples at shape.context, blended between anchors as the fast engine
+        blends them."""
+        duration = SAMPLE_FIELDS.index("duration")
+        return at_context(shape.context, lambda c: float(
+            self.samples(part, replace(shape, context=c), graph, seed)[:, duration].mean()))
+
     def samples(self, part: str, shape: PassShape, graph: bool, seed: int) -> np.ndarray:
         """FAST_SAMPLES passes of this shape at an anchor context: array (samples, SAMPLE_FIELDS), memoised.
 

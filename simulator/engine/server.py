@@ -4,34 +4,27 @@ then decode or speculate in a continuous batch until done.
 Each step is either a prefill step (the next prompt chunks, up to max_prefill_tokens, prefill first as SGLang's
 scheduler does) or a decode step of the running batch: the policy picks plain decode or a drafter and its verify
 tree, the drafter's passes and one verify pass carrying every request's tokens run on the ranks, and each request
-walks its own tree with its own acceptance draws. KV memory bounds the admitted requests (queue) or evicts the
-newest when it fills (preempt). At `fast` fidelity a step is one SimPy event drawn from memoised per-shape samples
-of the layer model; at `layer` / `link` fidelity every collective of every pass is an event.
+walks its own tree with its own acceptance draws. KV memory bounds the admitted requests (engine.admission). At
+`fast` fidelity a step is one SimPy event drawn from memoised per-shape samples of the layer model; at `layer` /
+`link` fidelity every collective of every pass is an event. Every step is appended to a StepLog (engine.records).
 """
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
-from ..config.errors import ConfigError
 from ..model.cost import PassShape
 from ..speculation.setup import build_speculation
-from .requests import make_requests
-from .costs import (NO_DIFFERENCE, FastStepCosts, LayerStepCosts, PassSpec, StepSpec, draft_passes,
-                    step_overhead_us, verify_pass)
+from .admission import Admission
+from .batch_view import BatchView
+from .costs import FastStepCosts, LayerStepCosts, PassSpec, StepSpec, draft_passes, step_overhead_us, verify_pass
 from .machine import Machine
+from .records import (KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FACTS, STEP_FIELDS,  # noqa: F401  (re-exported)
+                      CostTable, StepLog)
+from .requests import make_requests
 
-KIND_PREFILL, KIND_DECODE, KIND_SPEC = 0, 1, 2
-# the step log: what happened (a tuple per step in Server.steps) and what it cost (Server.step_costs: an anchor row of
-# STEP_COST fields, a difference row and a weight; metrics.step_table blends them into these columns)
-STEP_FACTS = ("kind", "start_at", "batch", "tokens", "depth", "drafter", "verify_tokens", "kv_tokens", "waiting",
-              "context")
-STEP_FIELDS = ("kind", "start_at", "duration_us", "draft_us", "pass_us", "batch", "tokens", "depth",
-               "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other",
-               "allreduce_only", "allreduce_profile", "drafter", "verify_tokens", "kv_tokens", "waiting", "context")
 UNIFORM_BLOCK = 1 << 14
 WALK_UNIFORMS = 16  # uniforms a tree walk takes (at least its depth): runs with different draft lengths stay aligned
+STEP_SPEC_CACHE_SIZE = 1024  # step specs kept by (kind, decision, batch, tokens); a run uses a few per batch size
 
 
 def prefill_quantum(tokens: int) -> int:
@@ -57,6 +50,9 @@ class Server:
         setup = build_speculation(scenario, speculate)
         self.slots = setup.slots
         self.policy = setup.policy
+        self._watch = getattr(self.policy, "observe_walk", None)  # a policy that learns from every request's walk
+        # the model whose per-request state carries the text's regime (the primary drafter's, if stateful)
+        self._primary = self.slots[0].acceptance if self.slots and self.slots[0].acceptance.stateful else None
         acceptance_seq, jitter_seq = np.random.SeedSequence(seed).spawn(2)
         self._acceptance_rng = np.random.default_rng(acceptance_seq)
         jitter = np.random.default_rng(jitter_seq)
@@ -72,30 +68,22 @@ class Server:
         self.requests = make_requests(self.workload, seed, scenario.base_dir, scenario.source)
         self.lookahead = max((slot.tree.size for slot in self.slots), default=0)
         self.kv_capacity = machine.memory["kv_capacity_tokens"]
-        self._check_fits(scenario.source)
-        self.waiting: deque = deque()
-        self.prefilling: list = []
-        self.active: list = []  # decoding requests
-        self.kv_reserved = 0
-        self.kv_peak = 0
-        self.preemptions = 0
-        self.steps: list[tuple] = []  # STEP_FACTS per step
-        self.step_costs: list[tuple] = []  # (STEP_COST row, difference row, weight) per step
+        self.admission = Admission(self.workload, self.kv_capacity, self.lookahead)
+        self.admission.check_fits(self.requests, machine.memory, scenario.source)
+        self.view = BatchView(self)
+        self.log = StepLog()
         self.accept_lengths: list[int] = []  # per request per speculative step, bonus token included
         self.accept_positions: list[int] = []  # tokens the request had generated before that step
         self._arrived_all = False
         self._wake = env.event()
 
-    def _check_fits(self, file: str) -> None:
-        for r in self.requests:
-            need = r.prompt_tokens + r.output_tokens + self.lookahead
-            if need > self.kv_capacity:
-                m = self.machine.memory
-                raise ConfigError(file, "workload", f"request {r.request_id} needs {need:,} tokens of KV cache "
-                                  f"({r.prompt_tokens:,} prompt + {r.output_tokens:,} output + {self.lookahead} "
-                                  f"lookahead), more than the {self.kv_capacity:,} that fit ({m['kv_GB']:.1f} GB per "
-                                  f"GPU after {m['weights_GB']:.1f} GB of weights)",
-                                  "shorter requests, a larger tp or GPUs with more memory")
+    @property
+    def kv_peak(self) -> int:
+        return self.admission.kv_peak
+
+    @property
+    def preemptions(self) -> int:
+        return self.admission.preemptions
 
     # -- randomness ------------------------------------------------------------------------------------------
     def _uniform_row(self, n: int) -> list[float]:
@@ -107,21 +95,10 @@ class Server:
         self._uniform_at += n
         return row
 
-    # -- what the policies may ask -----------------------------------------------------------------------------
-    def match_tokens(self) -> list[int]:
-        """Per active request, the n-gram cache match the primary drafter would find."""
-        model = self.slots[0].acceptance if self.slots else None
-        return [model.match_tokens(r.acceptance_state) for r in self.active] if model else []
-
-    def expected_step_us(self, decision, batch: int, context: int) -> float:
-        """The mean cost of a step (the batch-time model a load-aware policy plans with)."""
-        kind = KIND_SPEC if decision else KIND_DECODE
-        return self.costs.mean_step_us(self.step_spec(kind, decision, batch), context)
-
     # -- step costs ----------------------------------------------------------------------------------------------
     def step_spec(self, kind: int, decision, batch: int, tokens: int = 1) -> StepSpec:
-        tree = decision[1] if decision else None
-        key = (kind, decision[0] if decision else -1, id(tree), batch, tokens)
+        """The passes and host costs of a step, cached by value (bounded: emptied when full)."""
+        key = (kind, decision, batch, tokens)
         spec = self._step_specs.get(key)
         if spec is None:
             rt = self.runtime
@@ -130,191 +107,163 @@ class Server:
             elif kind == KIND_DECODE:
                 spec = StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode), other_us=self._other_plain)
             else:
-                drafter = self.slots[decision[0]].drafter
+                drafter, tree = self.slots[decision.drafter].drafter, decision.tree
                 spec = StepSpec(verify_pass(tree, batch, rt.cuda_graph_verify), draft_passes(drafter, tree, batch),
                                 drafter.host_us(tree, batch), self._other_spec)
+            if len(self._step_specs) >= STEP_SPEC_CACHE_SIZE:
+                self._step_specs.clear()
             self._step_specs[key] = spec
         return spec
 
-    # -- arrivals and memory ---------------------------------------------------------------------------------
+    def _timed_cost(self, spec: StepSpec, context: int):
+        """Generator: a step's time passes; returns (duration, cost table, row, weight) for the log (the decode
+        loop inlines the same, see run)."""
+        if self.fast:
+            cost = self.costs.step(spec, context)
+            yield self.env.timeout(cost[0])
+            return cost
+        measured = yield from self.costs.step(self.env, spec, context)
+        return measured[0], CostTable.measured(measured), 0, 0.0
+
+    # -- arrivals ---------------------------------------------------------------------------------------------
     def _arrivals(self):
         env = self.env
         for request in self.requests:
             if request.arrived_at > env.now:
                 yield env.timeout(request.arrived_at - env.now)
-            self.waiting.append(request)
+            self.admission.waiting.append(request)
             if not self._wake.triggered:
                 self._wake.succeed()
         self._arrived_all = True
 
-    def _admit(self) -> None:
-        """Admit waiting requests while a batch slot is free and their KV cache fits.
-
-        queue: a request reserves its whole cache (prompt + output + lookahead) and never has to be evicted.
-        preempt: a request is admitted when its current cache fits next to what is in use now.
-        """
-        cap = self.workload.concurrency
-        queue = self.workload.kv_overflow == "queue"
-        while self.waiting and len(self.active) + len(self.prefilling) < cap:
-            request = self.waiting[0]
-            if queue:
-                need = request.prompt_tokens + request.output_tokens + self.lookahead
-                if self.kv_reserved + need > self.kv_capacity:
-                    break
-                self.kv_reserved += need
-            elif self._kv_in_use() + self._lookahead_in_use() + request.prompt_tokens + request.generated + \
-                    self.lookahead > self.kv_capacity:
-                break
-            self.waiting.popleft()
-            if request.admitted_at is None:
-                request.admitted_at = self.env.now
-                if self.slots and self.slots[0].acceptance.stateful:
-                    request.acceptance_state = self.slots[0].acceptance.start(request.prompt_tokens)
-            request.prefill_target = request.prompt_tokens + request.generated
-            request.prefilled = 0
-            self.prefilling.append(request)
-
-    def _release(self, request) -> None:
-        if self.workload.kv_overflow == "queue":
-            self.kv_reserved -= request.prompt_tokens + request.output_tokens + self.lookahead
-
-    def _kv_in_use(self) -> int:
-        """Cached tokens: running requests' contexts, and prefilling requests at their full prefill (their pages
-        are allocated when admitted)."""
-        return sum(r.prompt_tokens + r.generated for r in self.active) + \
-            sum(r.prefill_target for r in self.prefilling)
-
-    def _lookahead_in_use(self) -> int:
-        return self.lookahead * len(self.active)
-
-    def _preempt_if_full(self, lookahead: int) -> None:
-        """preempt mode: evict the newest requests (prefilling first) until the step's KV cache fits; an evicted
-        request is recomputed (prompt + generated) when it is admitted again."""
-        while self._kv_in_use() + lookahead * len(self.active) > self.kv_capacity:
-            if self.prefilling:
-                victim = self.prefilling.pop()
-            elif len(self.active) > 1:
-                victim = self.active.pop()
-            else:
-                return  # one request always fits: requests larger than the cache were refused at the start
-            victim.preemptions += 1
-            self.preemptions += 1
-            victim.prefilled = 0
-            self.waiting.appendleft(victim)
+    def _start_acceptance(self, request) -> None:
+        if self._primary is not None:
+            request.acceptance_state = self._primary.start(request.prompt_tokens)
 
     # -- the loop --------------------------------------------------------------------------------------------
     def run(self):
-        """SimPy process: serve every request. The decode step is the hot path: locals, no per-step allocation
-        beyond the step record (inlined for speed)."""
-        env = self.env
+        """SimPy process: serve every request, one prefill or decode step at a time.
+
+        Hot path: a decode step is set up and booked by plain method calls around one inlined cost draw and
+        timeout, so that at fast fidelity this is the only generator a step resumes.
+        """
+        env, adm, log = self.env, self.admission, self.log
         env.process(self._arrivals())
-        steps, step_costs = self.steps, self.step_costs
-        fast, timeout = self.fast, env.timeout
-        step_cost = self.costs.step if fast else None
-        policy = self.policy
-        preempt = self.workload.kv_overflow == "preempt"
+        fast, timeout, step_cost = self.fast, env.timeout, self.costs.step
         max_steps = self.max_steps
-        uniform_row = self._uniform_row
-        lengths, positions = self.accept_lengths, self.accept_positions
-        watch = getattr(policy, "observe_walk", None)
-        primary = self.slots[0].acceptance if self.slots and self.slots[0].acceptance.stateful else None
-        specs: dict = {}  # (id(decision), batch) -> StepSpec: decisions are the policy's own, long-lived objects
-        while True:
-            if max_steps is not None and len(steps) >= max_steps:
-                return
-            if self.waiting and len(self.active) + len(self.prefilling) < self.workload.concurrency:
-                self._admit()
-            if self.prefilling:
+        while max_steps is None or len(log) < max_steps:
+            if adm.waiting and len(adm.active) + len(adm.prefilling) < adm.concurrency:
+                adm.admit(env.now, self._start_acceptance)
+            if adm.prefilling:
                 yield from self._prefill()
                 continue
-            active = self.active
-            if not active:
-                if self._arrived_all and not self.waiting:
+            if not adm.active:
+                if self._arrived_all and not adm.waiting:
                     return
                 self._wake = env.event()
                 yield self._wake  # idle until the next arrival
                 continue
-            decision = policy.decide(self)
-            if preempt:
-                self._preempt_if_full(decision[1].size if decision else 1)
-                active = self.active
-                if not active:
-                    continue
-            batch = len(active)
-            context = 0
-            for r in active:
-                context += r.prompt_tokens + r.generated
-            kv_tokens = context + (decision[1].size * batch if decision else batch)
-            if self.prefilling:
-                kv_tokens += sum(r.prefill_target for r in self.prefilling)
-            if kv_tokens > self.kv_peak:
-                self.kv_peak = kv_tokens
-            start = env.now
-            key = (id(decision), batch)
-            step_spec = specs.get(key)
-            if step_spec is None:
-                step_spec = specs[key] = self.step_spec(KIND_SPEC if decision else KIND_DECODE, decision, batch)
+            step = self._begin_decode()
+            if step is None:
+                continue
             if fast:
-                duration, row, delta, weight = step_cost(step_spec, context)
+                duration, table, row, weight = step_cost(step[-1], step[3])
                 yield timeout(duration)
             else:
-                row = yield from self.costs.step(env, step_spec, context)
-                duration, delta, weight = row[0], NO_DIFFERENCE, 0.0
-            now = env.now
-            done = False
-            if decision:
-                kind = KIND_SPEC
-                tree, model = decision[1], self.slots[decision[0]].acceptance
-                depth, verify_tokens = tree.depth, tree.size
-                walk_uniforms = depth if depth > WALK_UNIFORMS else WALK_UNIFORMS
-                stateful = model.stateful
-                tokens = 0
-                moving = stateful or primary is not None  # one more uniform for the regime's switch
-                for request in active:
-                    state = request.acceptance_state
-                    draws = uniform_row(walk_uniforms + 1 if moving else walk_uniforms)
-                    accepted = model.accepted(tree, state if stateful else None, draws)
-                    if watch is not None:
-                        watch(depth, accepted)
-                    emitted = min(accepted + 1, request.output_tokens - request.generated)
-                    lengths.append(emitted)
-                    positions.append(request.generated)
-                    if stateful:
-                        request.acceptance_state = model.advance(state, emitted, draws[walk_uniforms])
-                    elif primary is not None:  # the text's regime lives in the primary drafter's model
-                        request.acceptance_state = primary.advance(state, emitted, draws[walk_uniforms])
-                    request.generated += emitted
-                    tokens += emitted
-                    if request.generated >= request.output_tokens:
-                        request.completed_at = now
-                        done = True
-            else:
-                kind = KIND_DECODE
-                for request in active:
-                    request.generated += 1
-                    if primary is not None:
-                        request.acceptance_state = primary.advance(request.acceptance_state, 1, uniform_row(1)[0])
-                    if request.generated >= request.output_tokens:
-                        request.completed_at = now
-                        done = True
-                tokens = batch
-                depth = verify_tokens = 0
-            steps.append((kind, start, batch, tokens, depth, decision[0] if decision else -1, verify_tokens, kv_tokens,
-                          len(self.waiting), context))
-            step_costs.append((row, delta, weight))
-            policy.observe(decision, duration, tokens / batch, batch)
-            if done:
-                for r in active:
-                    if r.completed_at is not None:
-                        self._release(r)
-                self.active = [r for r in active if r.completed_at is None]
+                cost = yield from step_cost(env, step[-1], step[3])
+                duration, table, row, weight = cost[0], CostTable.measured(cost), 0, 0.0
+            self._finish_decode(step, duration, table, row, weight)
+
+    def _begin_decode(self) -> tuple | None:
+        """The policy decides; preempt mode makes room; returns (decision, active, start, context, kv_tokens, step
+        spec), or None when preemption emptied the batch."""
+        adm = self.admission
+        decision = self.policy.decide(self.view)
+        if not adm.queue_mode:  # preempt mode
+            adm.preempt_if_full(decision.tree.size if decision else 1)
+        active = adm.active
+        if not active:
+            return None
+        batch = len(active)
+        context = 0
+        for r in active:
+            context += r.prompt_tokens + r.generated
+        kv_tokens = context + (decision.tree.size * batch if decision else batch)
+        if adm.prefilling:
+            kv_tokens += sum(r.prefill_target for r in adm.prefilling)
+        if kv_tokens > adm.kv_peak:
+            adm.kv_peak = kv_tokens
+        spec = self.step_spec(KIND_SPEC if decision else KIND_DECODE, decision, batch)
+        return decision, active, self.env.now, context, kv_tokens, spec
+
+    def _finish_decode(self, step: tuple, duration: float, table: CostTable, row: int, weight: float) -> None:
+        """After the step's time: the requests advance, the step is logged, the policy observes it."""
+        decision, active, start, context, kv_tokens, _ = step
+        adm = self.admission
+        batch = len(active)
+        if decision:
+            tokens, done = self._walk(active, decision, self.env.now)
+            tree = decision.tree
+            facts = (KIND_SPEC, start, batch, tokens, tree.depth, decision.drafter, tree.size, kv_tokens,
+                     len(adm.waiting), context)
+        else:
+            tokens, done = self._plain(active, self.env.now)
+            facts = (KIND_DECODE, start, batch, tokens, 0, -1, 0, kv_tokens, len(adm.waiting), context)
+        self.log.append(facts, table, row, weight)
+        self.policy.observe(decision, duration, tokens / batch, batch)
+        if done:
+            adm.retire(active)
+
+    def _walk(self, active: list, decision, now: float) -> tuple[int, bool]:
+        """Every request walks the verify tree with its own uniforms; returns (tokens emitted, any completed)."""
+        tree, model = decision.tree, self.slots[decision.drafter].acceptance
+        depth = tree.depth
+        walk_uniforms = depth if depth > WALK_UNIFORMS else WALK_UNIFORMS
+        stateful = model.stateful
+        primary = self._primary
+        moving = stateful or primary is not None  # one more uniform for the regime's switch
+        uniform_row, watch = self._uniform_row, self._watch
+        lengths, positions = self.accept_lengths, self.accept_positions
+        tokens, done = 0, False
+        for request in active:
+            state = request.acceptance_state
+            draws = uniform_row(walk_uniforms + 1 if moving else walk_uniforms)
+            accepted = model.accepted(tree, state if stateful else None, draws)
+            if watch is not None:
+                watch(depth, accepted)
+            emitted = min(accepted + 1, request.output_tokens - request.generated)
+            lengths.append(emitted)
+            positions.append(request.generated)
+            if stateful:
+                request.acceptance_state = model.advance(state, emitted, draws[walk_uniforms])
+            elif primary is not None:  # the text's regime lives in the primary drafter's model
+                request.acceptance_state = primary.advance(state, emitted, draws[walk_uniforms])
+            request.generated += emitted
+            tokens += emitted
+            if request.generated >= request.output_tokens:
+                request.completed_at = now
+                done = True
+        return tokens, done
+
+    def _plain(self, active: list, now: float) -> tuple[int, bool]:
+        """A plain decode step: one token per request (the regime still moves); returns (tokens, any completed)."""
+        primary = self._primary
+        done = False
+        for request in active:
+            request.generated += 1
+            if primary is not None:
+                request.acceptance_state = primary.advance(request.acceptance_state, 1, self._uniform_row(1)[0])
+            if request.generated >= request.output_tokens:
+                request.completed_at = now
+                done = True
+        return len(active), done
 
     def _prefill(self):
         """One prefill step: the next prompt chunks of the admitted requests, up to max_prefill_tokens."""
-        env = self.env
+        adm = self.admission
         budget = self.workload.max_prefill_tokens
         chunk: list[tuple] = []
-        for request in self.prefilling:
+        for request in adm.prefilling:
             if budget <= 0:
                 break
             take = min(request.prefill_target - request.prefilled, budget)
@@ -323,31 +272,25 @@ class Server:
         batch = len(chunk)
         total = sum(t for _, t in chunk)
         cached = sum(r.prefilled for r, _ in chunk)
-        tokens_each = prefill_quantum(-(-total // batch))
-        start = env.now
-        spec = self.step_spec(KIND_PREFILL, None, batch, tokens_each)
-        if self.fast:
-            duration, row, delta, weight = self.costs.step(spec, cached)
-            yield env.timeout(duration)
-        else:
-            row = yield from self.costs.step(env, spec, cached)
-            delta, weight = NO_DIFFERENCE, 0.0
-        now = env.now
+        start = self.env.now
+        spec = self.step_spec(KIND_PREFILL, None, batch, prefill_quantum(-(-total // batch)))
+        _, table, row, weight = yield from self._timed_cost(spec, cached)
+        now = self.env.now
         finished = 0
         for request, take in chunk:
             request.prefilled += take
             if request.prefilled >= request.prefill_target:
-                self.prefilling.remove(request)
+                adm.prefilling.remove(request)
                 if request.generated == 0:  # the prefill's logits give the first output token
                     request.generated = 1
                     request.first_token_at = now
                     finished += 1
                 if request.generated >= request.output_tokens:
                     request.completed_at = now
-                    self._release(request)
+                    adm.release(request)
                 else:
-                    self.active.append(request)
-        kv_tokens = self._kv_in_use()
-        self.kv_peak = max(self.kv_peak, kv_tokens)
-        self.steps.append((KIND_PREFILL, start, batch, finished, 0, -1, total, kv_tokens, len(self.waiting), cached))
-        self.step_costs.append((row, delta, weight))
+                    adm.active.append(request)
+        kv_tokens = adm.kv_in_use()
+        adm.note_kv(kv_tokens)
+        self.log.append((KIND_PREFILL, start, batch, finished, 0, -1, total, kv_tokens, len(adm.waiting), cached),
+                        table, row, weight)

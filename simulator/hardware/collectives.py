@@ -6,9 +6,28 @@ latency and the link bandwidths taken from this topology's routes instead of NCC
 from __future__ import annotations
 
 from dataclasses import dataclass, asdict
-from functools import lru_cache
+from functools import wraps
 
 from .interconnect import Fabric
+
+
+def _memo(maxsize: int):
+    """Memoise a method by its arguments in a dict on the instance (it dies with the instance, unlike lru_cache on
+    a method, which keeps every instance alive across runs), emptied when it reaches maxsize."""
+    def wrap(method):
+        attr = f"_memo_{method.__name__}"
+
+        @wraps(method)
+        def cached(self, *args):
+            cache = self.__dict__.setdefault(attr, {})
+            hit = cache.get(args)
+            if hit is None:
+                if len(cache) >= maxsize:
+                    cache.clear()
+                hit = cache[args] = method(self, *args)
+            return hit
+        return cached
+    return wrap
 
 # --- NCCL's tuning constants (NVIDIA/nccl src/graph/tuning.cc, v2.19-v2.21: baseLat, hwLat, llMaxBws) ---------
 # Base latency per (algorithm, protocol), us.
@@ -170,7 +189,7 @@ class AllReduce:
         out.append(CollectiveCost("two_shot", "P2P", latency + nbytes / (1000.0 * algbw), latency, algbw, algbw * bus))
         return out
 
-    @lru_cache(maxsize=4096)
+    @_memo(4096)
     def step_plan(self, nbytes: int) -> StepPlan:
         """The chosen all-reduce of nbytes decomposed into its steps (the same total time when links are free)."""
         c = self.cost(nbytes)
@@ -191,7 +210,7 @@ class AllReduce:
         bandwidth = min(self.fabric.concurrent_bandwidth_GBps(hops))
         return StepPlan(base, steps, tuple(hops), (c.latency_us - base) / steps, transfer / steps, bandwidth)
 
-    @lru_cache(maxsize=1024)
+    @_memo(1024)
     def allgather_us(self, nbytes_per_rank: int) -> float:
         """NCCL ring all-gather of nbytes from each rank: n-1 steps, cheapest protocol (tuning.cc's model)."""
         n = self.ranks
@@ -209,7 +228,7 @@ class AllReduce:
         return best
 
     # -- choice ---------------------------------------------------------------------------------------------
-    @lru_cache(maxsize=4096)
+    @_memo(4096)
     def cost(self, nbytes: int) -> CollectiveCost:
         """The all-reduce of nbytes as this runtime would run it."""
         if self.ranks <= 1:

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 from .interconnect import Fabric, Hop
 
+MAX_COMPILED = 1024  # compiled hop routes kept; a run's collectives use a few
+
 
 class LinkNetwork:
     """Active flows per directed link of a fabric (the link fidelity's contention model).
 
     A collective registers its hops' flows while it runs; a flow's bandwidth is the smallest equal share of the
-    links on its route, taken when the collective starts (a fluid approximation of the links' arbitration).
-    Hop routes are compiled to integer link ids once (hot path).
+    links on its route, as a snapshot taken when the collective starts: it is not re-rated when other flows start
+    or end during the transfer (a max-min fluid model would re-rate it). Hop routes are compiled to integer link ids
+    once (hot path), keyed by the hops themselves (frozen values), in a bounded cache.
     """
 
     def __init__(self, fabric: Fabric):
@@ -17,7 +20,7 @@ class LinkNetwork:
         self._ids: dict[tuple[int, int], int] = {}
         self.capacity: list[float] = []
         self.flows: list[int] = []
-        self._compiled: dict[int, tuple] = {}
+        self._compiled: dict[tuple, tuple] = {}
 
     def _link_id(self, link: tuple[int, int]) -> int:
         lid = self._ids.get(link)
@@ -28,12 +31,13 @@ class LinkNetwork:
         return lid
 
     def compile(self, hops: tuple[Hop, ...]) -> tuple:
-        key = id(hops)
-        compiled = self._compiled.get(key)
+        compiled = self._compiled.get(hops)
         if compiled is None:
             per_hop = tuple(tuple(self._link_id(l) for l in hop.links) for hop in hops)
             flat = tuple(lid for links in per_hop for lid in links)
-            compiled = self._compiled[key] = (hops, per_hop, flat)  # keep hops alive: the id stays valid
+            if len(self._compiled) >= MAX_COMPILED:
+                self._compiled.clear()
+            compiled = self._compiled[hops] = (hops, per_hop, flat)
         return compiled
 
     def begin(self, compiled) -> float:

@@ -6,27 +6,14 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.costs import STEP_COST
-from ..engine.server import KIND_DECODE, KIND_SPEC, STEP_FACTS, STEP_FIELDS
+from ..engine.records import KIND_DECODE, KIND_SPEC, StepColumns
 
 BREAKDOWN = ("compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other")
 
 
-def step_table(server) -> dict[str, np.ndarray]:
-    """The server's step log as columns (times in microseconds): facts as recorded, costs blended between their
-    context anchors (anchor row + weight x difference row) in one vectorised pass."""
-    if not server.steps:
-        return {name: np.zeros(0) for name in STEP_FIELDS}
-    facts = np.asarray(server.steps, dtype=float)
-    rows, deltas, weights = zip(*server.step_costs)
-    cost = np.asarray(rows, dtype=float) + np.asarray(deltas, dtype=float) * np.asarray(weights)[:, None]
-    table = {name: facts[:, i] for i, name in enumerate(STEP_FACTS)}
-    table.update({name: cost[:, i] for i, name in enumerate(STEP_COST)})
-    # the log's names for the cost fields: prefill steps have no drafting
-    table["duration_us"], table["draft"] = table.pop("duration"), table["draft_us"]
-    table["draft"] = np.where(table["kind"] == 0, 0.0, table["draft_us"])
-    table["draft_us"] = table["draft"]
-    return {name: table[name] for name in STEP_FIELDS}
+def step_table(server) -> StepColumns:
+    """The server's step log as named columns (times in microseconds), costs blended between their anchors."""
+    return server.log.columns()
 
 
 def _stats_ms(values_us: np.ndarray) -> dict[str, float] | None:
@@ -60,7 +47,7 @@ class RunSummary:
     tokens: int
     sim_time_us: float
     throughput_tok_s: float
-    steps: dict[str, np.ndarray]
+    steps: StepColumns
     accept_lengths: np.ndarray
     accept_positions: np.ndarray
     requests: list

@@ -20,15 +20,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
 
-from ..engine.server import KIND_DECODE, KIND_PREFILL, KIND_SPEC
+from ..engine.records import KIND_SPEC, STEP_KIND_NAMES, StepColumns
 from ..engine.timeline import CATEGORIES
 
 STEPS_PID = 0
 HOST_TID, GPU_TID = 1, 2
 STEP_TID, COUNTER_TID = 1, 2
-STEP_KINDS = {KIND_PREFILL: "prefill", KIND_DECODE: "decode", KIND_SPEC: "verify"}
 
 
 def segment_name(k: int, num_segments: int) -> str:
@@ -97,21 +95,19 @@ def pass_events(spec, plan, result: dict, pass_index: int) -> list[dict]:
     return events
 
 
-def step_events(steps: dict[str, np.ndarray]) -> list[dict]:
+def step_events(steps: StepColumns) -> list[dict]:
     """The steps lane (a span per phase) and the counter lane (tokens per step) from the step log."""
     events: list[dict] = []
-    for i in range(len(steps["kind"])):
-        kind = int(steps["kind"][i])
-        start, duration = float(steps["start_at"][i]), float(steps["duration_us"][i])
-        draft, main = float(steps["draft_us"][i]), float(steps["pass_us"][i])
-        tokens, batch = float(steps["tokens"][i]), float(steps["batch"][i])
-        args = {"step": i, "batch": int(batch), "tokens": int(tokens),
-                "allreduce_wait_us": float(steps["allreduce_wait"][i]),
-                "allreduce_transfer_us": float(steps["allreduce_transfer"][i])}
-        name = STEP_KINDS.get(kind, "step")
+    for i, step in enumerate(steps.records()):
+        kind, start, duration = step.kind, step.start_at, step.duration_us
+        draft, main = step.draft_us, step.pass_us
+        tokens, batch = float(step.tokens), float(step.batch)
+        args = {"step": i, "batch": step.batch, "tokens": step.tokens, "allreduce_wait_us": step.allreduce_wait,
+                "allreduce_transfer_us": step.allreduce_transfer}
+        name = STEP_KIND_NAMES.get(kind, "step")
         if kind == KIND_SPEC:
             events.append(_span("draft", "step", STEPS_PID, STEP_TID, start, draft, {"step": i}))
-            args["verify_tokens"] = int(steps["verify_tokens"][i])
+            args["verify_tokens"] = step.verify_tokens
         events.append(_span(name, "step", STEPS_PID, STEP_TID, start + draft, main, args))
         other = duration - draft - main
         if other > 0:
@@ -157,7 +153,7 @@ def record(scenario, steps: int = 20, seed: int | None = None) -> dict[str, Any]
         "traceEvents": meta + events,
         "displayTimeUnit": "ms",
         "otherData": {"scenario": spec.name, "seed": spec.seed if seed is None else seed, "fidelity": "layer",
-                      "steps": len(server.steps), "ranks": ranks, "passes": passes},
+                      "steps": len(server.log), "ranks": ranks, "passes": passes},
     }
 
 

@@ -17,6 +17,17 @@ from ..config.errors import ConfigError
 from .trees import Tree, Walker
 
 MAX_RANKS = 16  # siblings per node the tables cover
+MAX_WALKERS = 256  # compiled walkers a model keeps (per tree and table level); emptied when full
+
+
+def _cached_walker(cache: dict, key, build) -> Walker:
+    """A walker from a value-keyed cache (the tree itself, not its address), bounded by MAX_WALKERS."""
+    walker = cache.get(key)
+    if walker is None:
+        if len(cache) >= MAX_WALKERS:
+            cache.clear()
+        walker = cache[key] = build()
+    return walker
 
 
 def positional_table(probs: list[float], sibling_decay: float, depth: int, repeat_last: bool = False):
@@ -43,7 +54,7 @@ class AcceptanceModel:
 
     def __init__(self, probs: list[float], sibling_decay: float = 1.0, repeat_last: bool = False):
         self.probs, self.sibling_decay, self.repeat_last = list(probs), sibling_decay, repeat_last
-        self._walkers: dict[int, Walker] = {}
+        self._walkers: dict[Tree, Walker] = {}
 
     def table(self, depth: int, state=None):
         return positional_table(self.probs, self.sibling_decay, depth, self.repeat_last)
@@ -52,11 +63,7 @@ class AcceptanceModel:
         return None
 
     def walker(self, tree: Tree, state=None) -> Walker:
-        key = id(tree)
-        walker = self._walkers.get(key)
-        if walker is None:
-            walker = self._walkers[key] = Walker(tree, self.table(tree.depth))
-        return walker
+        return _cached_walker(self._walkers, tree, lambda: Walker(tree, self.table(tree.depth)))
 
     def accepted(self, tree: Tree, state, uniforms) -> int:
         return self.walker(tree, state)(uniforms)
@@ -113,11 +120,8 @@ class RegimeModel(AcceptanceModel):
     def walker(self, tree: Tree, state) -> Walker:
         easy, seen = state
         level = self.level(easy, seen)
-        key = (id(tree), easy, level)
-        walker = self._walkers2.get(key)
-        if walker is None:
-            walker = self._walkers2[key] = Walker(tree, self.regime_table(easy, level, tree.depth))
-        return walker
+        return _cached_walker(self._walkers2, (tree, easy, level),
+                              lambda: Walker(tree, self.regime_table(easy, level, tree.depth)))
 
     def advance(self, state, emitted: int, u: float):
         easy, seen = state

@@ -1,6 +1,8 @@
 """Speculation policies: each step, speculate (with which drafter and tree) or decode plainly; they observe steps.
 
-A decision is (drafter index, tree) or None for plain decode; drafter 0 is the scenario's, 1 a policy's fallback.
+A decision is a `Decision` (drafter index, tree) or None for plain decode; drafter 0 is the scenario's, 1 a policy's
+fallback. Every policy hands out decisions it built once (the loop caches a decision's step cost by value). A policy
+sees the running batch only through a read-only `BatchState` view.
 """
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections import deque
 
 from ..config.policy import (AdaptiveLengthPolicy, BatchTablePolicy, BatchThresholdPolicy, GoodputPolicy, HybridPolicy,
                              MultiDrafterPolicy, StaticPolicy)
+from .protocols import BatchState, Decision, Policy
 from .trees import Tree
 
 
@@ -15,9 +18,9 @@ class Static:
     """Always the configured drafter and tree (None: speculation off)."""
 
     def __init__(self, tree: Tree | None):
-        self.decision = (0, tree) if tree is not None else None
+        self.decision = Decision(0, tree) if tree is not None else None
 
-    def decide(self, server) -> tuple | None:
+    def decide(self, view: BatchState | None) -> Decision | None:
         return self.decision
 
     def observe(self, decision, step_us: float, accept_len: float, batch: int) -> None:
@@ -35,6 +38,7 @@ class Hybrid:
     def __init__(self, config: HybridPolicy, tree: Tree):
         self.config = config
         self.tree = tree
+        self.decision = Decision(0, tree)
         self.on = False  # first a plain step to learn its cost, then a probe
         self.accept: float | None = None
         self.recent: deque = deque(maxlen=config.window)
@@ -53,12 +57,12 @@ class Hybrid:
             return None
         return self.spec_us / self.plain_us
 
-    def decide(self, server):
+    def decide(self, view: BatchState | None) -> Decision | None:
         if self.on:
-            return (0, self.tree)
+            return self.decision
         if self.plain_us is not None and (self.spec_us is None or self.since_probe >= self.interval):
             self.since_probe = 0
-            return (0, self.tree)
+            return self.decision
         self.since_probe += 1
         return None
 
@@ -91,12 +95,12 @@ class AdaptiveLength:
     def __init__(self, config: AdaptiveLengthPolicy, make_tree):
         self.config = config
         self.choices = sorted(config.choices)
-        self.trees = {k: make_tree(k) for k in self.choices}
+        self.decisions = {k: Decision(0, make_tree(k)) for k in self.choices}
         self.accept: float | None = None
         self.current = self.choices[-1]
 
-    def decide(self, server):
-        return (0, self.trees[self.current])
+    def decide(self, view: BatchState | None) -> Decision:
+        return self.decisions[self.current]
 
     def observe(self, decision, step_us: float, accept_len: float, batch: int) -> None:
         if decision is None:
@@ -112,11 +116,11 @@ class MultiDrafter:
 
     def __init__(self, config: MultiDrafterPolicy, primary_tree: Tree, fallback_tree: Tree):
         self.config = config
-        self.primary = (0, primary_tree)
-        self.fallback = (1, fallback_tree)
+        self.primary = Decision(0, primary_tree)
+        self.fallback = Decision(1, fallback_tree)
 
-    def decide(self, server):
-        matches = server.match_tokens()
+    def decide(self, view: BatchState) -> Decision:
+        matches = view.match_tokens()
         long = sum(1 for m in matches if m >= self.config.min_match_tokens)
         return self.primary if matches and 2 * long >= len(matches) else self.fallback
 
@@ -129,10 +133,10 @@ class BatchThreshold:
 
     def __init__(self, config: BatchThresholdPolicy, tree: Tree):
         self.max_batch = config.max_batch
-        self.decision = (0, tree)
+        self.decision = Decision(0, tree)
 
-    def decide(self, server):
-        return self.decision if len(server.active) <= self.max_batch else None
+    def decide(self, view: BatchState) -> Decision | None:
+        return self.decision if view.batch <= self.max_batch else None
 
     def observe(self, decision, step_us: float, accept_len: float, batch: int) -> None:
         pass
@@ -142,11 +146,11 @@ class BatchTable:
     """Draft length looked up by batch size."""
 
     def __init__(self, config: BatchTablePolicy, make_tree):
-        self.rows = [(row.max_batch, (0, make_tree(row.draft_tokens)) if row.draft_tokens else None)
+        self.rows = [(row.max_batch, Decision(0, make_tree(row.draft_tokens)) if row.draft_tokens else None)
                      for row in config.table]
 
-    def decide(self, server):
-        batch = len(server.active)
+    def decide(self, view: BatchState) -> Decision | None:
+        batch = view.batch
         for bound, decision in self.rows:
             if batch <= bound:
                 return decision
@@ -160,14 +164,14 @@ class Goodput:
     """Pick the draft length with the most expected tokens per second for this batch (SmartSpec's idea).
 
     Per-depth acceptance is estimated from what the chain walks showed (a depth is tried when the one before it
-    was accepted), with a prior and fading memory; step times come from the server's batch-time model.
+    was accepted), with a prior and fading memory; step times come from the batch view's batch-time model.
     """
 
     def __init__(self, config: GoodputPolicy, make_tree):
         self.config = config
         self.choices = sorted(set(config.choices))
         depth = max(self.choices)
-        self.decisions = {k: ((0, make_tree(k)) if k else None) for k in self.choices}
+        self.decisions = {k: (Decision(0, make_tree(k)) if k else None) for k in self.choices}
         self.trials = [0.0] * (depth + 1)
         self.accepts = [0.0] * (depth + 1)
 
@@ -182,13 +186,12 @@ class Goodput:
             total += survive
         return total
 
-    def decide(self, server):
-        batch = len(server.active)
-        context = sum(r.prompt_tokens + r.generated for r in server.active)
+    def decide(self, view: BatchState) -> Decision | None:
+        batch, context = view.batch, view.context_tokens
         best, best_rate = None, -1.0
         for k in self.choices:
             decision = self.decisions[k]
-            rate = self.expected_tokens(k) / server.expected_step_us(decision, batch, context)
+            rate = self.expected_tokens(k) / view.expected_step_us(decision, batch, context)
             if rate > best_rate:
                 best, best_rate = decision, rate
         return best
@@ -207,7 +210,7 @@ class Goodput:
         pass
 
 
-def build_policy(config, tree: Tree | None, make_tree=None, fallback_tree: Tree | None = None):
+def build_policy(config, tree: Tree | None, make_tree=None, fallback_tree: Tree | None = None) -> Policy:
     if tree is None:
         return Static(None)
     if isinstance(config, StaticPolicy):

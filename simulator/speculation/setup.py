@@ -4,17 +4,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.errors import ConfigError
-from ..config.typical import mean_length
+from ..config.typical import typical_context
 from .acceptance import AcceptanceModel, build_acceptance, typical_table
 from .drafters import build_drafter
 from .policies import build_policy
+from .protocols import Drafter, Policy
 from .trees import Tree
 
 
-@dataclass
+@dataclass(frozen=True)
 class DrafterSlot:
+    """A drafter, the acceptance model of its proposals, and the verify tree it drafts by default."""
+
     method: str
-    drafter: object
+    drafter: Drafter
     acceptance: AcceptanceModel
     tree: Tree
 
@@ -58,10 +61,12 @@ def build_tree(config, draft_tokens: int, verify: str, acceptance: AcceptanceMod
     return tree
 
 
-@dataclass
+@dataclass(frozen=True)
 class SpeculationSetup:
+    """The drafters (slot 0 the scenario's, slot 1 a multi-drafter policy's fallback) and the policy choosing."""
+
     slots: list[DrafterSlot]
-    policy: object
+    policy: Policy
 
 
 def build_speculation(scenario, speculate: bool = True) -> SpeculationSetup:
@@ -72,7 +77,7 @@ def build_speculation(scenario, speculate: bool = True) -> SpeculationSetup:
     if not speculate or s.method == "none":
         return SpeculationSetup([], build_policy(spec.policy, None))
     work = spec.workload
-    typical_seen = mean_length(work.prompt_tokens) + mean_length(work.output_tokens) / 2  # mean history of a step
+    typical_seen = typical_context(work)  # the mean history of a step
     acceptance = build_acceptance(s.acceptance, base_dir, file, typical_seen)
     tree = build_tree(s.tree, s.draft_tokens, s.verify, acceptance, file, "speculation.tree")
     slots = [DrafterSlot(s.method, build_drafter(s.method, s, spec.runtime), acceptance, tree)]

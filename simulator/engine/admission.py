@@ -1,0 +1,100 @@
+"""Who is in the batch: requests wait, are admitted while a batch slot and their KV cache fit, prefill, decode.
+
+KV memory bounds the admitted requests in one of two ways (workload.kv_overflow):
+- queue: a request reserves its whole cache (prompt + output + lookahead) when admitted and is never evicted;
+- preempt: a request is admitted when its current cache fits next to what is in use now, and the newest requests
+  are evicted (prefilling ones first) when a step would overflow; an evicted request is recomputed (prompt +
+  generated) when it is admitted again.
+The lookahead is the largest verify tree a request may need cache for in one step.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from ..config.errors import ConfigError
+
+
+class Admission:
+    """The waiting queue, the prefilling and the decoding requests, and the KV cache they hold."""
+
+    def __init__(self, workload, kv_capacity: int, lookahead: int):
+        self.concurrency = workload.concurrency
+        self.queue_mode = workload.kv_overflow == "queue"
+        self.kv_capacity = kv_capacity
+        self.lookahead = lookahead
+        self.waiting: deque = deque()
+        self.prefilling: list = []
+        self.active: list = []  # decoding requests
+        self.kv_reserved = 0
+        self.kv_peak = 0
+        self.preemptions = 0
+
+    def check_fits(self, requests, memory: dict, file: str) -> None:
+        """Refuse, at the start, a request whose cache alone is larger than the whole KV cache."""
+        for r in requests:
+            need = r.prompt_tokens + r.output_tokens + self.lookahead
+            if need > self.kv_capacity:
+                raise ConfigError(file, "workload", f"request {r.request_id} needs {need:,} tokens of KV cache "
+                                  f"({r.prompt_tokens:,} prompt + {r.output_tokens:,} output + {self.lookahead} "
+                                  f"lookahead), more than the {self.kv_capacity:,} that fit ({memory['kv_GB']:.1f} GB "
+                                  f"per GPU after {memory['weights_GB']:.1f} GB of weights)",
+                                  "shorter requests, a larger tp or GPUs with more memory")
+
+    def has_room(self) -> bool:
+        return bool(self.waiting) and len(self.active) + len(self.prefilling) < self.concurrency
+
+    def admit(self, now: float, on_first_admission) -> None:
+        """Admit waiting requests while a batch slot is free and their KV cache fits (see the module docstring);
+        on_first_admission(request) runs once per request (it starts the request's acceptance state)."""
+        while self.waiting and len(self.active) + len(self.prefilling) < self.concurrency:
+            request = self.waiting[0]
+            if self.queue_mode:
+                need = request.prompt_tokens + request.output_tokens + self.lookahead
+                if self.kv_reserved + need > self.kv_capacity:
+                    break
+                self.kv_reserved += need
+            elif self.kv_in_use() + self.lookahead * len(self.active) + request.prompt_tokens + \
+                    request.generated + self.lookahead > self.kv_capacity:
+                break
+            self.waiting.popleft()
+            if request.admitted_at is None:
+                request.admitted_at = now
+                on_first_admission(request)
+            request.prefill_target = request.prompt_tokens + request.generated
+            request.prefilled = 0
+            self.prefilling.append(request)
+
+    def release(self, request) -> None:
+        if self.queue_mode:
+            self.kv_reserved -= request.prompt_tokens + request.output_tokens + self.lookahead
+
+    def kv_in_use(self) -> int:
+        """Cached tokens: running requests' contexts, and prefilling requests at their full prefill (their pages
+        are allocated when admitted)."""
+        return sum(r.prompt_tokens + r.generated for r in self.active) + \
+            sum(r.prefill_target for r in self.prefilling)
+
+    def note_kv(self, kv_tokens: int) -> None:
+        if kv_tokens > self.kv_peak:
+            self.kv_peak = kv_tokens
+
+    def preempt_if_full(self, lookahead: int) -> None:
+        """preempt mode: evict the newest requests (prefilling first) until the step's KV cache fits."""
+        while self.kv_in_use() + lookahead * len(self.active) > self.kv_capacity:
+            if self.prefilling:
+                victim = self.prefilling.pop()
+            elif len(self.active) > 1:
+                victim = self.active.pop()
+            else:
+                return  # one request always fits: requests larger than the cache were refused at the start
+            victim.preemptions += 1
+            self.preemptions += 1
+            victim.prefilled = 0
+            self.waiting.appendleft(victim)
+
+    def retire(self, active: list) -> None:
+        """After a step in which some requests completed: release their cache, keep the others decoding."""
+        for r in active:
+            if r.completed_at is not None:
+                self.release(r)
+        self.active = [r for r in active if r.completed_at is None]

@@ -1,0 +1,218 @@
+"""The step log: one named record per simulated step, kept as numpy columns.
+
+A step's *facts* (what happened: its kind, start, batch, tokens, ...) and its *cost* (what it took, split into the
+breakdown's categories) are recorded by name. A fast-fidelity step's cost is a row of a CostTable (the memoised
+samples at the context anchor below the step's context, and their differences to the anchor above) and a weight;
+the log stores (table, row, weight) and blends anchor + weight x difference when it is read, in one vectorised
+pass, so the hot path only appends three numbers besides the facts.
+
+Storage: preallocated numpy arrays (facts, table, row, weight) grown by doubling. The serving loop appends a step to
+a short pending list that moves into the arrays a block at a time (one numpy conversion per block instead of one
+per step: the hot path stays at a list append). `columns()` gives one array per named field, `records()` a row
+view.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+KIND_PREFILL, KIND_DECODE, KIND_SPEC = 0, 1, 2
+STEP_KIND_NAMES = {KIND_PREFILL: "prefill", KIND_DECODE: "decode", KIND_SPEC: "verify"}
+
+# what happened, in the order the serving loop appends them
+STEP_FACTS = ("kind", "start_at", "batch", "tokens", "depth", "drafter", "verify_tokens", "kv_tokens", "waiting",
+              "context")
+# what it cost: the step's duration, its main pass, drafting, then the main pass's categories, other, and the
+# all-reduce views (in the order the cost models return them)
+STEP_COST = ("duration", "pass_us", "draft_us", "compute", "memory", "launch", "allreduce_transfer",
+             "allreduce_wait", "other", "allreduce_only", "allreduce_profile")
+# the log's columns as readers see them (times in microseconds)
+STEP_FIELDS = ("kind", "start_at", "duration_us", "draft_us", "pass_us", "batch", "tokens", "depth",
+               "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other",
+               "allreduce_only", "allreduce_profile", "drafter", "verify_tokens", "kv_tokens", "waiting", "context")
+BLOCK = 1024  # steps appended between two moves into the numpy arrays
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step as a named record (a row of the log)."""
+
+    kind: int
+    start_at: float
+    duration_us: float
+    draft_us: float
+    pass_us: float
+    batch: int
+    tokens: int
+    depth: int
+    compute: float
+    memory: float
+    launch: float
+    allreduce_transfer: float
+    allreduce_wait: float
+    draft: float
+    other: float
+    allreduce_only: float
+    allreduce_profile: float
+    drafter: int
+    verify_tokens: int
+    kv_tokens: int
+    waiting: int
+    context: int
+
+
+_INTEGER_FIELDS = frozenset(f.name for f in fields(StepRecord) if f.type == "int")
+
+
+@dataclass(frozen=True)
+class StepColumns:
+    """The step log as one numpy array per named field (float64, in STEP_FIELDS order); `table["kind"]` and
+    `table.kind` are the same column."""
+
+    kind: np.ndarray
+    start_at: np.ndarray
+    duration_us: np.ndarray
+    draft_us: np.ndarray
+    pass_us: np.ndarray
+    batch: np.ndarray
+    tokens: np.ndarray
+    depth: np.ndarray
+    compute: np.ndarray
+    memory: np.ndarray
+    launch: np.ndarray
+    allreduce_transfer: np.ndarray
+    allreduce_wait: np.ndarray
+    draft: np.ndarray
+    other: np.ndarray
+    allreduce_only: np.ndarray
+    allreduce_profile: np.ndarray
+    drafter: np.ndarray
+    verify_tokens: np.ndarray
+    kv_tokens: np.ndarray
+    waiting: np.ndarray
+    context: np.ndarray
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in STEP_FIELDS:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __len__(self) -> int:
+        return int(self.kind.shape[0])
+
+    def keys(self) -> tuple[str, ...]:
+        return STEP_FIELDS
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in STEP_FIELDS}
+
+    def records(self) -> list[StepRecord]:
+        """The rows as named records (integers as int)."""
+        values = [getattr(self, name).tolist() for name in STEP_FIELDS]
+        casts = [int if name in _INTEGER_FIELDS else float for name in STEP_FIELDS]
+        return [StepRecord(*(cast(v) for cast, v in zip(casts, row))) for row in zip(*values)]
+
+
+class CostTable:
+    """The STEP_COST rows a step's cost is drawn from: rows at the lower context anchor, and their differences to
+    the upper anchor's (zero for a cost measured directly). A step records (table, row, weight): its cost is
+    anchor[row] + weight x delta[row]."""
+
+    __slots__ = ("serial", "anchor", "delta", "durations", "duration_deltas")
+    _serials = itertools.count()
+
+    def __init__(self, anchor: np.ndarray, delta: np.ndarray | None = None):
+        self.serial = next(CostTable._serials)  # how a log refers to the table (a value, not the object's address)
+        self.anchor = np.asarray(anchor, dtype=float).reshape(-1, len(STEP_COST))
+        self.delta = np.zeros_like(self.anchor) if delta is None else np.asarray(delta, dtype=float)
+        self.durations = self.anchor[:, 0].tolist()  # the hot path blends the duration at once, the rest on read
+        self.duration_deltas = self.delta[:, 0].tolist()
+
+    @classmethod
+    def measured(cls, row) -> "CostTable":
+        """One step's cost as run (layer / link fidelity): a single row, no blending."""
+        return cls(np.asarray(row, dtype=float)[None, :])
+
+
+class StepLog:
+    """What every step of a run did and cost (see the module docstring for the layout)."""
+
+    def __init__(self, capacity: int = BLOCK):
+        self._facts = np.zeros((capacity, len(STEP_FACTS)))
+        self._table = np.zeros(capacity, dtype=np.int64)  # the cost table's serial
+        self._row = np.zeros(capacity, dtype=np.int64)
+        self._weight = np.zeros(capacity)
+        self._tables: dict[int, CostTable] = {}
+        self._size = 0
+        self._pending: list[tuple] = []
+
+    def append(self, facts: tuple, table: CostTable, row: int = 0, weight: float = 0.0) -> None:
+        """One step: its STEP_FACTS values, and its cost as table.anchor[row] + weight x table.delta[row]."""
+        pending = self._pending
+        pending.append((facts, table, row, weight))
+        if len(pending) >= BLOCK:
+            self._flush()
+
+    def __len__(self) -> int:
+        return self._size + len(self._pending)
+
+    def _flush(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        end = self._size + len(pending)
+        if end > self._weight.shape[0]:
+            capacity = max(end, 2 * self._weight.shape[0])
+            for name in ("_facts", "_table", "_row", "_weight"):
+                old = getattr(self, name)
+                grown = np.zeros((capacity,) + old.shape[1:], dtype=old.dtype)
+                grown[:self._size] = old[:self._size]
+                setattr(self, name, grown)
+        tables = self._tables
+        facts, serials, rows, weights = [], [], [], []
+        for fact, table, row, weight in pending:
+            facts.append(fact)
+            serial = table.serial
+            if serial not in tables:
+                tables[serial] = table
+            serials.append(serial)
+            rows.append(row)
+            weights.append(weight)
+        at = slice(self._size, end)
+        self._facts[at] = facts
+        self._table[at] = serials
+        self._row[at] = rows
+        self._weight[at] = weights
+        self._size = end
+        pending.clear()
+
+    def costs(self) -> np.ndarray:
+        """(steps, STEP_COST) blended between the context anchors, in one vectorised pass."""
+        self._flush()
+        n = self._size
+        if n == 0:
+            return np.zeros((0, len(STEP_COST)))
+        serials = np.array(sorted(self._tables))
+        tables = [self._tables[s] for s in serials.tolist()]
+        offsets = np.cumsum([0] + [t.anchor.shape[0] for t in tables[:-1]])
+        index = offsets[np.searchsorted(serials, self._table[:n])] + self._row[:n]
+        anchor = np.concatenate([t.anchor for t in tables])[index]
+        delta = np.concatenate([t.delta for t in tables])[index]
+        return anchor + delta * self._weight[:n, None]
+
+    def columns(self) -> StepColumns:
+        """One array per named field (copies: the log may grow on)."""
+        self._flush()
+        n = self._size
+        table = {name: self._facts[:n, i].copy() for i, name in enumerate(STEP_FACTS)}
+        cost = self.costs()
+        table.update({name: cost[:, i] for i, name in enumerate(STEP_COST)})
+        table["duration_us"] = table.pop("duration")
+        # prefill steps have no drafting: the draft category and the draft_us column are zero there
+        table["draft_us"] = table["draft"] = np.where(table["kind"] == KIND_PREFILL, 0.0, table["draft_us"])
+        return StepColumns(**table)
+
+    def records(self) -> list[StepRecord]:
+        return self.columns().records()

@@ -1,0 +1,67 @@
+"""The step log as named records, and the caches the serving loop keeps (keyed by value, bounded)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.engine import simulate
+from simulator.engine.records import BLOCK, STEP_COST, STEP_FACTS, STEP_FIELDS, CostTable, StepLog
+from simulator.results.run import resolve
+from simulator.speculation.protocols import Decision
+from simulator.speculation.trees import Tree
+
+from conftest import scenario_path
+
+
+def test_log_blends_costs_by_name_and_grows_past_its_capacity():
+    rng = np.random.default_rng(0)
+    anchor, delta = rng.random((5, len(STEP_COST))), rng.random((5, len(STEP_COST)))
+    table, measured = CostTable(anchor, delta), CostTable.measured(np.arange(len(STEP_COST), dtype=float))
+    log = StepLog(capacity=4)
+    n = 3 * BLOCK + 7  # several flushes, each past the capacity: the arrays double
+    for i in range(n):
+        facts = (i % 3, float(i), 1, 2, 3, -1, 4, 5, 6, 10 * i)
+        log.append(facts, measured if i % 2 else table, 0 if i % 2 else i % 5, 0.0 if i % 2 else 0.25)
+    assert len(log) == n
+    cols = log.columns()
+    assert len(cols) == n and cols["context"][-1] == 10 * (n - 1)
+    i = 10  # an even step: table row 0, weight 0.25
+    expected = anchor[0] + 0.25 * delta[0]
+    assert cols.duration_us[i] == expected[STEP_COST.index("duration")]
+    assert cols.allreduce_profile[i] == expected[STEP_COST.index("allreduce_profile")]
+    assert cols.pass_us[11] == STEP_COST.index("pass_us")  # an odd step: the measured row as is
+    records = log.records()
+    assert records[11].context == 110 and isinstance(records[11].batch, int)
+    assert set(cols.keys()) == set(STEP_FIELDS) and set(STEP_FACTS) <= set(STEP_FIELDS)
+    with pytest.raises(KeyError):
+        cols["no_such_field"]
+
+
+def test_prefill_steps_book_no_drafting():
+    row = np.ones(len(STEP_COST))
+    log = StepLog()
+    log.append((0, 0.0, 1, 1, 0, -1, 64, 64, 0, 0), CostTable.measured(row))
+    log.append((2, 1.0, 1, 2, 3, 0, 4, 70, 0, 64), CostTable.measured(row))
+    cols = log.columns()
+    assert cols.draft_us.tolist() == [0.0, 1.0] and cols.draft.tolist() == [0.0, 1.0]
+
+
+def test_decisions_compare_by_value():
+    a, b = Decision(0, Tree.chain(3)), Decision(0, Tree.chain(3))
+    assert a == b and hash(a) == hash(b) and a is not b
+    assert Decision(1, Tree.chain(3)) != a and Decision(0, Tree.chain(4)) != a
+
+
+def test_step_spec_cache_stays_bounded_over_2000_hybrid_steps():
+    """Hybrid hands out the same decision each step; the cache of step specs (keyed by value) holds one entry per
+    (kind, decision, batch): it must not grow with the steps (an id()-keyed cache grew by one a step)."""
+    scenario = resolve(scenario_path("pcie8_hybrid.yaml"),
+                       {"workload__requests": 1, "workload__output_tokens": 4096, "fidelity": "fast"})
+    server = simulate(scenario, max_steps=2000)
+    steps = server.log.columns()
+    assert len(steps) == 2000
+    kinds = set(steps.kind.tolist())
+    assert kinds == {0.0, 1.0, 2.0}  # prefill, plain decode and speculative steps all ran
+    assert len(server._step_specs) <= 3
+    costs = server.costs
+    assert len(costs._pairs) + len(costs._tables) + len(costs._means) < 100
