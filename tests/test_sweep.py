@@ -1,6 +1,7 @@
 """Sweeps: grid/zip/random points, local processes and a Dask cluster, failed points, kill and resume, bad files."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -48,7 +49,7 @@ def test_grid_sweep_on_two_workers_matches_single_runs(tmp_path):
     out = tmp_path / "grid.results.csv"  # default: next to the sweep file, named after it
     assert report.out == str(out) and (report.num_points, report.num_ok, report.num_failed) == (8, 8, 0)
     rows = read_results(str(out))
-    assert list(rows[0]) == ["point_id", *GRID, *METRICS, "status", "error"]
+    assert list(rows[0]) == ["point_id", *GRID, *METRICS, "status", "error", "check"]
     assert len({r["point_id"] for r in rows}) == 8 and {r["status"] for r in rows} == {"ok"}
     combos = {(r["topology.fabric.shm_hop_latency_us"], r["topology.host.eager_launch_us"],
                r["runtime.cuda_graph_verify"]) for r in rows}
@@ -200,3 +201,240 @@ def test_results_of_another_sweep_are_not_mixed_in(tmp_path):
     (tmp_path / "grid.results.csv").write_text("point_id,something_else,status,error\n")
     with pytest.raises(ConfigError, match="other columns"):
         run_sweep(path, workers=1, progress=False)
+
+
+# -- failures: killed workers, signals, concurrent sweeps, damaged files (issue 13) ----------------------------------
+LONG_AXES = {"topology.fabric.shm_hop_latency_us": [0, 0.5, 1, 1.5, 2], "topology.host.eager_launch_us": [6, 9, 12.8, 14],
+             "runtime.cuda_graph_verify": [False, True]}  # 40 points
+LONG_SET = {"workload.requests": 1, "workload.output_tokens": 1024}
+
+
+def children_of(pid: int) -> list[int]:
+    """Live (non-zombie) processes whose parent is `pid`, from the process table."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def start_sweep(path: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "simulator", "sweep", path, "--workers", "2", "--chunk", "1",
+                             *extra], cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def wait_for_rows(proc, out, rows: int, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.exists() and out.read_bytes().count(b"\n") >= rows + 1:
+            return
+        time.sleep(0.02)
+    assert proc.poll() is None, "the sweep ended too early: " + proc.stderr.read().decode()
+    raise AssertionError(f"no {rows} rows after {timeout_s} s")
+
+
+def kill_group(proc) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_a_killed_worker_is_replaced_and_its_point_retried(tmp_path):
+    """kill -9 of one worker mid-sweep: the pool is rebuilt, every point ends with exactly one ok row, exit 0."""
+    path = write_sweep(tmp_path, "kill1", axes=LONG_AXES, set=LONG_SET)
+    out = tmp_path / "kill1.results.csv"
+    proc = start_sweep(path)
+    try:
+        wait_for_rows(proc, out, 3)
+        workers = children_of(proc.pid)
+        assert len(workers) == 2
+        os.kill(workers[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 0, err.decode()
+    rows = read_results(str(out))
+    assert len(rows) == 40 and {r["status"] for r in rows} == {"ok"}
+    assert {r["point_id"] for r in rows} == {p.id for p in points(load_sweep(path))}
+    again = run_sweep(path, workers=2, progress=False)
+    assert (again.num_skipped, again.num_ok, again.num_failed) == (40, 0, 0)
+
+
+def test_a_point_that_kills_its_worker_twice_is_an_error_row(tmp_path, monkeypatch):
+    import simulator.results.run
+
+    real_run = simulator.results.run.run
+    marker = tmp_path / "killed-once"
+
+    def deadly(scenario, **kwargs):  # forked workers inherit this patch
+        launch = scenario.topology.host.eager_launch_us
+        if launch == 7 or (launch == 8 and not marker.exists()):
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_run(scenario, **kwargs)
+
+    monkeypatch.setattr(simulator.results.run, "run", deadly)
+    axes = {"topology.host.eager_launch_us": [6, 7, 8, 9], "runtime.cuda_graph_verify": [False]}
+    report = run_sweep(write_sweep(tmp_path, "deadly", axes=axes), workers=2, progress=False, chunk_size=2)
+    rows = read_results(report.out)
+    assert (report.num_ok, report.num_failed, len(rows)) == (3, 1, 4)
+    failed = [r for r in rows if r["status"] == "error"]
+    assert failed[0]["topology.host.eager_launch_us"] == "7"
+    assert failed[0]["error"] == "the worker running this point died 2 times (killed by SIGKILL)"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_sweep_and_its_workers_within_2_s(tmp_path, signum):
+    path = write_sweep(tmp_path, "term", axes=LONG_AXES, set=LONG_SET)
+    out = tmp_path / "term.results.csv"
+    proc = start_sweep(path)
+    try:
+        wait_for_rows(proc, out, 2)
+        workers = children_of(proc.pid)
+        assert len(workers) == 2
+        os.kill(proc.pid, signum)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=30)  # the pipes close: no worker holds them
+        stopped_s = time.monotonic() - sent
+    finally:
+        kill_group(proc)
+    assert proc.returncode == (143 if signum == signal.SIGTERM else 130), err.decode()
+    assert stopped_s < 2.0 and not [w for w in workers if alive(w)]
+    assert err.decode().count("\n") == 1 and "rerun to resume" in err.decode()
+    done = read_results(str(out))  # whole, checked rows only; the next run resumes from them
+    assert 2 <= len(done) < 40 and len({r["point_id"] for r in done}) == len(done)
+    assert out.read_bytes().count(b"\n") == len(done) + 1
+
+
+def test_workers_die_with_a_killed_parent(tmp_path):
+    path = write_sweep(tmp_path, "orphan", axes=LONG_AXES, set=LONG_SET)
+    proc = start_sweep(path)
+    try:
+        wait_for_rows(proc, tmp_path / "orphan.results.csv", 1)
+        workers = children_of(proc.pid)
+        assert len(workers) == 2
+        os.kill(proc.pid, signal.SIGKILL)  # the parent alone
+        proc.communicate(timeout=30)  # returns once no worker holds stdout or stderr
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and [w for w in workers if alive(w)]:
+            time.sleep(0.05)
+        assert not [w for w in workers if alive(w)]
+    finally:
+        kill_group(proc)
+        for worker in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
+
+
+def test_two_sweeps_on_one_file_never_duplicate_a_point(tmp_path):
+    path = write_sweep(tmp_path, "twice", axes=LONG_AXES, set=LONG_SET)
+    out = tmp_path / "twice.results.csv"
+    first = start_sweep(path)
+    try:
+        wait_for_rows(first, out, 1)
+        second = subprocess.run([sys.executable, "-m", "simulator", "sweep", path, "--workers", "1"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2 and second.stderr.count("\n") == 1
+        assert f"another sweep (process {first.pid}) is writing this results file" in second.stderr
+        first.communicate(timeout=120)
+    finally:
+        kill_group(first)
+    assert first.returncode == 0
+    rows = read_results(str(out))
+    assert len(rows) == 40 and len({r["point_id"] for r in rows}) == 40
+
+
+def error_row(raw: bytes, width: int) -> bytes:
+    """A well-formed, correctly checked error row for the point of `raw`."""
+    from simulator.experiments.store import line, parse
+
+    cells = parse(raw, width)
+    return line([cells[0], *cells[1:-2], "error", "RuntimeError: flaky"]).rstrip(b"\n")
+
+
+def test_a_damaged_results_file_is_repaired_on_resume(tmp_path):
+    """A stray quote, a short row, a NUL line, a bad byte, a digit cut from a value, an error row and a duplicate:
+    each set aside into .rejected with a note; the resume ends with exactly one valid ok row per point."""
+    axes = {"topology.host.eager_launch_us": [6, 7, 8, 9, 10, 11], "runtime.cuda_graph_verify": [False]}
+    path = write_sweep(tmp_path, "damaged", axes=axes)
+    report = run_sweep(path, workers=1, progress=False)
+    out = tmp_path / "damaged.results.csv"
+    lines = out.read_bytes().split(b"\n")
+    header, rows = lines[0], lines[1:7]
+    damaged = [
+        rows[0],
+        b'"' + rows[1],  # a stray quote
+        b",".join(rows[2].split(b",")[:3]),  # a short row that still ends in a newline
+        b"\0" * 40,  # a line of NUL bytes
+        rows[3].replace(b"false", b"f\xffalse"),  # a non-UTF-8 byte
+        rows[4].replace(b".", b"", 1),  # a digit-truncated value, same field count
+        error_row(rows[5], len(header.split(b","))),  # an error row: retried and replaced
+        rows[0],  # a duplicate
+    ]
+    out.write_bytes(b"\n".join([header, *damaged]) + b"\npartial,row")
+    again = run_sweep(path, workers=1, progress=False)
+    assert (report.num_ok, again.num_skipped, again.num_ok, again.num_rejected) == (6, 1, 5, 8)
+    valid = read_results(str(out))
+    assert len(valid) == 6 and {r["status"] for r in valid} == {"ok"}
+    assert {r["point_id"] for r in valid} == {p.id for p in points(load_sweep(path))}
+    assert out.read_bytes().count(b"\n") == 7  # nothing else is left in the file
+    rejected = (tmp_path / "damaged.results.csv.rejected").read_bytes()
+    assert rejected.count(b"\n# ") + rejected.startswith(b"# ") == 8
+    for reason in (b"check does not match", b"error row", b"a second row", b"cut short"):
+        assert reason in rejected
+    assert b"\0" * 40 in rejected and b"f\xffalse" in rejected
+
+
+def test_grids_too_large_and_bad_axes_are_refused_before_any_point(tmp_path, capsys):
+    huge = {f"topology.host.eager_launch_us": list(range(1000)), "runtime.cuda_graph_verify": [False, True] * 500,
+            "topology.fabric.shm_hop_latency_us": list(range(1000))}
+    path = write_sweep(tmp_path, "huge", axes=huge)
+    assert cli_main(["sweep", path]) == 2
+    assert "1e+09 points, more than the limit of 100,000" in capsys.readouterr().err
+    randomly = write_sweep(tmp_path, "many", mode="random", samples=10**9,
+                           axes={"topology.host.eager_launch_us": {"low": 4, "high": 8}})
+    assert cli_main(["sweep", randomly]) == 2 and "--max-points" in capsys.readouterr().err
+    assert not (tmp_path / "huge.results.csv").exists() and not (tmp_path / "many.results.csv").exists()
+
+
+@pytest.mark.parametrize("axis, where", [({"low": float("nan"), "high": 1}, "axes.x.low"),
+                                         ({"low": 0, "high": float("inf")}, "axes.x.high"),
+                                         ({"low": 5, "high": 1}, "axes.x.low")])
+def test_random_axes_need_finite_ordered_bounds(tmp_path, capsys, axis, where):
+    path = write_sweep(tmp_path, "bad", mode="random", samples=3, axes={"x": axis})
+    assert cli_main(["sweep", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{path}: {where}:") and err.count("\n") == 1
+
+
+def test_fixed_is_not_a_key_set_is(tmp_path, capsys):
+    path = write_sweep(tmp_path, "fixed", fixed={"seed": 1})
+    assert cli_main(["sweep", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{path}: fixed: unknown key (allowed:")
+    allowed = err.split("(allowed: ")[1]
+    assert ", set," in allowed and "fixed" not in allowed
+
+
+def test_workers_are_capped_at_points_and_cpus(tmp_path):
+    from simulator.results.limits import cap_workers
+
+    assert cap_workers(100000, 5, 2) == 2 and cap_workers(8, 3, 16) == 3 and cap_workers(None, 10, 4) == 4
+    axes = {"topology.host.eager_launch_us": [6, 7], "runtime.cuda_graph_verify": [False]}
+    report = run_sweep(write_sweep(tmp_path, "capped", axes=axes), workers=100000, progress=False)
+    assert report.num_ok == 2

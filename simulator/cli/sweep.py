@@ -34,10 +34,15 @@ def main(argv: list[str]) -> int:
         raise ConfigError("command line", "--chunk", f"{args.chunk} points per task", ">= 1")
     if args.workers is not None and args.dask:
         raise ConfigError("command line", "--workers", "has no effect with --dask (the cluster has its workers)")
-    from ..experiments.sweep import run_sweep
+    from ..experiments.sweep import Terminated, run_sweep
 
-    report = run_sweep(args.sweep, workers=args.workers, dask_address=args.dask, out=args.out,
-                       fidelity=args.fidelity, progress=False if args.no_progress else None, chunk_size=args.chunk,
-                       max_points=args.max_points, max_work=args.max_work)
+    try:
+        report = run_sweep(args.sweep, workers=args.workers, dask_address=args.dask, out=args.out,
+                           fidelity=args.fidelity, progress=False if args.no_progress else None,
+                           chunk_size=args.chunk, max_points=args.max_points, max_work=args.max_work)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the workers are stopped, finished rows are kept
+        signal_name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        print(f"sweep: stopped by {signal_name}; finished rows are kept, rerun to resume", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
     print(report.line(), file=sys.stderr)
     return 0
