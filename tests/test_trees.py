@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.analysis.analytic import chain_expected_tokens_iid, tree_expected_tokens, tree_tokens_variance
+from simulator.analysis.analytic import (chain_expected_tokens_iid, optimal_tree, tree_expected_tokens,
+                                        tree_tokens_variance)
 from simulator.speculation.trees import Tree, walk, walk_many
 
 # --- strategies ---------------------------------------------------------------------------------------
@@ -124,6 +125,57 @@ def test_optimal_matches_brute_force(size):
             tree = Tree.optimal(P, size, max_depth)
             assert tree.size == size and (max_depth is None or tree.depth <= max_depth)
             assert tree_expected_tokens(tree, P) == pytest.approx(best, abs=1e-12)
+
+
+def full_table_optimum(P, size, max_depth=None):
+    """Sequoia's program over the whole (depth, rank, n) table in plain Python, first maximum on ties: the
+    reference the pruned, memoised program must reproduce exactly (same tree, same value)."""
+    from simulator.speculation.trees import positional_rows
+
+    depth = size - 1 if max_depth is None else min(max_depth, size - 1)
+    ranks, inf = size - 1, float("-inf")
+    rows = [(row + (0.0,) * ranks)[:ranks] for row in positional_rows(P, depth)]
+    best = [[inf] * (size + 1) for _ in range(depth + 1)]
+    best[depth][1] = 1.0
+    split = [[[0] * (size + 1) for _ in range(ranks)] for _ in range(depth)]
+    for a in range(depth - 1, -1, -1):
+        rest = [0.0] + [inf] * size
+        for k in range(ranks - 1, -1, -1):
+            new = [0.0] + [inf] * size
+            for n in range(1, size + 1):
+                options = [inf] + [rows[a][k] * best[a + 1][m] + rest[n - m] if best[a + 1][m] > inf else inf
+                                   for m in range(1, n + 1)]
+                new[n] = max(options)
+                split[a][k][n] = options.index(new[n])
+            rest = new
+        best[a][1:] = [1.0 + r for r in rest[:-1]]
+    parents, queue = [-1], [(0, size, 0)]
+    for node, n, a in queue:
+        remaining, k = n - 1, 0
+        while remaining > 0:
+            m = split[a][k][remaining]
+            queue.append((len(parents), m, a + 1))
+            parents.append(node)
+            remaining, k = remaining - m, k + 1
+    return tuple(parents), best[0][size]
+
+
+@given(positional, st.integers(1, 9), st.one_of(st.none(), st.integers(1, 4)))
+@settings(max_examples=60, deadline=None)
+def test_optimal_equals_the_full_table(P, size, max_depth):
+    tree, value = optimal_tree(P, size, max_depth)
+    assert (tree.parents, value) == full_table_optimum(P, size, max_depth)
+
+
+def test_optimal_is_memoised_and_fast_at_size_256():
+    import time
+    P = (0.6, 0.2, 0.1)
+    tree = Tree.optimal(P, 256)  # cold: a fraction of a second (pruned to the non-zero ranks)
+    assert tree.size == 256 and Tree.optimal(list(P), 256) is tree  # memoised by value, not by object
+    started = time.perf_counter()
+    Tree.optimal(P, 65)
+    Tree.optimal(P, 65)
+    assert time.perf_counter() - started < 2.0  # generous: the measured figure is ~10 ms cold, ~30 us warm
 
 
 @given(positional, st.integers(1, 6))

@@ -9,7 +9,8 @@ import math
 
 import numpy as np
 
-from ..speculation.trees import Tree, optimal_tree_and_value
+from ..speculation.optimal import optimal_tree_and_value
+from ..speculation.trees import Tree
 
 
 def _check_probability(p: float, name: str) -> float:

@@ -163,7 +163,10 @@ class Tree:
 
     @classmethod
     def optimal(cls, P, size: int, max_depth: int | None = None) -> "Tree":
-        """The tree of exactly `size` nodes with the most expected tokens under P (Sequoia's dynamic program)."""
+        """The tree of exactly `size` nodes with the most expected tokens under P (Sequoia's dynamic program,
+        memoised by value: see speculation/optimal.py)."""
+        from .optimal import optimal_tree_and_value
+
         return optimal_tree_and_value(P, size, max_depth)[0]
 
     # --- acceptance -----------------------------------------------------------------------------------
@@ -214,54 +217,6 @@ def _checked_parents(parents) -> tuple[int, ...]:
         if not 0 <= parents[node] < node:
             raise ValueError(f"node {node} has parent {parents[node]}; a parent must be an earlier node (0..{node - 1}).")
     return parents
-
-
-def optimal_tree_and_value(P, size: int, max_depth: int | None = None) -> tuple[Tree, float]:
-    """Sequoia's dynamic program over subtree sizes; 1-D P or a per-depth table.
-
-    best[a, n]: most expected tokens of an n-node subtree whose root sits at absolute depth a (root counts 1).
-    Its root's children take ranks 1, 2, ... in order; split[a, k, n] is how many of n nodes go to the rank-k
-    child's subtree when ranks k.. share n nodes. Cost O(depth * size^3) numpy work, a few ms at size 64.
-    """
-    if size < 1:
-        raise ValueError(f"a tree has at least one node, got size {size}.")
-    depth = size - 1 if max_depth is None else min(max_depth, size - 1)
-    if depth < 0 or (depth == 0 and size > 1):
-        raise ValueError(f"{size} nodes do not fit within max_depth {max_depth}.")
-    ranks = size - 1
-    rows = [np.array((row + (0.0,) * ranks)[:ranks]) for row in positional_rows(P, depth)]
-    n_idx = np.arange(size + 1)
-    offset = n_idx[:, None] - n_idx[None, :]  # n - m
-    invalid = (offset < 0) | (n_idx[None, :] == 0)  # a child takes at least one node
-    offset = np.clip(offset, 0, size)
-
-    best = np.full((depth + 1, size + 1), -np.inf)
-    best[depth, 1] = 1.0
-    split = np.zeros((depth, ranks, size + 1), dtype=np.int64)
-    for a in range(depth - 1, -1, -1):
-        child = best[a + 1]
-        reachable = np.isfinite(child)
-        rest = np.full(size + 1, -np.inf)
-        rest[0] = 0.0  # ranks beyond the last: only zero nodes fit
-        for k in range(ranks - 1, -1, -1):
-            gain = np.full(size + 1, -np.inf)
-            gain[reachable] = rows[a][k] * child[reachable]  # kept apart: 0 * -inf would be NaN
-            options = gain[None, :] + rest[offset]
-            options[invalid] = -np.inf
-            split[a, k] = np.argmax(options, axis=1)
-            rest = options.max(axis=1)
-            rest[0], split[a, k, 0] = 0.0, 0
-        best[a, 1:] = 1.0 + rest[:-1]
-
-    parents, queue = [-1], [(0, size, 0)]  # (node, subtree size, depth): breadth-first numbering
-    for node, n, a in queue:
-        remaining, k = n - 1, 0
-        while remaining > 0:
-            m = int(split[a, k, remaining])
-            queue.append((len(parents), m, a + 1))
-            parents.append(node)
-            remaining, k = remaining - m, k + 1
-    return Tree(tuple(parents)), float(best[0, size])
 
 
 class Walker:
