@@ -1,12 +1,10 @@
 """The fabric as a graph: routes between GPUs, their path class, peer-to-peer or host-memory transport, link sharing."""
 from __future__ import annotations
 
+import heapq
+import math
 from dataclasses import dataclass
 from functools import cached_property
-
-import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
 
 from ..config.topology import Topology
 
@@ -36,6 +34,28 @@ class Hop:
 LINK_CLASS_WEIGHT = {"nvlink": 0.0, "pcie": 1e3, "socket": 1e6, "network": 1e9}
 
 
+def shortest_paths(weight: list[dict[int, float]], source: int) -> tuple[list[float], list[int]]:
+    """Dijkstra from `source` over an undirected graph with positive weights: distances (inf where unreachable)
+    and predecessors (-1 at the source and where unreachable). A fabric has a few dozen nodes at most, so a binary
+    heap in plain Python costs microseconds; ties keep the first path found (a predecessor changes only on a
+    strictly shorter distance) and the heap pops equal distances by node index, so routes are deterministic."""
+    dist = [math.inf] * len(weight)
+    pred = [-1] * len(weight)
+    dist[source] = 0.0
+    heap = [(0.0, source)]
+    done = [False] * len(weight)
+    while heap:
+        d, node = heapq.heappop(heap)
+        if done[node]:
+            continue
+        done[node] = True
+        for neighbour, w in weight[node].items():
+            if not done[neighbour] and d + w < dist[neighbour]:
+                dist[neighbour], pred[neighbour] = d + w, node
+                heapq.heappush(heap, (d + w, neighbour))
+    return dist, pred
+
+
 class Fabric:
     """Routes over the topology's node/link graph: the best path class first (NVLink, then PCIe, then the socket
     link), then the path that moves a small (1 KiB) message fastest."""
@@ -47,28 +67,27 @@ class Fabric:
         self.kinds = [n.kind for n in fabric.nodes]
         self.index = {name: i for i, name in enumerate(self.names)}
         self.gpus = [self.index[name] for name in topology.gpu_names]
-        n = len(self.names)
         self.link_of: dict[tuple[int, int], object] = {}
-        weight = np.zeros((n, n))
+        weight: list[dict[int, float]] = [{} for _ in self.names]  # adjacency: neighbour -> weight
         for link in fabric.links:
             a, b = self.index[link.between[0]], self.index[link.between[1]]
             # weight: the link's class, then the time to move 1 KiB across it (equal-class routes prefer faster links)
             w = LINK_CLASS_WEIGHT[link.kind] + link.latency_us + 1.024 / link.bandwidth_GBps
-            if weight[a, b] == 0 or w < weight[a, b]:
-                weight[a, b] = weight[b, a] = w
+            if b not in weight[a] or w < weight[a][b]:
+                weight[a][b] = weight[b][a] = w
                 self.link_of[(a, b)] = self.link_of[(b, a)] = link
-        self._dist, self._pred = shortest_path(csr_matrix(weight), directed=False, return_predecessors=True)
+        self._dist, self._pred = zip(*(shortest_paths(weight, source) for source in range(len(self.names))))
         self._p2p_rank = PATH_CLASSES.index(fabric.p2p_level)
 
     def route(self, a: int, b: int) -> list[int]:
         """Node indices from a to b; empty if b is unreachable."""
         if a == b:
             return [a]
-        if self._pred[a, b] < 0:
+        if self._pred[a][b] < 0:
             return []
         path = [b]
         while path[-1] != a:
-            path.append(int(self._pred[a, path[-1]]))
+            path.append(self._pred[a][path[-1]])
         return path[::-1]
 
     def path_class(self, nodes: list[int]) -> str:
@@ -85,8 +104,8 @@ class Fabric:
         return "pcie_switch"
 
     def nearest_cpu(self, gpu: int) -> int | None:
-        cpus = [i for i, k in enumerate(self.kinds) if k == "cpu" and np.isfinite(self._dist[gpu, i])]
-        return min(cpus, key=lambda c: self._dist[gpu, c]) if cpus else None
+        cpus = [i for i, k in enumerate(self.kinds) if k == "cpu" and math.isfinite(self._dist[gpu][i])]
+        return min(cpus, key=lambda c: self._dist[gpu][c]) if cpus else None
 
     def hop(self, src_rank: int, dst_rank: int) -> Hop:
         """The transfer from one rank's GPU to another's: P2P along the route, or staged through host memory."""
