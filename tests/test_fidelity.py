@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 import simulator
+import simulator.results.run
 from conftest import SCENARIOS
 
 SHIPPED = sorted(p for p in glob.glob(os.path.join(SCENARIOS, "*.yaml"))
@@ -59,3 +60,27 @@ def test_link_fidelity_slows_collectives_that_share_links():
 
     free, shared = duration(0), duration(1)
     assert shared > free * 1.02
+
+
+@pytest.mark.parametrize("tp", [2, 8])
+def test_link_pass_events_grow_with_segments_not_ranks(tp):
+    """A link-fidelity pass computes the ranks' arrivals: at most two events per collective (the last arrival, the
+    transfer) at any TP size, so its cost is not superlinear in ranks."""
+    import numpy as np
+    import simpy
+
+    from simulator.engine.linkpass import LinkPass
+    from simulator.engine.machine import Machine
+    from simulator.hardware.links import LinkNetwork
+    from simulator.model.cost import PassShape
+
+    machine = Machine(simulator.results.run.resolve(os.path.join(SCENARIOS, "nvlink8_h100_llama8b_eagle3.yaml"),
+                                                    {"parallelism__tp": tp}))
+    plan = machine.plan("target", PassShape(4, 1, 1000), False)
+    env = simpy.Environment()
+    scheduled = []
+    schedule = env.schedule
+    env.schedule = lambda event, *args, **kwargs: (scheduled.append(event), schedule(event, *args, **kwargs))[1]
+    env.process(LinkPass(plan, machine.host, LinkNetwork(machine.fabric)).run(env, np.random.default_rng(0)))
+    env.run()
+    assert len(scheduled) <= 2 * plan.num_segments + 2

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 import simulator
+import simulator.results.run
 from simulator.cli import main
 from simulator.speculation.setup import build_speculation
 from conftest import ROOT, scenario_path
