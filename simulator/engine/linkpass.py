@@ -1,9 +1,11 @@
-"""One pass at link fidelity: every rank's GPU stream is a SimPy process, every collective a process whose steps
-cross the fabric's links, sharing each link's bandwidth with whatever else crosses it at that moment.
+"""One pass at link fidelity: every collective's steps cross the fabric's links, sharing each link's bandwidth with
+whatever else crosses it at that moment.
 
 Within a pass a host never waits for its GPU, so each rank's launch timeline is drawn up front (the same draws as
 the layer fidelity); the stream of rank r runs segment k no earlier than its kernels are launched, arrives at the
-collective, and waits for it to finish. With nothing else on the links the result equals the layer fidelity's.
+collective, and waits for it to finish. The streams meet only at collectives, so a pass is one process that computes
+the ranks' arrivals and simulates the collectives: events grow with the segments, not with ranks x segments. With
+nothing else on the links the result equals the layer fidelity's.
 """
 from __future__ import annotations
 
@@ -15,71 +17,75 @@ from .timeline import PassPlan, breakdown, host_ready, spans
 
 
 class LinkPass:
+    """One pass as one SimPy process: per collective, the ranks' arrival (each rank's stream, in closed form from
+    the previous collective's end and its own launches), then the collective's steps over the links."""
+
     def __init__(self, plan: PassPlan, host: Host, network: LinkNetwork):
         self.plan = plan
         self.host = host
         self.network = network
 
-    def run(self, env, rng: np.random.Generator, with_spans: bool = False):
+    def _launch_times(self, h: np.ndarray, H: np.ndarray, begin: float) -> tuple[list, list]:
+        """Per segment k, over the ranks: the latest first-kernel launch and the latest time a rank's own launches
+        let it arrive (absolute times)."""
         plan = self.plan
-        h, H = host_ready(plan, self.host, rng, 1, with_host=True)
-        K, R = plan.num_segments, plan.ranks
-        W = plan.gpu_us.tolist()
         if plan.graph:
-            first = np.broadcast_to(H[0], (R, K))
+            first = H[0]
             ready = h[0]
         else:
-            L = np.diff(np.concatenate([np.zeros((R, 1)), H[0]], axis=1), axis=1)
+            L = np.diff(np.concatenate([np.zeros((plan.ranks, 1)), H[0]], axis=1), axis=1)
             one = L / plan.launches
             first = H[0] - L + one
             ready = np.maximum(H[0] - one + plan.last_us, H[0])
+        return (begin + first).max(axis=0).tolist(), (begin + ready).max(axis=0).tolist()
+
+    def run(self, env, rng: np.random.Generator, with_spans: bool = False):
+        """Generator for env.process: returns the breakdown dict (scalars); with_spans adds the rank timeline.
+
+        A rank's stream runs segment k from max(end of collective k-1, its first launch) for W_k, and no earlier
+        than its launches allow: it arrives at max(that, ready). Streams interact only at collectives, so their
+        arrivals are computed, not simulated: the last one is max(max(C, max_r first) + W, max_r ready) (max
+        commutes with adding W), so a pass costs O(segments) events and O(ranks x segments) array work.
+        """
+        plan = self.plan
+        h, H = host_ready(plan, self.host, rng, 1, with_host=True)
         begin = env.now
-        first_at = (begin + first).tolist()
-        ready_at = (begin + ready).tolist()
-        started = [env.event() for _ in range(K)]  # the last rank arrived
-        done = [env.event() for _ in range(K)]
-        arrived = [0] * K
-        ends = [0.0] * K
-
-        def stream(r: int):
-            for k in range(K):
-                start = max(env.now, first_at[r][k])
-                end = max(start + W[k], ready_at[r][k])
-                if end > env.now:
-                    yield env.timeout(end - env.now)
-                arrived[k] += 1
-                if arrived[k] == R:  # a counter instead of all_of: one event per collective, not R
-                    started[k].succeed()
-                yield done[k]
-
-        def collectives():
-            network = self.network
-            for k in range(K):
-                yield started[k]
-                steps = plan.collective_steps[k] if plan.collective_steps else None
-                if steps is not None and steps.steps:
-                    compiled = network.compile(steps.hops)
-                    share = network.begin(compiled)
-                    contended = share < steps.bandwidth_GBps
-                    step_us = steps.step_latency_us + steps.transfer_us * (steps.bandwidth_GBps / share)
-                    if contended:  # other traffic on these links: every step is an event
-                        if steps.base_us > 0:
-                            yield env.timeout(steps.base_us)
-                        for _ in range(steps.steps):
-                            yield env.timeout(step_us)
-                    else:  # inlined for speed: free links make every step alike, so one event covers them
-                        yield env.timeout(steps.base_us + steps.steps * step_us)
-                    network.end(compiled)
-                elif plan.collective_us[k] > 0:
-                    yield env.timeout(float(plan.collective_us[k]))
-                ends[k] = env.now - begin
-                done[k].succeed()
-
-        procs = [env.process(stream(r)) for r in range(R)]
-        yield env.process(collectives())
-        yield env.all_of(procs)
+        first_at, ready_at = self._launch_times(h, H, begin)
+        W = plan.gpu_us.tolist()
+        collective_us = plan.collective_us.tolist()
+        steps_of = plan.collective_steps or (None,) * len(W)
+        ends = []
+        for k, work in enumerate(W):
+            now = env.now
+            first = first_at[k]
+            last = (now if now > first else first) + work
+            if ready_at[k] > last:
+                last = ready_at[k]
+            if last > now:
+                yield env.timeout(last - now)  # the last rank arrives: the collective starts
+            steps = steps_of[k]
+            if steps is not None and steps.steps:
+                yield from self._collective(env, steps)
+            elif collective_us[k] > 0:
+                yield env.timeout(collective_us[k])
+            ends.append(env.now - begin)
         C = np.asarray(ends)[None, :]
         result = {key: float(value[0]) for key, value in breakdown(plan, h, C).items()}
         if with_spans:
             result["_spans"] = spans(plan, h[0], H[0], C[0], begin)
         return result
+
+    def _collective(self, env, steps):
+        """A collective's steps over its links, each link's bandwidth shared by every flow on it when it starts."""
+        network = self.network
+        compiled = network.compile(steps.hops)
+        share = network.begin(compiled)
+        step_us = steps.step_latency_us + steps.transfer_us * (steps.bandwidth_GBps / share)
+        if share < steps.bandwidth_GBps:  # other traffic on these links: every step is an event
+            if steps.base_us > 0:
+                yield env.timeout(steps.base_us)
+            for _ in range(steps.steps):
+                yield env.timeout(step_us)
+        else:  # inlined for speed: free links make every step alike, so one event covers them
+            yield env.timeout(steps.base_us + steps.steps * step_us)
+        network.end(compiled)
