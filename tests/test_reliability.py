@@ -170,7 +170,7 @@ def test_the_work_limit_can_be_raised(capsys):
 
 def test_tree_size_is_bounded_with_a_flag(capsys):
     line = one_line_exit_2(capsys, ["tree", "--accept", "0.6,0.2", "--size", "512"])
-    assert "--size: size 512 is above the limit of 128" in line and "--max-size 512" in line
+    assert "--size: size 512 is above the limit of 256" in line and "--max-size 512" in line
     assert len(line) < 200
 
 
