@@ -1,9 +1,18 @@
-"""Fidelity levels agree: on every shipped scenario, fast and link mean throughput within 3% of layer (seeded)."""
+"""Fidelity levels agree on every shipped scenario (seeded, short workloads).
+
+- link vs layer: on an isolated TP group nothing else crosses the links, so the link fidelity's per-rank processes
+  and per-step collectives must reproduce the layer fidelity's recurrence exactly (same draws): agreement to 1e-9.
+- fast vs layer: fast draws each step from 64 memoised passes per shape (a Latin hypercube); layer draws every pass
+  afresh. Both take the same decisions and acceptance draws, so their step logs pair step by step, and the difference
+  of their simulated times is sampling noise whose variance follows from the layer log's own step variance.
+"""
 from __future__ import annotations
 
 import glob
 import os
+from collections import defaultdict
 
+import numpy as np
 import pytest
 import yaml
 
@@ -13,6 +22,9 @@ from conftest import SCENARIOS
 
 SHIPPED = sorted(p for p in glob.glob(os.path.join(SCENARIOS, "*.yaml"))
                  if "scenario" not in yaml.safe_load(open(p)))  # sweep files name a base scenario; skip them
+STEP_SHAPE = ("kind", "batch", "tokens", "depth", "drafter", "verify_tokens")  # steps of one memoised sample set
+FAST_SAMPLES = 64
+Z_FAMILY = 4.0  # 12 scenarios x P(|Z| > 4) = 8e-4 family-wise, with a conservative standard error
 
 
 def short(path: str) -> dict:
@@ -23,20 +35,86 @@ def short(path: str) -> dict:
             "workload__output_tokens": 96}
 
 
+def residual_sd(durations: np.ndarray, context: np.ndarray) -> float | None:
+    """Step-to-step standard deviation of one step shape: residuals of a least-squares line in the context (a pass's
+    cost is affine in its context), so the spread of contexts is not counted as noise. None below 4 steps."""
+    n = durations.size
+    if n < 4:
+        return None
+    basis = np.stack([np.ones(n), context], axis=1)
+    coef, *_ = np.linalg.lstsq(basis, durations, rcond=None)
+    residual = durations - basis @ coef
+    return float(np.sqrt(residual @ residual / (n - 2)))
+
+
+def fast_minus_layer_se_us(layer_steps: dict) -> float:
+    """Standard error of sum(fast durations) - sum(layer durations) over paired steps.
+
+    Per step shape g with n_g steps and step standard deviation s_g (estimated from the layer log):
+    - layer's n_g independent passes and fast's n_g random picks from its sample set: 2 n_g s_g^2;
+    - fast's sample set itself, one per shape for the whole run, so its mean error is shared by all n_g steps:
+      n_g^2 s_g^2 / 63 (a Latin hypercube's mean has at most n/(n-1) times the variance of n independent draws,
+      Owen 1997, here 64/63 x s^2/64).
+    Shapes with too few steps to estimate s_g take the largest relative spread of the others.
+    """
+    groups = defaultdict(list)
+    for i, key in enumerate(zip(*(layer_steps[k] for k in STEP_SHAPE))):
+        groups[key].append(i)
+    durations, context = layer_steps["duration_us"], layer_steps["context"]
+    spreads = {}
+    for key, idx in groups.items():
+        sd = residual_sd(durations[idx], context[idx])
+        if sd is not None:
+            spreads[key] = sd / durations[idx].mean()
+    fallback = max(spreads.values(), default=0.1)
+    variance = 0.0
+    for key, idx in groups.items():
+        n, s = len(idx), spreads.get(key, fallback) * durations[idx].mean()
+        variance += 2 * n * s * s + n * n * s * s / (FAST_SAMPLES - 1)
+    return float(np.sqrt(variance))
+
+
 @pytest.mark.parametrize("path", SHIPPED, ids=[os.path.basename(p) for p in SHIPPED])
-def test_fast_and_link_agree_with_layer(path):
+def test_link_equals_layer_and_fast_agrees_within_its_sampling_error(path):
     overrides = short(path)
     layer = simulator.run(path, fidelity="layer", baseline=False, **overrides)
     fast = simulator.run(path, fidelity="fast", baseline=False, **overrides)
     link = simulator.run(path, fidelity="link", baseline=False, **overrides)
-    assert fast.throughput_tok_s == pytest.approx(layer.throughput_tok_s, rel=0.03)
-    assert link.throughput_tok_s == pytest.approx(layer.throughput_tok_s, rel=0.03)
     assert fast.tokens == layer.tokens == link.tokens
+    # link: exact on an isolated group (only float rounding differs)
+    assert link.throughput_tok_s == pytest.approx(layer.throughput_tok_s, rel=1e-9, abs=0)
+    assert link.run.steps["duration_us"] == pytest.approx(layer.run.steps["duration_us"], rel=1e-9, abs=1e-6)
+    # fast: the same steps (decisions and acceptance do not depend on which fidelity costs them) ...
+    L, F = layer.run.steps, fast.run.steps
+    for key in STEP_SHAPE + ("context",):
+        assert np.array_equal(L[key], F[key]), f"fast and layer took different steps ({key})"
+    # ... whose total time differs by no more than the sampling noise allows
+    difference = F["duration_us"].sum() - L["duration_us"].sum()
+    se = fast_minus_layer_se_us(L)
+    assert abs(difference) <= Z_FAMILY * se, (
+        f"fast - layer = {difference / 1e3:.2f} ms over {L['duration_us'].size} steps, "
+        f"{difference / se:+.1f} standard errors ({se / L['duration_us'].sum():.2%} of the layer time)")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "bug (simulator/hardware/gpu.py Host.draws): the stratified draws sit at the midpoint quantile of each stratum, "
+    "whose variance is 0.980, not 1, so the fast fidelity's host jitter and rank skew are 2% too narrow and an "
+    "eager pass, a maximum over ranks, comes out low: -0.17% on the reference EAGLE-3 verify (400 Latin-hypercube "
+    "sets against 200,000 independent layer passes: -6.7 standard errors). A random point within each stratum fixes it"))
+def test_stratified_host_draws_are_standard_normal():
+    """Each dimension of a Latin hypercube of standard normals has, in expectation, mean 0 and variance 1."""
+    from simulator.hardware.gpu import Host
+
+    rng = np.random.default_rng(0)
+    z, skew = Host.draws(rng, FAST_SAMPLES, 8, 50, stratified=True)
+    columns = np.concatenate([z.reshape(FAST_SAMPLES, -1), skew.reshape(FAST_SAMPLES, -1)], axis=1)
+    second_moment = (columns**2).mean(axis=0)  # per dimension; expectation 1 for standard normal marginals
+    se = second_moment.std(ddof=1) / np.sqrt(second_moment.size)
+    assert abs(second_moment.mean() - 1.0) <= 4 * se + 1e-12
 
 
 def test_link_fidelity_slows_collectives_that_share_links():
     """Other traffic on the links (registered flows) stretches the collectives' transfers; layer cannot see it."""
-    import numpy as np
     import simpy
 
     from simulator.engine.linkpass import LinkPass
