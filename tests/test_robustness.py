@@ -1,8 +1,9 @@
-"""Broken and extreme configurations through the CLI, in process: exit 2 with one line, or a valid finite result.
+"""Broken, plausible and extreme configurations through the CLI, in process; every case states its exit code.
 
 The contract (README, issue 5): a configuration mistake prints exactly one line on stderr (no traceback) and exits
-with status 2; anything else runs and prints finite numbers. Never exit 1 (an internal error), never a hang, never a
-NaN or an infinity in the JSON. Each example runs under a wall-clock guard (EXAMPLE_TIMEOUT_S) and an address-space
+with status 2; a valid configuration runs and prints finite numbers (exit 0). Each case below says which of the two
+it is: a wrongly accepted mistake fails as surely as a wrongly rejected machine. Never exit 1 (an internal error),
+never a hang, never a NaN or an infinity in the JSON. Each example runs under a wall-clock guard (EXAMPLE_TIMEOUT_S) and an address-space
 cap (EXAMPLE_MEMORY_GB above what the process already holds), so an example that would hang or swallow the machine
 fails as such instead of taking the test run down with it.
 
@@ -32,7 +33,8 @@ from conftest import ROOT, scenario_path, topology_path
 
 EXAMPLE_TIMEOUT_S = 20
 EXAMPLE_MEMORY_GB = 4
-ROBUST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ROBUST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ROBUST_VALID = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # --- running the CLI under guards ----------------------------------------------------------------------------------
 
@@ -91,9 +93,10 @@ def finite_numbers(value, path="json"):
             finite_numbers(v, f"{path}[{i}]")
 
 
-def assert_contract(code: int, out: str, err: str) -> dict | str:
-    """Exit 2 with exactly one stderr line and no traceback, or exit 0 with finite JSON; returns the line or data."""
-    assert code in (0, 2), f"exit {code}: {err.strip()[-500:]}"
+def assert_contract(code: int, out: str, err: str, expected: int) -> dict | str:
+    """The expected exit: 2 with exactly one stderr line and no traceback, or 0 with finite JSON; returns the line or
+    the data."""
+    assert code == expected, f"exit {code}, expected {expected}: {err.strip()[-500:]}"
     if code == 2:
         lines = err.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in err, err
@@ -169,84 +172,155 @@ def get(data, path):
     return data
 
 
-extreme_numbers = st.sampled_from([0, -1, 1, 1e-300, 1e-6, 1e9, 1e300, 2**63, 10**30, -1e300,
-                                   float("nan"), float("inf"), float("-inf")])
-junk = st.one_of(
-    extreme_numbers,
-    st.none(), st.booleans(), st.text(max_size=6), st.integers(-(10**20), 10**20),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.lists(st.integers(-3, 3), max_size=3), st.just({}), st.just({"kind": "nonsense"}), st.just([]),
-)
-
-
 def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+NOT_PHYSICAL = {"seed"}  # numbers that may be negative: not quantities
+NUMERIC = {name: [p for p in paths(data) if is_number(get(data, p)) and p[-1] not in NOT_PHYSICAL]
+           for name, data in BASES.items()}
+MAPPINGS = {name: [()] + [p for p in paths(data) if isinstance(get(data, p), dict)] for name, data in BASES.items()}
+KINDS = {name: [p for p in paths(data) if p[-1] == "kind" and p[0] != "topology"] for name, data in BASES.items()}
+
+# what a number in a config can never be: not finite, negative (every numeric key here is a physical quantity, a
+# count or a probability), or not a number at all (astronomically large ones: test_astronomical_numbers_...)
+not_a_quantity = st.one_of(
+    st.sampled_from([float("nan"), float("inf"), float("-inf"), -1, -1e-6, -1e300]),
+    st.floats(max_value=-1e-9, allow_nan=False, allow_infinity=False), st.integers(max_value=-1),
+    st.sampled_from(["x", "", "fast", [1, 2], [], {"kind": "nonsense"}, {}]),
+)
+
+
 @st.composite
-def broken_scenarios(draw):
-    """A base scenario with 1-2 mutations: a number set to an extreme or scaled, a value replaced by junk of another
-    type, a key deleted, an unknown key added. Numbers are the favoured target: an absurd number passes a type check
-    and reaches the engine, where NaN and infinity can leak into the results."""
+def mistaken_scenarios(draw):
+    """A base scenario with one mistake a user can make and the loader must name: a number that is not a quantity,
+    an unknown key in any mapping, an unknown `kind`, or a required top-level section missing."""
     name = draw(st.sampled_from(sorted(BASES)))
     data = copy.deepcopy(BASES[name])
-    notes = [name]
-    for _ in range(draw(st.integers(1, 2))):
-        all_paths = list(paths(data))
-        numeric = [p for p in all_paths if is_number(get(data, p))]
-        op = draw(st.sampled_from(["extreme", "extreme", "scale", "replace", "delete", "unknown_key"]))
-        if op in ("extreme", "scale") and numeric:
-            path = draw(st.sampled_from(numeric))
-        else:
-            op = op if op in ("replace", "delete", "unknown_key") else "replace"
-            path = draw(st.sampled_from(all_paths))
-        parent, key = get(data, path[:-1]), path[-1]
-        value = parent[key]
-        if op == "extreme":
-            parent[key] = draw(extreme_numbers)
-        elif op == "scale":
-            scaled = value * draw(st.sampled_from([0, -1, 1e-300, 1e-6, 1e-3, 10, 1e3, 1e6, 1e9, 1e300]))
-            exact = isinstance(value, int) and math.isfinite(scaled) and abs(scaled) < 2**70
-            parent[key] = int(scaled) if exact else scaled
-        elif op == "delete" and isinstance(parent, dict):
-            del parent[key]
-        elif op == "unknown_key" and isinstance(value, dict):
-            value["bogus_key"] = copy.deepcopy(draw(junk))
-        else:
-            op = "replace"
-            parent[key] = copy.deepcopy(draw(junk))  # a fresh object: st.just returns the same dict every time
-        if path in WORKLOAD_SIZES and is_number(parent.get(key)) and not math.isnan(parent[key]) and parent[key] > 512:
-            parent[key] = 512  # a huge workload is a long run, not a broken one
-        notes.append(f"{op} {'.'.join(map(str, path))}")
-    return data, notes
+    op = draw(st.sampled_from(["number", "number", "unknown_key", "kind", "missing"]))
+    if op == "number":
+        path = draw(st.sampled_from(NUMERIC[name]))
+        get(data, path[:-1])[path[-1]] = copy.deepcopy(draw(not_a_quantity))
+    elif op == "unknown_key":
+        path = draw(st.sampled_from(MAPPINGS[name]))
+        get(data, path)["bogus_key"] = 1
+    elif op == "kind":
+        path = draw(st.sampled_from(KINDS[name]))
+        get(data, path[:-1])["kind"] = "nonsense"
+    else:
+        path = (draw(st.sampled_from(["topology", "model"])),)
+        del data[path[0]]
+    return data, f"{name}: {op} {'.'.join(map(str, path))}"
 
 
 @ROBUST
-@given(broken_scenarios())
-def test_broken_scenario_files_exit_2_with_one_line_or_give_finite_results(case):
-    data, notes = case
+@given(mistaken_scenarios())
+def test_mistaken_scenario_files_exit_2_with_one_line(case):
+    data, note = case
     with tempfile.TemporaryDirectory() as directory:
         path = write_yaml(directory, data)
         code, out, err = run_cli(path, "--format", "json")
-    assert_contract(code, out, err)
+    assert_contract(code, out, err, expected=2)
+
+
+# physically plausible ranges (not the loader's limits): any value inside them is a machine someone could own
+PLAUSIBLE = {
+    "memory_GB": (24.0, 200.0), "memory_bandwidth_GBps": (100.0, 10000.0), "memory_efficiency": (0.3, 1.0),
+    "bf16": (10.0, 5000.0), "fp8": (10.0, 10000.0), "compute_efficiency": (0.1, 1.0), "kernel_floor_us": (0.0, 5.0),
+    "eager_launch_us": (1.0, 50.0), "launch_jitter_cv": (0.0, 1.0), "rank_skew_cv": (0.0, 0.5),
+    "graph_launch_us": (1.0, 100.0), "graph_node_us": (0.0, 3.0), "step_overhead_us": (0.0, 1000.0),
+    "sync_us": (0.0, 100.0), "bandwidth_GBps": (1.0, 1000.0), "latency_us": (0.0, 10.0),
+    "shm_hop_latency_us": (0.0, 10.0), "routing_locality": (0.0, 0.95), "mean_easy_tokens": (1.0, 500.0),
+    "mean_hard_tokens": (1.0, 500.0), "prompt_tokens": (1, 4000), "output_tokens": (1, 128),
+}
+
+
+def plausible_paths(name: str) -> list:
+    data = BASES[name]
+    found = [p for p in paths(data) if is_number(get(data, p)) and p[-1] in PLAUSIBLE]
+    return found + [p for p in paths(data) if "probs" in p[:-1]]  # acceptance probabilities
+
+
+@st.composite
+def plausible_scenarios(draw):
+    """A base scenario with up to four inputs moved anywhere inside their plausible range."""
+    name = draw(st.sampled_from(sorted(BASES)))
+    data = copy.deepcopy(BASES[name])
+    for path in draw(st.lists(st.sampled_from(plausible_paths(name)), min_size=1, max_size=4, unique=True)):
+        low, high = PLAUSIBLE.get(path[-1], (0.0, 1.0))
+        value = draw(st.integers(low, high) if isinstance(low, int) else st.floats(low, high))
+        get(data, path[:-1])[path[-1]] = value
+    return data
+
+
+@ROBUST_VALID
+@given(plausible_scenarios())
+def test_plausible_scenario_files_run_with_finite_results(data):
+    with tempfile.TemporaryDirectory() as directory:
+        path = write_yaml(directory, data)
+        code, out, err = run_cli(path, "--format", "json")
+    assert_contract(code, out, err, expected=0)
 
 
 SET_PATHS = sorted({".".join(str(k) if isinstance(k, str) else f"[{k}]" for k in p).replace(".[", "[")
-                    for p in paths(BASES["pcie2_chain"]) if p not in WORKLOAD_SIZES})
-SET_VALUES = [".nan", ".inf", "-.inf", "1e-6", "1e9", "1e300", "1e-300", "0", "-1", "[]", "{}", "null", "x", "true",
-              "[1, 2]", "{kind: x}", "2", "0.5", "''", "18446744073709551617"]
+                    for p in NUMERIC["pcie2_chain"]})
+SET_MISTAKES = [".nan", ".inf", "-.inf", "-1", "-1e-6", "x", "''", "[]", "{}", "[1, 2]", "{kind: x}"]
 
 
 @ROBUST
-@given(st.lists(st.tuples(st.sampled_from(SET_PATHS), st.sampled_from(SET_VALUES)), min_size=1, max_size=3))
-def test_set_overrides_with_absurd_values(overrides):
+@given(st.sampled_from(SET_PATHS), st.sampled_from(SET_MISTAKES))
+def test_set_overrides_that_are_not_quantities_exit_2(key, value):
     with tempfile.TemporaryDirectory() as directory:
         path = write_yaml(directory, BASES["pcie2_chain"])
-        argv = [path, "--format", "json"]
-        for key, value in overrides:
-            argv += ["--set", f"{key}={value}"]
-        code, out, err = run_cli(*argv)
-    assert_contract(code, out, err)
+        code, out, err = run_cli(path, "--format", "json", "--set", f"{key}={value}")
+    line = assert_contract(code, out, err, expected=2)
+    assert key.split(".")[-1].split("[")[0] in line, line  # the line names the key
+
+
+UNBOUNDED_SIZE = ("bug (issue 13): no upper bound on this model dimension, so 2^64 + 1 passes the loader and the "
+                  "mistake is reported as 'parallelism.tp: ... does not fit', blaming the wrong key")
+ASTRONOMICAL_BUGS = {
+    "model.kernels.": "bug (issue 13): kernel launch counts have no upper bound; 2^64 + 1 launches per layer run "
+                      "to a result (exit 0)",
+    "workload.requests": "bug (issue 13): workload.requests has no upper bound; 2^64 + 1 requests end in an internal "
+                         "error (exit 1: 'Maximum allowed dimension exceeded')",
+    "model.attention.head_dim": UNBOUNDED_SIZE, "model.dense_intermediate_size": UNBOUNDED_SIZE,
+    "model.draft_head.draft_vocab_size": UNBOUNDED_SIZE, "model.draft_head.head_dim": UNBOUNDED_SIZE,
+    "model.draft_head.intermediate_size": UNBOUNDED_SIZE, "model.mtp_layers": UNBOUNDED_SIZE,
+}
+
+
+def astronomical_case(key: str):
+    bug = next((reason for prefix, reason in ASTRONOMICAL_BUGS.items() if key.startswith(prefix)), None)
+    return pytest.param(key, marks=pytest.mark.xfail(strict=True, reason=bug)) if bug else key
+
+
+@pytest.mark.parametrize("key", [astronomical_case(k) for k in SET_PATHS if k != "workload.concurrency"])
+def test_astronomical_numbers_exit_2_naming_their_key(key):
+    """2^64 + 1 is no GPU count, size, rate or time: the line must blame the key that holds it (a request's token
+    counts may be blamed on the request: 'workload: request 0 needs ... tokens of KV cache (prompt + output)')."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = write_yaml(directory, BASES["pcie2_chain"])
+        code, out, err = run_cli(path, "--format", "json", "--set", f"{key}=18446744073709551617")
+    line = assert_contract(code, out, err, expected=2)
+    named = key.split(".")[-1].split("[")[0] in line
+    assert named or (key in ("workload.prompt_tokens", "workload.output_tokens") and "KV cache" in line), line
+
+
+def test_concurrency_beyond_requests_is_capped():
+    """A batch cap above the number of requests is no mistake: the batch simply never fills."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = write_yaml(directory, BASES["pcie2_chain"])
+        code, out, err = run_cli(path, "--format", "json", "--set", "workload.concurrency=18446744073709551617")
+    assert_contract(code, out, err, expected=0)
+
+
+@pytest.mark.parametrize("key", ["bogus", "workload.bogus", "topology.gpu.bogus", "speculation.acceptance.bogus"])
+def test_set_overrides_of_unknown_keys_exit_2(key):
+    with tempfile.TemporaryDirectory() as directory:
+        path = write_yaml(directory, BASES["pcie2_chain"])
+        code, out, err = run_cli(path, "--format", "json", "--set", f"{key}=1")
+    assert_contract(code, out, err, expected=2)
 
 
 # --- named extremes ------------------------------------------------------------------------------------------------
@@ -282,37 +356,47 @@ def all_links(data: dict, **fields) -> dict:
     return data
 
 
+# name: (scenario, the exit it must give). 0: an extreme but physical machine or workload, which must run and give
+# finite numbers; 2: outside what the loader accepts (a count of zero, a size or rate past its physical limit, more
+# GPUs than the machine has).
 EXTREMES = {
-    "one GPU, tp 1": {**copy.deepcopy(BASES["pcie2_chain"]),
-                      "topology": topology(pcie_fabric(1, sockets=1), GPU, HOST), "parallelism": {"tp": 1}},
-    "64 GPUs on a PCIe tree": sixty_four("pcie"),
-    "64 GPUs on an NVSwitch": sixty_four("nvswitch"),
-    "1M-token context": with_changes("pcie2_chain", {"workload.prompt_tokens": 1_000_000}),
-    "1M-token context, tree": with_changes("nvswitch4_tree", {"workload.prompt_tokens": 1_000_000}),
-    "links at 1e-6 GB/s": all_links(copy.deepcopy(BASES["pcie2_chain"]), bandwidth_GBps=1e-6),
-    "links at 1e9 GB/s": all_links(copy.deepcopy(BASES["nvswitch4_tree"]), bandwidth_GBps=1e9),
-    "memory at 1e-6 GB/s": with_changes("pcie2_chain", {"topology.gpu.memory_bandwidth_GBps": 1e-6}),
-    "memory at 1e9 GB/s": with_changes("pcie2_chain", {"topology.gpu.memory_bandwidth_GBps": 1e9}),
-    "launches of 1e300 us": with_changes("pcie2_chain", {"topology.host.eager_launch_us": 1e300}),
-    "no requests": with_changes("pcie2_chain", {"workload.requests": 0}),
-    "no output tokens": with_changes("pcie2_chain", {"workload.output_tokens": 0}),
-    "empty workload mapping": with_changes("pcie2_chain", {"workload": {}}),
-    "one output token": with_changes("pcie2_chain", {"workload.output_tokens": 1}),
-    "concurrency above requests": with_changes("pcie2_chain", {"workload.concurrency": 64}),
-    "tp above GPUs": with_changes("pcie2_chain", {"parallelism.tp": 64}),
-    "acceptance 1, 20000 drafts": with_changes("pcie2_chain", {"speculation.draft_tokens": 20000,
-                                                               "speculation.acceptance": {"kind": "iid", "alpha": 1.0}}),
-    "a billion drafts": with_changes("pcie2_chain", {"speculation.draft_tokens": 10**9,
-                                                     "speculation.acceptance": {"kind": "iid", "alpha": 0.5}}),
-    "a hundred million layers": with_changes("pcie2_chain", {"model.num_layers": 10**8, "model.num_dense_layers": 10**8,
-                                                             "topology.gpu.memory_GB": 1e300}),
+    "one GPU, tp 1": ({**copy.deepcopy(BASES["pcie2_chain"]),
+                       "topology": topology(pcie_fabric(1, sockets=1), GPU, HOST), "parallelism": {"tp": 1}}, 0),
+    "64 GPUs on a PCIe tree": (sixty_four("pcie"), 0),
+    "64 GPUs on an NVSwitch": (sixty_four("nvswitch"), 0),
+    "1M-token context": (with_changes("pcie2_chain", {"workload.prompt_tokens": 1_000_000}), 0),
+    "1M-token context, tree": (with_changes("nvswitch4_tree", {"workload.prompt_tokens": 1_000_000}), 0),
+    "links at 1e-6 GB/s": (all_links(copy.deepcopy(BASES["pcie2_chain"]), bandwidth_GBps=1e-6), 2),
+    "links at 1e9 GB/s": (all_links(copy.deepcopy(BASES["nvswitch4_tree"]), bandwidth_GBps=1e9), 2),
+    "links at 1e-3 GB/s": (all_links(copy.deepcopy(BASES["pcie2_chain"]), bandwidth_GBps=1e-3), 0),
+    "links at 1e6 GB/s": (all_links(copy.deepcopy(BASES["nvswitch4_tree"]), bandwidth_GBps=1e6), 0),
+    "memory at 1e-6 GB/s": (with_changes("pcie2_chain", {"topology.gpu.memory_bandwidth_GBps": 1e-6}), 2),
+    "memory at 1e9 GB/s": (with_changes("pcie2_chain", {"topology.gpu.memory_bandwidth_GBps": 1e9}), 2),
+    "memory at 1e6 GB/s": (with_changes("pcie2_chain", {"topology.gpu.memory_bandwidth_GBps": 1e6}), 0),
+    "launches of 1e300 us": (with_changes("pcie2_chain", {"topology.host.eager_launch_us": 1e300}), 2),
+    "launches of one second": (with_changes("pcie2_chain", {"topology.host.eager_launch_us": 1e6}), 0),
+    "no requests": (with_changes("pcie2_chain", {"workload.requests": 0}), 2),
+    "no output tokens": (with_changes("pcie2_chain", {"workload.output_tokens": 0}), 2),
+    "empty workload mapping (all defaults)": (with_changes("pcie2_chain", {"workload": {}}), 0),
+    "one output token": (with_changes("pcie2_chain", {"workload.output_tokens": 1}), 0),
+    "concurrency above requests": (with_changes("pcie2_chain", {"workload.concurrency": 64}), 0),
+    "tp above GPUs": (with_changes("pcie2_chain", {"parallelism.tp": 64}), 2),
+    "acceptance 1, 20000 drafts": (with_changes("pcie2_chain", {"speculation.draft_tokens": 20000,
+                                                                "speculation.acceptance": {"kind": "iid", "alpha": 1.0}}), 2),
+    "acceptance 1, 255 drafts": (with_changes("pcie2_chain", {"speculation.draft_tokens": 255,
+                                                              "speculation.acceptance": {"kind": "iid", "alpha": 1.0}}), 0),
+    "a billion drafts": (with_changes("pcie2_chain", {"speculation.draft_tokens": 10**9,
+                                                      "speculation.acceptance": {"kind": "iid", "alpha": 0.5}}), 2),
+    "a hundred million layers": (with_changes("pcie2_chain", {"model.num_layers": 10**8, "model.num_dense_layers": 10**8,
+                                                              "topology.gpu.memory_GB": 1e300}), 2),
 }
 
 
 @pytest.mark.parametrize("name", sorted(EXTREMES))
 def test_named_extremes(tmp_path, name):
-    code, out, err = run_cli(write_yaml(str(tmp_path), EXTREMES[name]), "--format", "json")
-    assert_contract(code, out, err)
+    data, expected = EXTREMES[name]
+    code, out, err = run_cli(write_yaml(str(tmp_path), data), "--format", "json")
+    assert_contract(code, out, err, expected=expected)
 
 
 # NaN and infinities written the way YAML spells them, in every float field of the base scenario
@@ -327,7 +411,7 @@ def test_nan_and_inf_in_yaml(tmp_path, spelling, path):
     get(data, path[:-1])[path[-1]] = "__SPECIAL__"
     text = yaml.safe_dump(data, sort_keys=False).replace("__SPECIAL__", spelling)
     code, out, err = run_cli(write_yaml(str(tmp_path), text=text), "--format", "json")
-    assert_contract(code, out, err)
+    assert_contract(code, out, err, expected=2)
 
 
 @pytest.mark.parametrize("text", ["", "[]", "just a string", "42", "{name: x}", "name: [unclosed", "\x00\x01\x02",
@@ -335,19 +419,26 @@ def test_nan_and_inf_in_yaml(tmp_path, spelling, path):
 def test_malformed_files(tmp_path, text):
     path = tmp_path / "scenario.yaml"
     path.write_bytes(text.encode("utf-8", "surrogatepass"))
-    assert_contract(*run_cli(str(path), "--format", "json"))
+    assert_contract(*run_cli(str(path), "--format", "json"), expected=2)
 
 
-@pytest.mark.parametrize("override", [
-    "topology.fabric.links[8].bandwidth_GBps=1e-6", "topology.fabric.links[8].bandwidth_GBps=1e9",
-    "topology.fabric.shm_hop_latency_us=1e9", "topology.gpu.memory_bandwidth_GBps=.inf", "topology.host.sync_us=.inf",
-    "model.moe.routing_locality=.nan", "speculation.acceptance.probs=[.nan, 0.5, 0.5]", "parallelism.tp=1",
-    "workload.prompt_tokens=1000000"])
-def test_shipped_reference_with_extreme_sets(override):
+@pytest.mark.parametrize("override,expected", [
+    ("topology.fabric.links[8].bandwidth_GBps=1e-6", 2), ("topology.fabric.links[8].bandwidth_GBps=1e9", 2),
+    ("topology.fabric.links[8].bandwidth_GBps=0.01", 0), ("topology.fabric.links[8].bandwidth_GBps=1e5", 0),
+    ("topology.fabric.shm_hop_latency_us=1e9", 2), ("topology.fabric.shm_hop_latency_us=1000", 0),
+    ("topology.gpu.memory_bandwidth_GBps=.inf", 2), ("topology.host.sync_us=.inf", 2),
+    ("model.moe.routing_locality=.nan", 2), ("model.moe.routing_locality=0.9", 0),
+    ("speculation.acceptance.probs=[.nan, 0.5, 0.5]", 2), ("speculation.acceptance.probs=[1, 1, 1]", 0),
+    ("parallelism.tp=1", 2),  # 596 GB of weights on one 96 GB GPU
+    ("parallelism.tp=2", 2),  # 300 GB per GPU
+    ("parallelism.tp=3", 2),  # does not divide 8 GPUs
+    ("workload.prompt_tokens=1000000", 2),  # the KV cache of one request exceeds what is left after the weights
+    ("workload.prompt_tokens=100000", 0)])
+def test_shipped_reference_with_extreme_sets(override, expected):
     """The reference scenario (Kimi-K2.5 on 8 x RTX PRO 6000) through --set."""
     code, out, err = run_cli(scenario_path("pcie8_eagle3.yaml"), "--set", "workload.requests=1", "--set",
                              "workload.output_tokens=64", "--set", override, "--format", "json")
-    assert_contract(code, out, err)
+    assert_contract(code, out, err, expected=expected)
 
 
 # --- a model that does not fit -------------------------------------------------------------------------------------
@@ -367,8 +458,7 @@ def one_gpu_reference(tmp_path, **changes) -> str:
 
 def test_kimi_on_one_96GB_gpu_is_reported_as_not_fitting(tmp_path):
     code, out, err = run_cli(one_gpu_reference(tmp_path), "--format", "json")
-    line = assert_contract(code, out, err)
-    assert code == 2, "Kimi-K2.5 (about 600 GB of weights) ran on one 96 GB GPU"
+    line = assert_contract(code, out, err, expected=2)  # Kimi-K2.5 is about 600 GB of weights
     assert "memory" in line.lower() and "96" in line, line
 
 
@@ -378,5 +468,5 @@ def test_a_million_token_kv_cache_counts_against_memory(tmp_path):
     reference = scenario_path("pcie8_eagle3.yaml")
     code, out, err = run_cli(reference, "--set", "workload.requests=1", "--set", "workload.output_tokens=64",
                              "--set", "workload.prompt_tokens=1000000", "--format", "json")
-    line = assert_contract(code, out, err)
-    assert code == 2 and "memory" in str(line).lower(), "a 1M-token context of Kimi-K2.5 fitted in 96 GB GPUs"
+    line = assert_contract(code, out, err, expected=2)
+    assert "memory" in str(line).lower() or "kv cache" in str(line).lower(), line
