@@ -3,15 +3,29 @@
 Every strategy draws plain dicts (what a YAML file holds), so a test can change one field and rebuild the scenario;
 `make_scenario` validates a dict into a Scenario with `simulator.config.build`. Shapes are kept small (a few layers,
 hidden sizes of a few hundred) so a whole run takes milliseconds.
+
+What they reach: PCIe trees and NVSwitch boards of 1-16 GPUs; GQA (KV heads sharded or replicated) and MLA models,
+dense or MoE, bf16 / fp8 / int4-with-group-scales weights; EAGLE-3 heads, MTP modules, separate draft models and the
+n-gram drafter; chains and every tree kind; i.i.d., positional, bursty, n-gram-context and trace acceptance; every
+all-reduce the fabric permits (NCCL ring / tree, NVLS, one-shot and two-shot custom all-reduce); and, in
+`served_scenarios`, length distributions, fixed-rate and Poisson arrivals, KV-cache pressure with queueing or
+preemption, and every policy (static, hybrid, adaptive length, multi-drafter, batch threshold, batch table, goodput).
 """
 from __future__ import annotations
 
+import atexit
 import copy
+import os
+import shutil
+import tempfile
 from collections import deque
 
 from hypothesis import strategies as st
 
 from simulator.config import build
+
+TRACE_DIR = tempfile.mkdtemp(prefix="specsim-strategies-")  # acceptance traces written by `acceptances`
+atexit.register(shutil.rmtree, TRACE_DIR, True)
 
 # --- machines ----------------------------------------------------------------------------------------------------
 
@@ -136,28 +150,47 @@ def divisors(n: int) -> list[int]:
 
 
 @st.composite
-def model_cards(draw, tp: int) -> dict:
-    """A small GQA decoder, dense or MoE, whose head count tp divides; with an EAGLE head and maybe an MTP layer."""
-    kv_heads = tp * draw(st.sampled_from([1, 2]))
-    num_heads = kv_heads * draw(st.sampled_from([1, 2, 4]))
-    head_dim = draw(st.sampled_from([32, 64, 128]))
+def mla_attention(draw, tp: int) -> dict:
+    """DeepSeek-style multi-head latent attention: heads sharded over tp, the latent KV cache replicated."""
+    return {"kind": "mla", "num_heads": tp * draw(st.sampled_from([1, 2, 4])),
+            "q_lora_rank": draw(st.sampled_from([0, 128, 384])), "kv_lora_rank": draw(st.sampled_from([64, 128, 512])),
+            "qk_nope_head_dim": draw(st.sampled_from([32, 64, 128])), "qk_rope_head_dim": draw(st.sampled_from([16, 64])),
+            "v_head_dim": draw(st.sampled_from([32, 64, 128]))}
+
+
+@st.composite
+def gqa_attention(draw, tp: int) -> dict:
+    """Grouped-query attention: KV heads a multiple of tp (sharded) or a divisor of it (replicated on some ranks)."""
+    kv_heads = draw(st.sampled_from([tp, 2 * tp] + [d for d in divisors(tp) if d < tp]))
+    return {"kind": "gqa", "num_heads": max(kv_heads, tp) * draw(st.sampled_from([1, 2, 4])), "num_kv_heads": kv_heads,
+            "head_dim": draw(st.sampled_from([32, 64, 128]))}
+
+
+@st.composite
+def model_cards(draw, tp: int, attention=("gqa", "mla")) -> dict:
+    """A small decoder, dense or MoE, GQA or MLA, whose head count tp divides; with an EAGLE head and maybe an MTP
+    layer; experts in bf16, fp8 or int4 with group scales, attention in bf16 or fp8."""
+    kind = draw(st.sampled_from(list(attention)))
+    attn = draw(mla_attention(tp) if kind == "mla" else gqa_attention(tp))
+    head_dim = 64 if kind == "mla" else attn["head_dim"]
     hidden = draw(st.sampled_from([256, 512, 1024, 2048]))
     num_layers = draw(st.integers(1, 4))
     is_moe = draw(st.booleans())
     card = {
-        "name": "gen-moe" if is_moe else "gen-dense",
+        "name": f"gen-{kind}-{'moe' if is_moe else 'dense'}",
         "num_layers": num_layers,
         "num_dense_layers": draw(st.integers(0, num_layers - 1)) if is_moe else num_layers,
         "hidden_size": hidden,
         "vocab_size": draw(st.sampled_from([1000, 32000, 128000])),
-        "attention": {"kind": "gqa", "num_heads": num_heads, "num_kv_heads": kv_heads, "head_dim": head_dim},
+        "attention": attn,
         "dense_intermediate_size": draw(st.sampled_from([512, 1024, 4096])),
-        "weights": {"attention": "bf16", "dense_mlp": "bf16", "embedding": "bf16", "lm_head": "bf16"},
+        "weights": {"attention": draw(st.sampled_from(["bf16", "bf16", "fp8"])), "dense_mlp": "bf16",
+                    "embedding": "bf16", "lm_head": "bf16"},
         "kernels": {"attention": draw(st.integers(1, 16)), "dense_mlp": draw(st.integers(1, 8)),
                     "moe": draw(st.integers(0, 16)), "per_pass": draw(st.integers(0, 12)),
                     "verify_per_pass": draw(st.integers(0, 20)), "tree_attention": draw(st.integers(0, 8))},
         "mtp_layers": draw(st.integers(0, 1)),
-        "draft_head": {"num_layers": 1, "num_heads": num_heads, "num_kv_heads": kv_heads, "head_dim": head_dim,
+        "draft_head": {"num_layers": 1, "num_heads": tp, "num_kv_heads": tp, "head_dim": head_dim,
                        "intermediate_size": 512, "draft_vocab_size": 1000},
     }
     if is_moe:
@@ -166,9 +199,23 @@ def model_cards(draw, tp: int) -> dict:
                        "num_shared_experts": draw(st.integers(0, 1)),
                        "intermediate_size": draw(st.sampled_from([128, 256, 1024])),
                        "routing_locality": draw(st.floats(0.0, 0.9))}
-        if draw(st.booleans()):
-            card["weights"].update(experts="int4", quant_group_size=32)
+        experts_dtype = draw(st.sampled_from(["bf16", "fp8", "int4"]))
+        card["weights"]["experts"] = experts_dtype
+        if experts_dtype == "int4":
+            card["weights"]["quant_group_size"] = draw(st.sampled_from([0, 32, 128]))
     return card
+
+
+@st.composite
+def draft_model_cards(draw, tp: int) -> dict:
+    """A separate small dense GQA draft model that the same tp ranks can shard."""
+    num_layers = draw(st.integers(1, 2))
+    return {"name": "gen-draft", "num_layers": num_layers, "num_dense_layers": num_layers,
+            "hidden_size": draw(st.sampled_from([256, 512])), "vocab_size": 32000,
+            "attention": {"kind": "gqa", "num_heads": 2 * tp, "num_kv_heads": tp, "head_dim": 64},
+            "dense_intermediate_size": 1024, "weights": {"attention": "bf16", "dense_mlp": "bf16"},
+            "kernels": {"attention": draw(st.integers(1, 8)), "dense_mlp": draw(st.integers(1, 4)), "per_pass": 4,
+                        "verify_per_pass": 0}}
 
 
 # --- runtime, speculation, acceptance ------------------------------------------------------------------------------
@@ -186,14 +233,33 @@ regimes = st.builds(lambda probs, decay: {"probs": probs, "sibling_decay": decay
                     st.lists(probability, min_size=1, max_size=4), probability)
 
 
+ACCEPTANCE_KINDS = ("iid", "positional", "bursty", "ngram_context", "trace")
+
+
+def write_trace(lengths: list[int]) -> str:
+    """A CSV of per-step accept lengths (bonus token included) in TRACE_DIR, named by its content."""
+    path = os.path.join(TRACE_DIR, "trace_" + "_".join(map(str, lengths)) + ".csv")
+    if not os.path.exists(path):
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("accept_len\n" + "".join(f"{n}\n" for n in lengths))
+    return path
+
+
 @st.composite
-def acceptances(draw, kinds=("iid", "positional", "bursty")) -> dict:
+def acceptances(draw, kinds=ACCEPTANCE_KINDS) -> dict:
     kind = draw(st.sampled_from(list(kinds)))
     if kind == "iid":
         return {"kind": "iid", "alpha": draw(probability)}
     if kind == "positional":
         return {"kind": "positional", "probs": draw(st.lists(probability, min_size=1, max_size=6)),
                 "sibling_decay": draw(probability), "repeat_last": True}
+    if kind == "ngram_context":
+        return {"kind": "ngram_context", "repetitiveness": draw(probability), "warmup_tokens": draw(st.floats(1.0, 5000.0)),
+                "mean_copy_tokens": draw(st.floats(1.0, 300.0)), "novel_gain": draw(st.floats(0.0, 3.0)),
+                "copying": draw(regimes), "novel": draw(regimes)}
+    if kind == "trace":
+        lengths = draw(st.lists(st.integers(1, 9), min_size=1, max_size=12))
+        return {"kind": "trace", "file": write_trace(lengths)}
     return {"kind": "bursty", "easy": draw(regimes), "hard": draw(regimes),
             "mean_easy_tokens": draw(st.floats(1.0, 500.0)), "mean_hard_tokens": draw(st.floats(1.0, 500.0)),
             "start_easy": draw(st.booleans())}
@@ -219,12 +285,19 @@ def verify_shapes(draw) -> tuple[int, str, dict]:
 
 
 @st.composite
-def speculations(draw, card: dict, acceptance=None, methods=("eagle3", "ngram", "mtp")) -> dict:
+def speculations(draw, card: dict, acceptance=None, methods=("eagle3", "ngram", "mtp", "draft_model"),
+                 tp: int = 1) -> dict:
     allowed = [m for m in methods if m != "mtp" or card.get("mtp_layers")]
     method = draw(st.sampled_from(allowed))
     draft_tokens, verify, tree = draw(verify_shapes())
-    return {"method": method, "draft_tokens": draft_tokens, "verify": verify, "tree": tree,
+    spec = {"method": method, "draft_tokens": draft_tokens, "verify": verify, "tree": tree,
             "acceptance": acceptance if acceptance is not None else draw(acceptances())}
+    if method == "draft_model":
+        spec["draft_model"] = {"model": draw(draft_model_cards(tp))}
+    if method == "ngram":
+        spec["ngram"] = {"host_us_per_step": draw(st.floats(0.0, 1000.0)),
+                         "host_us_per_request": draw(st.floats(0.0, 300.0))}
+    return spec
 
 
 @st.composite
@@ -234,18 +307,143 @@ def workloads(draw, max_requests: int = 2) -> dict:
             "output_tokens": draw(st.integers(64, 512)), "concurrency": draw(st.integers(1, requests))}
 
 
+def permitted_allreduce(topo: dict, tp: int) -> list[str]:
+    """The runtime.allreduce choices this fabric permits for the first tp GPUs (forced NVLS needs an NVSwitch with
+    multicast joining them by NVLink; forced custom all-reduce needs peer-to-peer between all of them)."""
+    choices = ["auto", "nccl", "nccl_ring", "nccl_tree"]
+    if tp < 2:
+        return choices
+    from simulator.config.topology import Topology
+    from simulator.hardware.collectives import AllReduce, NotPermitted
+    from simulator.hardware.interconnect import Fabric
+
+    fabric = Fabric(Topology.model_validate(topo))
+    for forced in ("nvls", "one_shot", "two_shot"):
+        try:
+            AllReduce(fabric, tp, forced)
+        except NotPermitted:
+            continue
+        choices.append(forced)
+    return choices
+
+
 @st.composite
 def scenarios(draw, jitter: bool = True, speculate: bool = True) -> dict:
-    """A whole scenario dict with an inline topology and model card, static policy."""
+    """A whole scenario dict with an inline topology and model card, static policy, one fixed-length workload."""
     topo = draw(topologies(jitter=jitter))
     n = len([x for x in topo["fabric"]["nodes"] if x["kind"] == "gpu"])
     tp = draw(st.sampled_from(divisors(n)))
     card = draw(model_cards(tp))
-    raw = {"name": "gen", "topology": topo, "model": card, "parallelism": {"tp": tp}, "runtime": draw(runtimes()),
+    raw = {"name": "gen", "topology": topo, "model": card, "parallelism": {"tp": tp},
+           "runtime": draw(runtimes(allreduce=permitted_allreduce(topo, tp))),
            "workload": draw(workloads()), "seed": draw(st.integers(0, 2**32 - 1)), "policy": {"kind": "static"}}
     if speculate:
-        raw["speculation"] = draw(speculations(card))
+        raw["speculation"] = draw(speculations(card, tp=tp))
     return raw
+
+
+# --- serving: lengths, arrivals, memory pressure, policies --------------------------------------------------------
+
+MAX_OUTPUT = 256  # longest output a served workload draws (keeps a run to milliseconds at fast fidelity)
+
+
+@st.composite
+def lengths(draw, low: int, high: int) -> tuple[object, int]:
+    """(a workload length: a number, fixed, uniform or lognormal; the longest it can be)."""
+    kind = draw(st.sampled_from(["int", "fixed", "uniform", "lognormal"]))
+    if kind == "int":
+        value = draw(st.integers(low, high))
+        return value, value
+    if kind == "fixed":
+        value = draw(st.integers(low, high))
+        return {"kind": "fixed", "value": value}, value
+    if kind == "uniform":
+        a, b = sorted((draw(st.integers(low, high)), draw(st.integers(low, high))))
+        return {"kind": "uniform", "low": a, "high": b}, b
+    top = draw(st.integers(low, high))
+    return {"kind": "lognormal", "median": draw(st.floats(low, top)), "sigma": draw(st.floats(0.05, 1.5)), "max": top}, top
+
+
+@st.composite
+def served_workloads(draw, max_requests: int = 4, max_output: int = MAX_OUTPUT) -> tuple[dict, int]:
+    """(a workload with length distributions, all-at-once / fixed-rate / Poisson arrivals, chunked prefill and a KV
+    overflow mode; the longest request it can hold in the KV cache, prompt plus output)."""
+    requests = draw(st.integers(1, max_requests))
+    prompt, prompt_max = draw(lengths(1, 2000))
+    output, output_max = draw(lengths(2, max_output))  # 1: see test_properties (multi-drafter, one token)
+    arrival = draw(st.sampled_from(["all_at_once", "fixed_rate", "poisson"]))
+    workload = {"requests": requests, "prompt_tokens": prompt, "output_tokens": output,
+                "concurrency": draw(st.integers(1, requests)), "max_prefill_tokens": draw(st.sampled_from([64, 512, 8192])),
+                "kv_overflow": draw(st.sampled_from(["queue", "preempt"])), "seed_offset": draw(st.integers(0, 3)),
+                "arrival": {"kind": arrival} if arrival == "all_at_once" else
+                           {"kind": arrival, "rate_per_s": draw(st.floats(0.5, 500.0))}}
+    return workload, prompt_max + output_max
+
+
+POLICY_KINDS = ("static", "hybrid", "adaptive_length", "batch_threshold", "batch_table", "goodput", "multi_drafter")
+
+
+@st.composite
+def policies_for(draw, raw: dict, kind: str | None = None) -> dict:
+    """A policy the scenario's speculation admits (multi-drafter: n-gram first, a drafter the model has as fallback);
+    `kind` forces one (a multi-drafter turns the scenario's drafter into the n-gram one)."""
+    if kind == "multi_drafter" and raw["speculation"]["method"] != "ngram":
+        raw["speculation"]["method"] = "ngram"
+        raw["speculation"].pop("draft_model", None)
+    if kind is None:
+        kinds = [k for k in POLICY_KINDS if k != "multi_drafter" or raw["speculation"]["method"] == "ngram"]
+        kind = draw(st.sampled_from(kinds))
+    if kind == "hybrid":
+        return {"kind": "hybrid", "estimator": draw(st.sampled_from(["ema", "window"])),
+                "hysteresis": draw(st.floats(0, 0.5)), "probe_every": draw(st.integers(1, 16))}
+    if kind == "adaptive_length":
+        return {"kind": "adaptive_length", "choices": draw(st.lists(st.integers(1, 5), min_size=1, max_size=3))}
+    if kind == "batch_threshold":
+        return {"kind": "batch_threshold", "max_batch": draw(st.integers(1, 4))}
+    if kind == "batch_table":
+        bounds = sorted(draw(st.lists(st.integers(1, 8), min_size=1, max_size=3, unique=True)))
+        return {"kind": "batch_table", "table": [{"max_batch": b, "draft_tokens": draw(st.integers(0, 4))} for b in bounds]}
+    if kind == "goodput":
+        return {"kind": "goodput", "choices": draw(st.lists(st.integers(0, 4), min_size=1, max_size=4, unique=True)),
+                "prior_acceptance": draw(probability), "prior_weight": draw(st.floats(0.1, 10.0))}  # 0: see test_robustness
+    if kind == "multi_drafter":
+        fallbacks = ["eagle3"] + (["mtp"] if raw["model"].get("mtp_layers") else [])
+        draft_tokens, verify, tree = draw(verify_shapes())
+        return {"kind": "multi_drafter", "min_match_tokens": draw(st.integers(1, 6)),
+                "fallback": {"method": draw(st.sampled_from(fallbacks)), "draft_tokens": draft_tokens, "verify": verify,
+                             "tree": tree, "acceptance": draw(acceptances(("iid", "positional")))}}
+    return {"kind": "static"}
+
+
+@st.composite
+def served_scenarios(draw, max_output: int = MAX_OUTPUT, policy: str | None = None, squeeze: bool | None = None) -> dict:
+    """A scenario under load: length distributions, arrivals, a policy (any, or `policy`), and, half the time (or
+    as `squeeze` says), every request running at once in a KV cache squeezed to between 1.05 longest requests and all
+    of them, all arriving at once, so requests queue for memory or are preempted."""
+    raw = draw(scenarios())
+    raw["workload"], longest = draw(served_workloads(max_output=max_output))
+    raw["policy"] = draw(policies_for(raw, policy))
+    if squeeze if squeeze is not None else draw(st.booleans()):
+        workload = raw["workload"]
+        workload["requests"] = workload["concurrency"] = max(2, workload["requests"])
+        workload["arrival"] = {"kind": "all_at_once"}
+        raw["runtime"]["memory_fraction"] = squeezed_memory_fraction(raw, longest, draw(st.floats(0.0, 0.2)))
+    return raw
+
+
+def squeezed_memory_fraction(raw: dict, longest: int, squeeze: float) -> float:
+    """runtime.memory_fraction leaving KV room for between 1.05 longest requests (+ drafts) and all of them."""
+    from simulator.engine.machine import Machine
+
+    machine = Machine(make_scenario(raw))
+    memory = machine.memory
+    lookahead = raw.get("speculation", {}).get("draft_tokens", 0) + 8
+    need_one = 1.05 * (longest + lookahead)
+    need_all = max(need_one, raw["workload"]["requests"] * (longest + lookahead))
+    tokens = need_one + squeeze * (need_all - need_one)
+    total_GB = raw["topology"]["gpu"]["memory_GB"]
+    fraction = (memory["weights_GB"] + tokens * memory["kv_bytes_per_token"] / 1e9) / total_GB
+    return min(1.0, fraction * (1 + 1e-9))
 
 
 def make_scenario(raw: dict):

@@ -392,9 +392,25 @@ EXTREMES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(EXTREMES))
+# valid configurations that currently fail: each must flip to passing when its bug is fixed (strict)
+EXTREMES.update({
+    "goodput policy without a prior": pytest.param(
+        (with_changes("pcie2_chain", {"policy": {"kind": "goodput", "prior_weight": 0.0}}), 0),
+        marks=pytest.mark.xfail(strict=True, reason=(
+            "bug (simulator/speculation/policies.py Goodput.acceptance): prior_weight 0 is allowed, but before the "
+            "first observation the acceptance estimate divides 0 by 0 trials: ZeroDivisionError, exit 1"))),
+})
+
+
+def extreme_case(name: str):
+    case = EXTREMES[name]
+    return pytest.param(name, marks=case.marks) if hasattr(case, "marks") else name
+
+
+@pytest.mark.parametrize("name", [extreme_case(name) for name in sorted(EXTREMES)])
 def test_named_extremes(tmp_path, name):
-    data, expected = EXTREMES[name]
+    case = EXTREMES[name]
+    data, expected = case.values[0] if hasattr(case, "values") else case
     code, out, err = run_cli(write_yaml(str(tmp_path), data), "--format", "json")
     assert_contract(code, out, err, expected=expected)
 
