@@ -74,18 +74,6 @@ def numbers(value, path="result"):
             yield from numbers(v, f"{path}[{i}]")
 
 
-GPU_FIXED = {"name": "g", "memory_GB": 80.0, "memory_bandwidth_GBps": 2000.0, "memory_efficiency": 0.8,
-             "peak_TFLOPS": {"bf16": 500.0}, "compute_efficiency": 0.7, "kernel_floor_us": 1.0}
-HOST_FIXED = {"eager_launch_us": 10.0, "launch_jitter_cv": 0.5, "rank_skew_cv": 0.1, "graph_launch_us": 20.0,
-              "graph_node_us": 0.5, "step_overhead_us": 150.0, "sync_us": 15.0}
-SMALL_CARD = {"name": "m", "num_layers": 2, "num_dense_layers": 2, "hidden_size": 256, "vocab_size": 1000,
-              "attention": {"kind": "gqa", "num_heads": 2, "num_kv_heads": 2, "head_dim": 32},
-              "dense_intermediate_size": 512, "weights": {"attention": "bf16", "dense_mlp": "bf16"},
-              "kernels": {"attention": 4, "dense_mlp": 3, "per_pass": 4, "verify_per_pass": 4},
-              "draft_head": {"num_heads": 2, "num_kv_heads": 2, "head_dim": 32, "intermediate_size": 256,
-                             "draft_vocab_size": 1000}}
-
-
 @st.composite
 def scenarios_with_policies(draw):
     """A generated scenario (fixed-length workload) with any policy its speculation admits."""
@@ -304,8 +292,10 @@ def test_squeezed_kv_cache_queues_or_preempts_and_still_serves_every_request(ove
     "bug (simulator/results/run.py drafter_share): a multi-drafter run without a speculative step (one output "
     "token: the prefill emits it) reports each drafter's share as the mean of an empty array, NaN"))
 def test_multi_drafter_without_speculative_steps_reports_finite_shares():
-    raw = {"name": "one_token", "topology": topology(pcie_fabric(1, sockets=1), GPU_FIXED, HOST_FIXED),
-           "model": copy.deepcopy(SMALL_CARD), "parallelism": {"tp": 1},
+    from test_oracles import CARD, GPU, HOST
+
+    raw = {"name": "one_token", "topology": topology(pcie_fabric(1, sockets=1), GPU, HOST),
+           "model": copy.deepcopy(CARD), "parallelism": {"tp": 1},
            "workload": {"requests": 1, "prompt_tokens": 8, "output_tokens": 1},
            "speculation": {"method": "ngram", "draft_tokens": 2, "acceptance": {"kind": "iid", "alpha": 0.5}},
            "policy": {"kind": "multi_drafter", "fallback": {"method": "eagle3", "acceptance": {"kind": "iid", "alpha": 0.5}}}}
