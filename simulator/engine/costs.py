@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..model.cost import PassShape
-from .machine import SAMPLE_FIELDS, Machine, at_context, context_anchors
+from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors
 from ..hardware.links import LinkNetwork
 from .linkpass import LinkPass
 from .records import STEP_COST, CostTable
@@ -115,6 +115,15 @@ class FastStepCosts:
     def mean_step_us(self, step: StepSpec, context: int) -> float:
         """Expected duration of a step at `context` (the mean of its memoised samples, blended between anchors)."""
         return at_context(context, lambda anchor: self._mean_at(step, anchor))
+
+    def mean_step_us_many(self, step: StepSpec, contexts) -> np.ndarray:
+        """mean_step_us at each of many contexts (the same values), one anchor lookup per distinct anchor."""
+        anchors = [context_anchors(int(c)) for c in contexts]
+        means = {a: self._mean_at(step, a) for a in {x for low, high, _ in anchors for x in (low, high)}}
+        low = np.array([means[a[0]] for a in anchors])
+        high = np.array([means[a[1]] for a in anchors])
+        weight = np.array([a[2] for a in anchors])
+        return np.where(weight == 0.0, low, blend(low, high, weight))
 
     def _pair(self, step: StepSpec, low: int, high: int) -> CostTable:
         """The anchor table at `low` and its differences to the one at `high`."""

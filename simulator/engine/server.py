@@ -10,6 +10,8 @@ walks its own tree with its own acceptance draws. KV memory bounds the admitted 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..model.cost import PassShape
@@ -21,10 +23,22 @@ from .machine import Machine
 from .records import (KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FACTS, STEP_FIELDS,  # noqa: F401  (re-exported)
                       CostTable, StepLog)
 from .requests import make_requests
+from .walking import Walks
 
-UNIFORM_BLOCK = 1 << 14
-WALK_UNIFORMS = 16  # uniforms a tree walk takes (at least its depth): runs with different draft lengths stay aligned
 STEP_SPEC_CACHE_SIZE = 1024  # step specs kept by (kind, decision, batch, tokens); a run uses a few per batch size
+
+
+def delay_to(now: float, at: float) -> float:
+    """The delay d with now + d == at in floating point (SimPy schedules a timeout at now + delay), so that a clock
+    moved on without events and the environment's agree to the bit (the rare pair with no such d gets the nearest)."""
+    delay = at - now
+    if now + delay != at:
+        step = math.inf if now + delay < at else -math.inf
+        for _ in range(4):
+            delay = math.nextafter(delay, step)
+            if now + delay == at:
+                break
+    return delay
 
 
 def prefill_quantum(tokens: int) -> int:
@@ -42,6 +56,7 @@ class Server:
         scenario = machine.scenario
         spec = scenario.spec
         self.env = env
+        self.now = env.now  # the server's clock: SimPy's, or ahead of it between fast steps (see _advance)
         self.machine = machine
         self.fast = fidelity == "fast"
         self.runtime = spec.runtime
@@ -50,17 +65,13 @@ class Server:
         setup = build_speculation(scenario, speculate)
         self.slots = setup.slots
         self.policy = setup.policy
-        self._watch = getattr(self.policy, "observe_walk", None)  # a policy that learns from every request's walk
-        # the model whose per-request state carries the text's regime (the primary drafter's, if stateful)
-        self._primary = self.slots[0].acceptance if self.slots and self.slots[0].acceptance.stateful else None
         acceptance_seq, jitter_seq = np.random.SeedSequence(seed).spawn(2)
-        self._acceptance_rng = np.random.default_rng(acceptance_seq)
+        self.walks = Walks(self.slots, self.policy, np.random.default_rng(acceptance_seq))
+        self._primary = self.walks.primary
         jitter = np.random.default_rng(jitter_seq)
         self.costs = FastStepCosts(machine, seed, jitter) if self.fast else \
             LayerStepCosts(machine, jitter, on_pass, links=fidelity == "link", seed=seed)
         self.max_steps = max_steps  # stop early (traces record the first steps only)
-        self._uniforms: list[float] = []
-        self._uniform_at = 0
         # the scheduler's per-step host work overlaps the GPU in plain decode, not while speculating (SGLang)
         self._other_spec = step_overhead_us(host, spec.runtime, speculating=True)
         self._other_plain = step_overhead_us(host, spec.runtime, speculating=False)
@@ -72,8 +83,8 @@ class Server:
         self.admission.check_fits(self.requests, machine.memory, scenario.source)
         self.view = BatchView(self)
         self.log = StepLog()
-        self.accept_lengths: list[int] = []  # per request per speculative step, bonus token included
-        self.accept_positions: list[int] = []  # tokens the request had generated before that step
+        self.accept_lengths = self.walks.lengths  # per request per speculative step, bonus token included
+        self.accept_positions = self.walks.positions  # tokens the request had generated before that step
         self._arrived_all = False
         self._wake = env.event()
 
@@ -84,16 +95,6 @@ class Server:
     @property
     def preemptions(self) -> int:
         return self.admission.preemptions
-
-    # -- randomness ------------------------------------------------------------------------------------------
-    def _uniform_row(self, n: int) -> list[float]:
-        """n acceptance uniforms, drawn in numpy blocks (common random numbers across scenarios)."""
-        if self._uniform_at + n > len(self._uniforms):
-            self._uniforms = self._acceptance_rng.random(UNIFORM_BLOCK).tolist()
-            self._uniform_at = 0
-        row = self._uniforms[self._uniform_at:self._uniform_at + n]
-        self._uniform_at += n
-        return row
 
     # -- step costs ----------------------------------------------------------------------------------------------
     def step_spec(self, kind: int, decision, batch: int, tokens: int = 1) -> StepSpec:
@@ -120,10 +121,30 @@ class Server:
         loop inlines the same, see run)."""
         if self.fast:
             cost = self.costs.step(spec, context)
-            yield self.env.timeout(cost[0])
+            yield from self._advance(cost[0])
             return cost
         measured = yield from self.costs.step(self.env, spec, context)
+        self.now = self.env.now
         return measured[0], CostTable.measured(measured), 0, 0.0
+
+    # -- the clock --------------------------------------------------------------------------------------------
+    # A fast step that ends before anything else is scheduled moves the server's clock on without a SimPy event
+    # (inlined for speed: no other process can act in between, so an event would change nothing); when another
+    # process is due by the step's end, a timeout brings the environment to exactly that time and SimPy orders the
+    # two as before. The times are the same floats as with one timeout per step.
+    def _advance(self, duration: float):
+        """Generator: the server's clock moves on by `duration` (see run for the inlined copy)."""
+        end = self.now + duration
+        env = self.env
+        if env.peek() <= end:
+            yield env.timeout(delay_to(env.now, end))
+        self.now = end
+
+    def _sync(self):
+        """Generator: the environment's clock catches up with the server's (before waiting on other processes)."""
+        if self.env.now < self.now:
+            yield self.env.timeout(delay_to(self.env.now, self.now))
+        self.now = self.env.now
 
     # -- arrivals ---------------------------------------------------------------------------------------------
     def _arrivals(self):
@@ -142,121 +163,84 @@ class Server:
 
     # -- the loop --------------------------------------------------------------------------------------------
     def run(self):
-        """SimPy process: serve every request, one prefill or decode step at a time.
-
-        Hot path: a decode step is set up and booked by plain method calls around one inlined cost draw and
-        timeout, so that at fast fidelity this is the only generator a step resumes.
-        """
+        """SimPy process: serve every request, one prefill or decode step at a time."""
         env, adm, log = self.env, self.admission, self.log
         env.process(self._arrivals())
-        fast, timeout, step_cost = self.fast, env.timeout, self.costs.step
         max_steps = self.max_steps
         while max_steps is None or len(log) < max_steps:
             if adm.waiting and len(adm.active) + len(adm.prefilling) < adm.concurrency:
-                adm.admit(env.now, self._start_acceptance)
+                adm.admit(self.now, self._start_acceptance)
             if adm.prefilling:
                 yield from self._prefill()
-                continue
-            if not adm.active:
-                if self._arrived_all and not adm.waiting:
-                    return
+            elif adm.active:
+                yield from self._decode()
+            elif self._arrived_all and not adm.waiting:
+                break
+            else:
+                yield from self._sync()
                 self._wake = env.event()
                 yield self._wake  # idle until the next arrival
-                continue
-            step = self._begin_decode()
-            if step is None:
-                continue
-            if fast:
-                duration, table, row, weight = step_cost(step[-1], step[3])
-                yield timeout(duration)
+                self.now = env.now
+        yield from self._sync()  # the run ends at the server's time
+
+    def _decode(self):
+        """Generator: decode steps of the running batch until it changes (a request completes, one is admitted
+        and must prefill, or one is preempted away), then back to run.
+
+        The hot path, inlined for speed: per step the policy decides, the step's cost is drawn (fast) or run (layer,
+        link), the clock moves on (see _advance), every request walks the tree, and the step is logged by name.
+        """
+        env, adm, log, active = self.env, self.admission, self.log, self.admission.active
+        decide, observe, view, admit = self.policy.decide, self.policy.observe, self.view, adm.admit
+        fast, step_cost, peek, timeout = self.fast, self.costs.step, env.peek, env.timeout
+        walk, plain = self.walks.walk, self.walks.plain
+        max_steps, preempt = self.max_steps, not adm.queue_mode
+        specs: dict = {}  # decision -> its step spec at this batch size
+        batch = context = 0
+        while max_steps is None or len(log) < max_steps:
+            if adm.waiting and len(active) + len(adm.prefilling) < adm.concurrency:
+                admit(self.now, self._start_acceptance)
+                if adm.prefilling:
+                    return
+            decision = decide(view)
+            if preempt:
+                adm.preempt_if_full(decision.tree.size if decision else 1)
+                if not active:
+                    return
+            if len(active) != batch:  # the first step, or a request preempted away
+                batch, specs = len(active), {}
+                context = sum(r.prompt_tokens + r.generated for r in active)
+            spec = specs.get(decision)
+            if spec is None:
+                spec = specs[decision] = self.step_spec(KIND_SPEC if decision else KIND_DECODE, decision, batch)
+            kv_tokens = context + (decision.tree.size * batch if decision else batch)  # nothing is prefilling
+            if kv_tokens > adm.kv_peak:
+                adm.kv_peak = kv_tokens
+            start = self.now
+            if fast:  # _advance, inlined
+                duration, table, row, weight = step_cost(spec, context)
+                end = start + duration
+                if peek() <= end:
+                    yield timeout(delay_to(env.now, end))
+                self.now = end
             else:
-                cost = yield from step_cost(env, step[-1], step[3])
+                cost = yield from step_cost(env, spec, context)
                 duration, table, row, weight = cost[0], CostTable.measured(cost), 0, 0.0
-            self._finish_decode(step, duration, table, row, weight)
-
-    def _begin_decode(self) -> tuple | None:
-        """The policy decides; preempt mode makes room; returns (decision, active, start, context, kv_tokens, step
-        spec), or None when preemption emptied the batch."""
-        adm = self.admission
-        decision = self.policy.decide(self.view)
-        if not adm.queue_mode:  # preempt mode
-            adm.preempt_if_full(decision.tree.size if decision else 1)
-        active = adm.active
-        if not active:
-            return None
-        batch = len(active)
-        context = 0
-        for r in active:
-            context += r.prompt_tokens + r.generated
-        kv_tokens = context + (decision.tree.size * batch if decision else batch)
-        if adm.prefilling:
-            kv_tokens += sum(r.prefill_target for r in adm.prefilling)
-        if kv_tokens > adm.kv_peak:
-            adm.kv_peak = kv_tokens
-        spec = self.step_spec(KIND_SPEC if decision else KIND_DECODE, decision, batch)
-        return decision, active, self.env.now, context, kv_tokens, spec
-
-    def _finish_decode(self, step: tuple, duration: float, table: CostTable, row: int, weight: float) -> None:
-        """After the step's time: the requests advance, the step is logged, the policy observes it."""
-        decision, active, start, context, kv_tokens, _ = step
-        adm = self.admission
-        batch = len(active)
-        if decision:
-            tokens, done = self._walk(active, decision, self.env.now)
-            tree = decision.tree
-            facts = (KIND_SPEC, start, batch, tokens, tree.depth, decision.drafter, tree.size, kv_tokens,
-                     len(adm.waiting), context)
-        else:
-            tokens, done = self._plain(active, self.env.now)
-            facts = (KIND_DECODE, start, batch, tokens, 0, -1, 0, kv_tokens, len(adm.waiting), context)
-        self.log.append(facts, table, row, weight)
-        self.policy.observe(decision, duration, tokens / batch, batch)
-        if done:
-            adm.retire(active)
-
-    def _walk(self, active: list, decision, now: float) -> tuple[int, bool]:
-        """Every request walks the verify tree with its own uniforms; returns (tokens emitted, any completed)."""
-        tree, model = decision.tree, self.slots[decision.drafter].acceptance
-        depth = tree.depth
-        walk_uniforms = depth if depth > WALK_UNIFORMS else WALK_UNIFORMS
-        stateful = model.stateful
-        primary = self._primary
-        moving = stateful or primary is not None  # one more uniform for the regime's switch
-        uniform_row, watch = self._uniform_row, self._watch
-        lengths, positions = self.accept_lengths, self.accept_positions
-        tokens, done = 0, False
-        for request in active:
-            state = request.acceptance_state
-            draws = uniform_row(walk_uniforms + 1 if moving else walk_uniforms)
-            accepted = model.accepted(tree, state if stateful else None, draws)
-            if watch is not None:
-                watch(depth, accepted)
-            emitted = min(accepted + 1, request.output_tokens - request.generated)
-            lengths.append(emitted)
-            positions.append(request.generated)
-            if stateful:
-                request.acceptance_state = model.advance(state, emitted, draws[walk_uniforms])
-            elif primary is not None:  # the text's regime lives in the primary drafter's model
-                request.acceptance_state = primary.advance(state, emitted, draws[walk_uniforms])
-            request.generated += emitted
-            tokens += emitted
-            if request.generated >= request.output_tokens:
-                request.completed_at = now
-                done = True
-        return tokens, done
-
-    def _plain(self, active: list, now: float) -> tuple[int, bool]:
-        """A plain decode step: one token per request (the regime still moves); returns (tokens, any completed)."""
-        primary = self._primary
-        done = False
-        for request in active:
-            request.generated += 1
-            if primary is not None:
-                request.acceptance_state = primary.advance(request.acceptance_state, 1, self._uniform_row(1)[0])
-            if request.generated >= request.output_tokens:
-                request.completed_at = now
-                done = True
-        return len(active), done
+                self.now = end = env.now
+            if decision:
+                tokens, done = walk(active, decision, end)
+                tree = decision.tree
+                log.append((KIND_SPEC, start, batch, tokens, tree.depth, decision.drafter, tree.size, kv_tokens,
+                            len(adm.waiting), context), table, row, weight)
+            else:
+                tokens, done = plain(active, end)
+                log.append((KIND_DECODE, start, batch, tokens, 0, -1, 0, kv_tokens, len(adm.waiting), context),
+                           table, row, weight)
+            observe(decision, duration, tokens / batch, batch)
+            context += tokens
+            if done:
+                adm.retire(active)
+                return
 
     def _prefill(self):
         """One prefill step: the next prompt chunks of the admitted requests, up to max_prefill_tokens."""
@@ -272,10 +256,10 @@ class Server:
         batch = len(chunk)
         total = sum(t for _, t in chunk)
         cached = sum(r.prefilled for r, _ in chunk)
-        start = self.env.now
+        start = self.now
         spec = self.step_spec(KIND_PREFILL, None, batch, prefill_quantum(-(-total // batch)))
         _, table, row, weight = yield from self._timed_cost(spec, cached)
-        now = self.env.now
+        now = self.now
         finished = 0
         for request, take in chunk:
             request.prefilled += take

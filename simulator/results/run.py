@@ -138,8 +138,9 @@ def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | 
     for batch in np.unique(batches):  # per batch size: the plain step's mean cost, blended over contexts
         spec = StepSpec(PassSpec("target", PassShape(1, int(batch)), scenario.spec.runtime.cuda_graph_decode),
                         other_us=other)
-        for context, count in zip(*np.unique(contexts[batches == batch], return_counts=True)):
-            plain += count * planner.mean_step_us(spec, int(context))
+        distinct, counts = np.unique(contexts[batches == batch], return_counts=True)
+        for value in (counts * planner.mean_step_us_many(spec, distinct)).tolist():
+            plain += value  # in the order of the contexts, as a running sum (the same float every time)
     return float(steps["duration_us"][mask].sum()) / plain
 
 

@@ -120,8 +120,12 @@ class RegimeModel(AcceptanceModel):
     def walker(self, tree: Tree, state) -> Walker:
         easy, seen = state
         level = self.level(easy, seen)
-        return _cached_walker(self._walkers2, (tree, easy, level),
-                              lambda: Walker(tree, self.regime_table(easy, level, tree.depth)))
+        key = (tree, easy, level)
+        walker = self._walkers2.get(key)  # _cached_walker, inlined: once per request per step
+        if walker is None:
+            walker = _cached_walker(self._walkers2, key, lambda: Walker(tree, self.regime_table(easy, level,
+                                                                                                tree.depth)))
+        return walker
 
     def advance(self, state, emitted: int, u: float):
         easy, seen = state
@@ -187,22 +191,25 @@ class NgramContextModel(RegimeModel):
     def __init__(self, config: NgramContextAcceptance, typical_seen: float = 0.0):
         super().__init__(config.copying, config.novel, typical_seen)
         self.config = config
+        # the parameters as plain attributes: read once per request per step
+        self._warmup, self._repetitiveness = config.warmup_tokens, config.repetitiveness
+        self._leave, self._flat = 1.0 / config.mean_copy_tokens, config.novel_gain == 0.0
 
     def start(self, prompt_tokens: int):
         return (False, prompt_tokens)
 
     def fill(self, seen: float) -> float:
-        s3 = (seen / self.config.warmup_tokens) ** 3
+        s3 = (seen / self._warmup) ** 3
         return s3 / (1.0 + s3)
 
     def enter_probability(self, seen: float) -> float:
-        return self.config.repetitiveness * self.fill(seen)
+        return self._repetitiveness * self.fill(seen)
 
     def leave_probability(self, seen: float) -> float:
-        return 1.0 / self.config.mean_copy_tokens
+        return self._leave
 
     def level(self, easy: bool, seen: float) -> int:
-        if easy or self.config.novel_gain == 0.0:
+        if easy or self._flat:
             return 0
         return min(self.LEVELS, int(self.fill(seen) * self.LEVELS + 0.5))
 

@@ -86,6 +86,10 @@ class Tree:
         object.__setattr__(self, "depths", tuple(depths))
         object.__setattr__(self, "children", tuple(tuple(c) for c in children))
         object.__setattr__(self, "ranks", tuple(ranks))
+        object.__setattr__(self, "_hash", hash(parents))  # trees key hot-path caches: hash once
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @cached_property
     def size(self) -> int:

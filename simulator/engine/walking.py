@@ -1,0 +1,76 @@
+"""The acceptance side of a step: every request walks the verify tree with its own uniforms (common random numbers
+across scenarios), its regime moves on, and the accept lengths are recorded."""
+from __future__ import annotations
+
+import numpy as np
+
+UNIFORM_BLOCK = 1 << 14
+WALK_UNIFORMS = 16  # uniforms a tree walk takes (at least its depth): runs with different draft lengths stay aligned
+
+
+class Walks:
+    """The acceptance draws of one run, and what every request accepted."""
+
+    def __init__(self, slots: list, policy, rng: np.random.Generator):
+        self.slots = slots
+        self.watch = getattr(policy, "observe_walk", None)  # a policy that learns from every request's walk
+        # the model whose per-request state carries the text's regime (the primary drafter's, if stateful)
+        self.primary = slots[0].acceptance if slots and slots[0].acceptance.stateful else None
+        self._rng = rng
+        self._uniforms: list[float] = []
+        self._at = 0
+        self.lengths: list[int] = []  # per request per speculative step, bonus token included
+        self.positions: list[int] = []  # tokens the request had generated before that step
+
+    def uniform_row(self, n: int) -> list[float]:
+        """n acceptance uniforms, drawn in numpy blocks."""
+        if self._at + n > len(self._uniforms):
+            self._uniforms = self._rng.random(UNIFORM_BLOCK).tolist()
+            self._at = 0
+        row = self._uniforms[self._at:self._at + n]
+        self._at += n
+        return row
+
+    def walk(self, active: list, decision, now: float) -> tuple[int, bool]:
+        """Every request walks the verify tree with its own uniforms; returns (tokens emitted, any completed)."""
+        tree, model = decision.tree, self.slots[decision.drafter].acceptance
+        depth = tree.depth
+        walk_uniforms = depth if depth > WALK_UNIFORMS else WALK_UNIFORMS
+        stateful = model.stateful
+        primary = self.primary
+        moving = stateful or primary is not None  # one more uniform for the regime's switch
+        uniform_row, watch = self.uniform_row, self.watch
+        lengths, positions = self.lengths, self.positions
+        tokens, done = 0, False
+        for request in active:
+            state = request.acceptance_state
+            draws = uniform_row(walk_uniforms + 1 if moving else walk_uniforms)
+            accepted = model.accepted(tree, state if stateful else None, draws)
+            if watch is not None:
+                watch(depth, accepted)
+            emitted = min(accepted + 1, request.output_tokens - request.generated)
+            lengths.append(emitted)
+            positions.append(request.generated)
+            if stateful:
+                request.acceptance_state = model.advance(state, emitted, draws[walk_uniforms])
+            elif primary is not None:  # the text's regime lives in the primary drafter's model
+                request.acceptance_state = primary.advance(state, emitted, draws[walk_uniforms])
+            request.generated += emitted
+            tokens += emitted
+            if request.generated >= request.output_tokens:
+                request.completed_at = now
+                done = True
+        return tokens, done
+
+    def plain(self, active: list, now: float) -> tuple[int, bool]:
+        """A plain decode step: one token per request (the regime still moves); returns (tokens, any completed)."""
+        primary = self.primary
+        done = False
+        for request in active:
+            request.generated += 1
+            if primary is not None:
+                request.acceptance_state = primary.advance(request.acceptance_state, 1, self.uniform_row(1)[0])
+            if request.generated >= request.output_tokens:
+                request.completed_at = now
+                done = True
+        return len(active), done
