@@ -25,40 +25,25 @@ class LinkPass:
         self.host = host
         self.network = network
 
-    def _launch_times(self, h: np.ndarray, H: np.ndarray, begin: float) -> tuple[list, list]:
-        """Per segment k, over the ranks: the latest first-kernel launch and the latest time a rank's own launches
-        let it arrive (absolute times)."""
-        plan = self.plan
-        if plan.graph:
-            first = H[0]
-            ready = h[0]
-        else:
-            L = np.diff(np.concatenate([np.zeros((plan.ranks, 1)), H[0]], axis=1), axis=1)
-            one = L / plan.launches
-            first = H[0] - L + one
-            ready = np.maximum(H[0] - one + plan.last_us, H[0])
-        return (begin + first).max(axis=0).tolist(), (begin + ready).max(axis=0).tolist()
-
     def run(self, env, rng: np.random.Generator, with_spans: bool = False):
         """Generator for env.process: returns the breakdown dict (scalars); with_spans adds the rank timeline.
 
-        A rank's stream runs segment k from max(end of collective k-1, its first launch) for W_k, and no earlier
-        than its launches allow: it arrives at max(that, ready). Streams interact only at collectives, so their
-        arrivals are computed, not simulated: the last one is max(max(C, max_r first) + W, max_r ready) (max
-        commutes with adding W), so a pass costs O(segments) events and O(ranks x segments) array work.
+        A rank's stream runs segment k from the end of collective k-1 for W_k, and no earlier than its own launches
+        allow (h, timeline.host_ready: exact per kernel): it arrives at max(C + W, h). Streams interact only at
+        collectives, so their arrivals are computed, not simulated: the last one is max(C + W, max_r h), so a pass
+        costs O(segments) events and O(ranks x segments) array work.
         """
         plan = self.plan
         h, H = host_ready(plan, self.host, rng, 1, with_host=True)
         begin = env.now
-        first_at, ready_at = self._launch_times(h, H, begin)
+        ready_at = (begin + h[0]).max(axis=0).tolist()  # the last rank's own launches let it arrive then
         W = plan.gpu_us.tolist()
         collective_us = plan.collective_us.tolist()
         steps_of = plan.collective_steps or (None,) * len(W)
         ends = []
         for k, work in enumerate(W):
             now = env.now
-            first = first_at[k]
-            last = (now if now > first else first) + work
+            last = now + work
             if ready_at[k] > last:
                 last = ready_at[k]
             if last > now:

@@ -1,18 +1,21 @@
 """The per-rank timeline of one pass: host launches, GPU kernels and the collectives that synchronise the ranks.
 
-Segment k on rank r: the host finishes launching it at H_r(k) (launches never wait for the GPU); the GPU runs the
-segment's W_k of kernel time no earlier than each kernel's launch; the rank arrives at the closing collective at
-A_r(k) = max(C_{k-1} + W_k, h_r(k)), where h_r(k) is when its own launches allow it to. The collective starts when
+Segment k on rank r: the host finishes launching it at H_r(k) (launches never wait for the GPU), its launches evenly
+spaced over the segment's launch time; the GPU runs each kernel i (work w_i) no earlier than its launch l_i, in
+order: t_i = max(t_{i-1}, l_i) + w_i from t_0 = C_{k-1}. Unrolled, the rank arrives at the closing collective (whose
+own launch comes last, at H_r(k)) at A_r(k) = max(C_{k-1} + W_k, h_r(k)) with h_r(k) = max(H_r(k), max_i l_i + S_i)
+and S_i = w_i + ... + w_m the work from kernel i on: h is when the rank's own launches allow it to arrive, exact. The collective starts when
 the last rank arrives and ends T_k later: C_k = max_r A_r(k) + T_k. Until then each rank waits; waiting is booked
 apart from transfer. Ranks interact only at collectives, so their timelines advance as vectors between them.
 
-`host_ready` draws the launches, `collective_ends` solves the recurrence in closed form for many samples at once
+`host_ready` draws the launches and evaluates h (vectorised over samples, ranks and segments), `collective_ends` solves the recurrence in closed form for many samples at once
 (C_k - sum_{j<=k}(W_j + T_j) is a running maximum), `LayerPass` steps the same recurrence one SimPy event per
 collective, and `breakdown` books every rank's time into categories that sum to the pass duration.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -36,6 +39,9 @@ class PassPlan:
     ranks: int
     label: str = ""
     collective_steps: tuple = ()  # per segment: its collective as a StepPlan over links (link fidelity), or None
+    # (K, M) each segment's kernel works in launch order, NaN-padded; None: a segment runs its work as a first kernel
+    # of W - last_us and a last kernel of last_us, launched just before the segment's final launch
+    kernel_us: np.ndarray | None = None
 
     @property
     def gpu_us(self) -> np.ndarray:
@@ -48,6 +54,31 @@ class PassPlan:
     @property
     def num_segments(self) -> int:
         return int(self.launches.shape[0])
+
+    @cached_property
+    def ready_lines(self) -> tuple[np.ndarray, np.ndarray]:
+        """(position, suffix) per segment, (K, M') each: h - (segment start) = max_j position_j x one + suffix_j,
+        where `one` is the time of one launch. Inside a run of equal works the lines' values are linear in the
+        position, so only each run's first and last kernel can be the maximum: the others are left out (exact)."""
+        if self.kernel_us is None:
+            work = self.gpu_us
+            positions = np.stack([np.ones_like(self.launches), self.launches - 1], axis=1)
+            return positions, np.stack([work, self.last_us], axis=1)
+        works = self.kernel_us
+        valid = ~np.isnan(works)
+        filled = np.where(valid, works, 0.0)
+        suffix = np.cumsum(filled[:, ::-1], axis=1)[:, ::-1]
+        same_before = np.zeros_like(valid)
+        same_before[:, 1:] = valid[:, 1:] & (filled[:, 1:] == filled[:, :-1])
+        same_after = np.zeros_like(valid)
+        same_after[:, :-1] = same_before[:, 1:]
+        keep = valid & ~(same_before & same_after)
+        width = max(1, int(keep.sum(axis=1).max()))
+        order = np.argsort(~keep, axis=1, kind="stable")[:, :width]  # the kept kernels first, in launch order
+        kept = np.take_along_axis(keep, order, axis=1)
+        positions = np.where(kept, order + 1.0, 0.0)
+        suffixes = np.where(kept, np.take_along_axis(suffix, order, axis=1), -np.inf)
+        return positions, suffixes
 
 
 def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int, with_host: bool = False,
@@ -64,8 +95,9 @@ def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samp
     L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks, draws)
     H = np.cumsum(L, axis=2)
     one = L / plan.launches
-    first = H - L + one  # the segment's first kernel is launched
-    h = np.maximum(np.maximum(first + W, H - one + plan.last_us), H)
+    positions, suffixes = plan.ready_lines
+    kernels = (one[..., None] * positions + suffixes).max(axis=3)  # the latest kernel finish its launches allow
+    h = np.maximum(H - L + kernels, H)
     return (h, H) if with_host else h
 
 

@@ -28,6 +28,7 @@ class SegmentTime:
     memory_us: float
     last_kernel_us: float
     num_kernels: int
+    kernel_us: tuple[float, ...] = ()  # every kernel's time in launch order: the heavy kernels, then the small ones
 
     @property
     def total_us(self) -> float:
@@ -59,7 +60,9 @@ class GPU:
         return max(compute, memory, self.floor_us), compute > memory and compute > self.floor_us
 
     def segment(self, segment: "Segment") -> SegmentTime:
+        """A segment's kernels in launch order (the model's heavy kernels, then its small element-wise ones)."""
         compute = memory = last = 0.0
+        times = []
         for kernel in segment.kernels:
             t, compute_bound = self.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)
             if compute_bound:
@@ -67,11 +70,13 @@ class GPU:
             else:
                 memory += t
             last = t
+            times.append(t)
         small, _ = self.kernel_us(0.0, segment.small_bytes, "bf16")
         memory += small * segment.small_kernels
         if segment.small_kernels:
             last = small
-        return SegmentTime(compute, memory, last, segment.num_kernels)
+        times += [small] * segment.small_kernels
+        return SegmentTime(compute, memory, last, segment.num_kernels, tuple(times))
 
 
 @lru_cache(maxsize=16)
