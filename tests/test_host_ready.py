@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from simulator.config.topology import HostSpec
-from simulator.engine.timeline import PassPlan, collective_ends, host_ready
+from simulator.engine.timeline import PassPlan, collective_ends, host_ready, kernel_lines
 from simulator.hardware.gpu import Host
 
 
@@ -14,18 +14,19 @@ def host(launch=10.0, cv=0.0, skew=0.0) -> Host:
                          graph_node_us=0.0, step_overhead_us=0.0, sync_us=0.0))
 
 
-def kernel_plan(works: list[list[float]], collective_us: list[float], ranks: int) -> PassPlan:
-    """A plan from per-segment kernel works; a segment with a collective has one more launch (the collective's)."""
+def kernel_plan(segments: list[tuple], collective_us: list[float], ranks: int) -> tuple[PassPlan, list[list[float]]]:
+    """A plan from segments (heavy kernel works, small kernel work, small kernel count), and every segment's kernel
+    works written out; a segment with a collective has one more launch (the collective's)."""
+    works = [list(heavy) + [small] * count for heavy, small, count in segments]
     K = len(works)
-    padded = np.full((K, max(len(w) for w in works)), np.nan)
-    for k, w in enumerate(works):
-        padded[k, :len(w)] = w
     coll = np.asarray(collective_us, float)
     launches = np.array([len(w) + (1 if c > 0 else 0) for w, c in zip(works, coll)], float)
-    total = np.array([sum(w) for w in works])
-    return PassPlan(launches=launches, compute_us=np.zeros(K), memory_us=total, gap_us=np.zeros(K),
-                    last_us=np.array([w[-1] for w in works]), collective_us=coll, allreduce_mask=coll > 0,
-                    graph=False, ranks=ranks, kernel_us=padded)
+    positions, suffixes = kernel_lines(segments)
+    plan = PassPlan(launches=launches, compute_us=np.zeros(K), memory_us=np.array([sum(w) for w in works]),
+                    gap_us=np.zeros(K), last_us=np.array([w[-1] for w in works]), collective_us=coll,
+                    allreduce_mask=coll > 0, graph=False, ranks=ranks, line_positions=positions,
+                    line_suffix_us=suffixes)
+    return plan, works
 
 
 def brute_force_ends(plan: PassPlan, works: list[list[float]], H: np.ndarray) -> np.ndarray:
@@ -49,7 +50,7 @@ def brute_force_ends(plan: PassPlan, works: list[list[float]], H: np.ndarray) ->
 
 def test_the_issue_example_heavy_kernel_in_the_middle():
     """Launches at 10/20/30 us (10 us each), works 1/100/1 us: the GPU is done at 121 us, not 112."""
-    plan = kernel_plan([[1.0, 100.0, 1.0]], [0.0], ranks=1)
+    plan, _ = kernel_plan([([1.0, 100.0, 1.0], 0.0, 0)], [0.0], ranks=1)
     h = host_ready(plan, host(launch=10.0), np.random.default_rng(0), 1)
     assert h[0, 0, 0] == pytest.approx(121.0, abs=1e-12)
 
@@ -58,15 +59,13 @@ def test_the_issue_example_heavy_kernel_in_the_middle():
 def test_matches_brute_force_on_random_launches_and_works(seed):
     rng = np.random.default_rng(seed)
     K, ranks = int(rng.integers(1, 12)), int(rng.integers(1, 5))
-    works = []
-    for _ in range(K):
-        n = int(rng.integers(1, 12))
-        w = rng.exponential(8.0, n)
-        if rng.random() < 0.5:  # runs of equal small kernels, as the model's element-wise ones
-            w[int(rng.integers(0, n)):] = rng.uniform(0.5, 3.0)
-        works.append(w.tolist())
+    segments = []
+    for _ in range(K):  # heavy kernels, then (sometimes) a run of equal small ones, as the model launches them
+        heavy = rng.exponential(8.0, int(rng.integers(0, 8))).tolist()
+        small_count = int(rng.integers(0 if heavy else 1, 12))
+        segments.append((heavy, float(rng.uniform(0.5, 3.0)), small_count))
     coll = np.where(rng.random(K) < 0.7, rng.uniform(1.0, 30.0, K), 0.0).tolist()
-    plan = kernel_plan(works, coll, ranks)
+    plan, works = kernel_plan(segments, coll, ranks)
     spec_host = host(launch=float(rng.uniform(1.0, 15.0)), cv=0.6, skew=0.2)
     samples = 5
     h, H = host_ready(plan, spec_host, np.random.default_rng(seed + 100), samples, with_host=True)

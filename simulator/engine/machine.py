@@ -24,7 +24,7 @@ from ..hardware.gpu import GPU, Host
 from ..hardware.interconnect import Fabric
 from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
 from .placement import require_single_group
-from .timeline import PassPlan, sample_passes
+from .timeline import PassPlan, kernel_lines, sample_passes
 
 FAST_SAMPLES = 64  # passes drawn per shape (stratified) for the fast fidelity: the run-to-run SE of a mean pass ~0.3%
 _SAMPLE_CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
@@ -133,7 +133,7 @@ class Machine:
         b = self.anchor_plan(part, replace(shape, context=high), graph)
         return replace(a, compute_us=blend(a.compute_us, b.compute_us, weight),
                        memory_us=blend(a.memory_us, b.memory_us, weight), last_us=blend(a.last_us, b.last_us, weight),
-                       kernel_us=blend(a.kernel_us, b.kernel_us, weight),
+                       line_suffix_us=blend(a.line_suffix_us, b.line_suffix_us, weight),
                        label=a.label.replace(f"ctx{low}", f"ctx{shape.context}"))
 
     def _build(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
@@ -142,7 +142,7 @@ class Machine:
         rows, step_plans, kernels = [], [], []
         for s in layout.segments:
             t = self.gpu.segment(s)
-            kernels.append(t.kernel_us)
+            kernels.append((t.kernel_us, t.small_us, t.num_kernels - len(t.kernel_us)))
             if s.collective == "allreduce":
                 coll = self.allreduce.cost(s.collective_bytes).time_us
                 step_plans.append(self.allreduce.step_plan(s.collective_bytes))
@@ -157,14 +157,12 @@ class Machine:
             rows.append((launches, t.compute_us, t.memory_us, launches * node_us, t.last_kernel_us, coll,
                          s.collective == "allreduce"))
         table = np.array(rows, dtype=float)[list(layout.order)]
-        works = np.full((len(kernels), max(1, max(len(k) for k in kernels))), np.nan)  # NaN-padded, launch order
-        for i, k in enumerate(kernels):
-            works[i, :len(k)] = k
+        positions, suffixes = (a[list(layout.order)] for a in kernel_lines(kernels))
         return PassPlan(
             launches=table[:, 0], compute_us=table[:, 1], memory_us=table[:, 2], gap_us=table[:, 3],
             last_us=table[:, 4], collective_us=table[:, 5], allreduce_mask=table[:, 6].astype(bool),
             graph=graph, ranks=self.tp, collective_steps=tuple(step_plans[i] for i in layout.order),
-            kernel_us=works[list(layout.order)],
+            line_positions=positions, line_suffix_us=suffixes,
             label=f"{part} {shape.tokens}x{shape.batch} ctx{shape.context}{' tree' if shape.tree else ''}"
                   f" {'graph' if graph else 'eager'}",
         )

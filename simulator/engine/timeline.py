@@ -15,7 +15,6 @@ collective, and `breakdown` books every rank's time into categories that sum to 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
@@ -39,9 +38,10 @@ class PassPlan:
     ranks: int
     label: str = ""
     collective_steps: tuple = ()  # per segment: its collective as a StepPlan over links (link fidelity), or None
-    # (K, M) each segment's kernel works in launch order, NaN-padded; None: a segment runs its work as a first kernel
-    # of W - last_us and a last kernel of last_us, launched just before the segment's final launch
-    kernel_us: np.ndarray | None = None
+    # the kernels that can bind h (see kernel_lines), (K, M) each, padded with (0, 0); None: a segment is a first
+    # kernel of W - last_us at the first launch and a last kernel of last_us just before the segment's final launch
+    line_positions: np.ndarray | None = None
+    line_suffix_us: np.ndarray | None = None
 
     @property
     def gpu_us(self) -> np.ndarray:
@@ -55,30 +55,35 @@ class PassPlan:
     def num_segments(self) -> int:
         return int(self.launches.shape[0])
 
-    @cached_property
+    @property
     def ready_lines(self) -> tuple[np.ndarray, np.ndarray]:
-        """(position, suffix) per segment, (K, M') each: h - (segment start) = max_j position_j x one + suffix_j,
-        where `one` is the time of one launch. Inside a run of equal works the lines' values are linear in the
-        position, so only each run's first and last kernel can be the maximum: the others are left out (exact)."""
-        if self.kernel_us is None:
-            work = self.gpu_us
+        """(position, suffix) per segment: h - (segment start) = max_j position_j x one + suffix_j, `one` being the
+        time of one launch."""
+        if self.line_positions is None:
             positions = np.stack([np.ones_like(self.launches), self.launches - 1], axis=1)
-            return positions, np.stack([work, self.last_us], axis=1)
-        works = self.kernel_us
-        valid = ~np.isnan(works)
-        filled = np.where(valid, works, 0.0)
-        suffix = np.cumsum(filled[:, ::-1], axis=1)[:, ::-1]
-        same_before = np.zeros_like(valid)
-        same_before[:, 1:] = valid[:, 1:] & (filled[:, 1:] == filled[:, :-1])
-        same_after = np.zeros_like(valid)
-        same_after[:, :-1] = same_before[:, 1:]
-        keep = valid & ~(same_before & same_after)
-        width = max(1, int(keep.sum(axis=1).max()))
-        order = np.argsort(~keep, axis=1, kind="stable")[:, :width]  # the kept kernels first, in launch order
-        kept = np.take_along_axis(keep, order, axis=1)
-        positions = np.where(kept, order + 1.0, 0.0)
-        suffixes = np.where(kept, np.take_along_axis(suffix, order, axis=1), -np.inf)
-        return positions, suffixes
+            return positions, np.stack([self.gpu_us, self.last_us], axis=1)
+        return self.line_positions, self.line_suffix_us
+
+
+def kernel_lines(segments) -> tuple[np.ndarray, np.ndarray]:
+    """For segments given as (heavy kernel works in launch order, small kernel work, number of small kernels, the
+    small ones launched after the heavy ones): each kernel i that can be the last to finish, as its launch position
+    i and the work S_i from it on. Along the run of equal small kernels the value i x one + S_i is linear in i, so
+    only the run's first and last kernel can be the maximum: the run costs two lines, however long (exact)."""
+    rows = []
+    for works, small_us, small_count in segments:
+        tail = small_us * small_count
+        suffix = (np.cumsum(np.asarray(works, float)[::-1])[::-1] + tail).tolist()
+        positions = list(range(1, len(works) + 1))
+        if small_count:
+            positions += [len(works) + 1, len(works) + small_count]
+            suffix += [tail, small_us]
+        rows.append((positions, suffix))
+    width = max(1, max(len(p) for p, _ in rows))
+    positions, suffixes = np.zeros((len(rows), width)), np.zeros((len(rows), width))
+    for k, (p, w) in enumerate(rows):
+        positions[k, :len(p)], suffixes[k, :len(w)] = p, w
+    return positions, suffixes
 
 
 def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int, with_host: bool = False,

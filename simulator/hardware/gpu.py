@@ -28,7 +28,8 @@ class SegmentTime:
     memory_us: float
     last_kernel_us: float
     num_kernels: int
-    kernel_us: tuple[float, ...] = ()  # every kernel's time in launch order: the heavy kernels, then the small ones
+    kernel_us: tuple[float, ...] = ()  # the heavy kernels' times in launch order; the small ones follow them
+    small_us: float = 0.0  # each small element-wise kernel's time (num_kernels - len(kernel_us) of them)
 
     @property
     def total_us(self) -> float:
@@ -75,8 +76,7 @@ class GPU:
         memory += small * segment.small_kernels
         if segment.small_kernels:
             last = small
-        times += [small] * segment.small_kernels
-        return SegmentTime(compute, memory, last, segment.num_kernels, tuple(times))
+        return SegmentTime(compute, memory, last, segment.num_kernels, tuple(times), small)
 
 
 @lru_cache(maxsize=16)
