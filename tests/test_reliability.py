@@ -223,3 +223,62 @@ def test_alias_bomb_is_refused_quickly(tmp_path, capsys):
                                            ("{tmp}/none.yaml", "file not found")])
 def test_special_files_are_named_for_what_they_are(tmp_path, capsys, target, words):
     assert words in one_line_exit_2(capsys, [target.replace("{tmp}", str(tmp_path))])
+
+
+# -- 7 / 9 / 11 / 12. scenario mistakes: exit 2, one line, the real problem named ------------------------------------
+@pytest.mark.parametrize("override, words", [
+    ("workload.seed_offset=-1", "workload.seed_offset: Input should be greater than or equal to 0"),
+    ("workload.output_tokens={kind: lognormal, median: 100, sigma: 1.0e+300, max: 200}",
+     "workload.output_tokens.sigma: Input should be less than or equal to 10"),
+    ("workload.output_tokens={kind: lognormal, median: 100, sigma: 40, max: 200}", "sigma"),
+    ("workload.output_tokens={kind: uniform, low: 100, high: 10}", "workload.output_tokens: high is below low"),
+    ("workload.output_tokens={kind: lognormal, median: .nan, sigma: 1, max: 200}",
+     "workload.output_tokens.median: Input should be a finite number"),
+    ("workload.output_tokens={kind: weird, value: 3}", "workload.output_tokens: unknown kind 'weird'"),
+    ("workload.output_tokens=-3", "workload.output_tokens: Input should be greater than 0"),
+    ("parallelism.tp=true", "tp: true is a boolean, not a number"),
+    ("workload.arrival={kind: poisson, rate_per_s: 1.0e-300}", "arrive over 8e+300 s, more than 1e+08 s"),
+    ("speculation.acceptance={kind: ngram_context, repetitiveness: 0.1, warmup_tokens: 1.0e-300, "
+     "mean_copy_tokens: 10, copying: {kind: iid, alpha: 0.9}, novel: {kind: iid, alpha: 0.3}}",
+     "warmup_tokens: Input should be greater than or equal to 1"),
+])
+def test_scenario_mistakes(capsys, no_simulation, override, words):
+    line = one_line_exit_2(capsys, [EAGLE3, "--set", override])
+    assert words in line and "constrained-int" not in line and "Warning" not in line
+
+
+TRACE_ROWS = {"inf": b"0,16,16\ninf,16,16\n", "nan": b"0,16,16\nnan,16,16\n", "far": b"0,16,16\n1e300,16,16\n",
+              "byte": b"0,16,16\n\xff,16,16\n"}
+
+
+@pytest.mark.parametrize("case", TRACE_ROWS)
+def test_arrival_trace_rows_must_be_finite_text(tmp_path, capsys, case):
+    trace = tmp_path / "arrivals.csv"
+    trace.write_bytes(b"arrival_s,prompt_tokens,output_tokens\n" + TRACE_ROWS[case])
+    line = one_line_exit_2(capsys, [EAGLE3, "--set", f"workload.arrival={{kind: trace, file: {trace}}}"])
+    assert line.startswith(f"{trace}: ")
+    assert ("not UTF-8 text" if case == "byte" else "line 3: bad row") in line
+
+
+@pytest.mark.parametrize("row", [b"nan", b"inf", b"\xff"])
+def test_acceptance_trace_rows_must_be_finite_text(tmp_path, capsys, row):
+    trace = tmp_path / "accept.csv"
+    trace.write_bytes(b"accept_len\n2\n" + row + b"\n")
+    line = one_line_exit_2(capsys, [EAGLE3, *SHORT, "--set", f"speculation.acceptance={{kind: trace, file: {trace}}}"])
+    assert line.startswith(f"{trace}: ")
+    assert ("not UTF-8 text" if row == b"\xff" else "is not a whole accept length") in line
+
+
+def test_collective_on_a_disconnected_topology(tmp_path, capsys):
+    with open(topology_path("pcie8_rtx_pro_6000.yaml")) as handle:
+        text = "".join(line for line in handle if "between: [cpu0, cpu1]" not in line)
+    path = tmp_path / "split.yaml"
+    path.write_text(text)
+    line = one_line_exit_2(capsys, ["collective", str(path), "--bytes", "1024"])
+    assert line == f"{path}: fabric: no route between gpu3 and gpu4"
+
+
+def test_k_ary_tree_error_is_short(capsys):
+    line = one_line_exit_2(capsys, [EAGLE3, "--set", "speculation.verify=tree", "--set",
+                                    "speculation.tree={kind: k_ary, k: 64, depth: 255}"])
+    assert "about 10^" in line and len(line) < 300

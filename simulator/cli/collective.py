@@ -50,6 +50,8 @@ def main(argv: list[str]) -> int:
                    "time_us": collective.allgather_us(args.bytes)}
     except NotPermitted as exc:
         raise ConfigError("command line", "--algorithm", str(exc), "auto, nccl, nccl_ring, nccl_tree") from None
+    except ValueError as exc:  # the fabric's own check (a GPU pair without a route): the file's mistake
+        raise ConfigError(args.topology, "fabric", str(exc)) from None
     if args.format == "json":
         print(json.dumps(out, indent=2, default=float))
     else:

@@ -4,15 +4,38 @@ from __future__ import annotations
 import typing
 from typing import Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from .errors import ConfigError
 
 
 class Strict(BaseModel):
-    """Frozen, no unknown keys: a typo in a YAML file is an error, not a silently ignored key."""
+    """Frozen, no unknown keys, finite numbers: a typo in a YAML file is an error, not a silently ignored key; a
+    boolean is not a number (pydantic would read `tp: true` as 1)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, value in data.items():
+                field = cls.model_fields.get(name) if isinstance(value, bool) else None
+                if field is not None and _numeric(field.annotation) and not _accepts_bool(field.annotation):
+                    raise ValueError(f"{name}: {str(value).lower()} is a boolean, not a number")
+        return data
+
+
+def _numeric(annotation: Any) -> bool:
+    if annotation in (int, float):
+        return True
+    return any(_numeric(a) for a in get_args(annotation))
+
+
+def _accepts_bool(annotation: Any) -> bool:
+    if annotation is bool:
+        return True
+    return any(_accepts_bool(a) for a in get_args(annotation))
 
 
 def _dotted(loc: tuple, root: type[BaseModel] | None = None) -> str:  # noqa: C901
@@ -24,7 +47,7 @@ def _dotted(loc: tuple, root: type[BaseModel] | None = None) -> str:  # noqa: C9
             parts.append(f"[{item}]")
             continue
         text = str(item)
-        if text.startswith("function-") or text.endswith("]"):
+        if text.startswith(("function-", "constrained-")) or text.endswith("]") or text in _PLAIN_TYPES:
             continue
         model = _as_model(current) if current is not None else None
         if model is None and current is not None:
@@ -125,12 +148,24 @@ def _allowed(error: dict, root: type[BaseModel]) -> str | None:
     return None
 
 
+_PLAIN_TYPES = ("int", "float", "str", "bool")  # a union member's name in an error location, not a key
+_TYPE_ERRORS = ("int_type", "float_type", "bool_type", "string_type", "model_attributes_type", "model_type",
+                "dict_type", "list_type")
+
+
+def _best_error(errors: list[dict]) -> dict:
+    """The error to report: a union (a number or a {kind: ...} mapping) reports one error per member, and the
+    member the user meant is the one whose type matched; its error is the real problem."""
+    meant = [e for e in errors if e["type"] not in _TYPE_ERRORS]
+    return meant[0] if meant else errors[0]
+
+
 def validate(model: type[BaseModel], data: Any, file: str | None, prefix: str = ""):
     """Validate `data` as `model`; the first problem becomes a ConfigError naming file and key path."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
+        error = _best_error(exc.errors(include_url=False))
         loc = error["loc"]
         path = _dotted(loc, model) or "(the whole file)"
         if prefix:
@@ -140,6 +175,8 @@ def validate(model: type[BaseModel], data: Any, file: str | None, prefix: str = 
             problem = "unknown key"
         elif kind == "missing":
             problem = "required key is missing"
+        elif kind == "union_tag_invalid":
+            problem = f"unknown kind {(error.get('ctx') or {}).get('tag')!r}"
         else:
             problem = error["msg"].removeprefix("Value error, ")
             if "input" in error and not isinstance(error["input"], (dict, list, tuple)):

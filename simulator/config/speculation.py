@@ -55,7 +55,7 @@ class NgramContextAcceptance(Strict):
 
     kind: Literal["ngram_context"]
     repetitiveness: Probability = Field(description="Chance per token, in a long history, that the text starts to repeat")
-    warmup_tokens: PositiveFloat = Field(description="History length over which the cache fills (e-folding, tokens)")
+    warmup_tokens: float = Field(ge=1.0, description="History length over which the cache fills (e-folding, tokens)")
     mean_copy_tokens: float = Field(ge=1.0, description="Mean length of a repeated stretch, in generated tokens")
     novel_gain: NonNegativeFloat = Field(0.0, description="Relative rise of novel-text acceptance once the cache is full")
     copying: Regime

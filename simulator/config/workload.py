@@ -8,6 +8,9 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from .base import Strict
 
 
+MAX_SPAN_S = 1e8  # simulated seconds a workload may span: float64 microseconds stay finer than 1 us below ~9e9 s
+
+
 class FixedLength(Strict):
     kind: Literal["fixed"]
     value: PositiveInt
@@ -30,7 +33,8 @@ class LognormalLength(Strict):
 
     kind: Literal["lognormal"]
     median: PositiveFloat
-    sigma: PositiveFloat
+    sigma: float = Field(gt=0, le=10.0, description="log-space spread; measured request lengths have 0.5-2, and above "
+                         "10 the distribution is a point mass at 1 and one at max")
     max: PositiveInt
 
 
@@ -79,4 +83,12 @@ class Workload(Strict):
         "queue", description="queue: admit a request only when its whole KV cache fits; preempt: admit on its prompt, "
                              "evict the newest request when the cache fills (it is recomputed later)")
     target: LatencyTarget = LatencyTarget()
-    seed_offset: int = Field(0, description="Varies arrivals and lengths without changing acceptance draws")
+    seed_offset: int = Field(0, ge=0, description="Varies arrivals and lengths without changing acceptance draws")
+
+    @model_validator(mode="after")
+    def _span(self):
+        rate = getattr(self.arrival, "rate_per_s", None)
+        if rate is not None and self.requests / rate > MAX_SPAN_S:
+            raise ValueError(f"{self.requests} requests at {rate:g} per second arrive over {self.requests / rate:.3g} "
+                             f"s, more than {MAX_SPAN_S:.0e} s (simulated microseconds lose their resolution beyond)")
+        return self

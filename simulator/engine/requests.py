@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config.workload import (ArrivalTrace, FixedLength, FixedRate, LognormalLength, PoissonArrivals, UniformLength,
+from ..config.workload import (MAX_SPAN_S, ArrivalTrace, FixedLength, FixedRate, LognormalLength, PoissonArrivals, UniformLength,
                               Workload)
 from ..config.errors import ConfigError
 from ..config.typical import max_length, mean_length  # noqa: F401  (re-exported)
@@ -53,21 +53,28 @@ def read_arrivals(config: ArrivalTrace, base_dir: str, file: str) -> list[tuple[
     if not os.path.isfile(path):
         raise ConfigError(file, "workload.arrival.file", f"arrival trace not found: {path}")
     rows = []
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        needed = ("arrival_s", "prompt_tokens", "output_tokens")
-        missing = [c for c in needed if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ConfigError(path, "header", f"missing column(s) {', '.join(missing)}", ", ".join(needed))
-        for line, row in enumerate(reader, start=2):
-            try:
-                arrival, prompt, output = float(row["arrival_s"]), int(row["prompt_tokens"]), int(row["output_tokens"])
-            except (TypeError, ValueError):
-                raise ConfigError(path, f"line {line}", "arrival_s must be a number and the token counts integers",
-                                  "arrival_s >= 0, prompt_tokens >= 1, output_tokens >= 1") from None
-            if not (arrival >= 0 and prompt >= 1 and output >= 1):
-                raise ConfigError(path, f"line {line}", f"bad row {row}", "arrival_s >= 0, token counts >= 1")
-            rows.append((arrival, prompt, output))
+    allowed = f"0 <= arrival_s <= {MAX_SPAN_S:.0e}, prompt_tokens >= 1, output_tokens >= 1"
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            needed = ("arrival_s", "prompt_tokens", "output_tokens")
+            missing = [c for c in needed if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ConfigError(path, "header", f"missing column(s) {', '.join(missing)}", ", ".join(needed))
+            for line, row in enumerate(reader, start=2):
+                try:
+                    arrival, prompt, output = (float(row["arrival_s"]), int(row["prompt_tokens"]),
+                                               int(row["output_tokens"]))
+                except (TypeError, ValueError):
+                    raise ConfigError(path, f"line {line}", "arrival_s must be a number and the token counts "
+                                      "integers", allowed) from None
+                if not (0 <= arrival <= MAX_SPAN_S and prompt >= 1 and output >= 1):  # NaN fails too
+                    raise ConfigError(path, f"line {line}", f"bad row {row}", allowed)
+                rows.append((arrival, prompt, output))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, "<file>", f"not UTF-8 text (byte {exc.start})", "a UTF-8 CSV file") from None
+    except csv.Error as exc:
+        raise ConfigError(path, "<file>", f"not a CSV file: {exc}", "a CSV file with a header row") from None
     if not rows:
         raise ConfigError(path, "rows", "the arrival trace has no rows", "one row per request")
     return sorted(rows)

@@ -35,7 +35,8 @@ def build_tree(config, draft_tokens: int, verify: str, acceptance: AcceptanceMod
             depth = config.depth or 1
             nodes = depth + 1 if config.k == 1 else (config.k ** (depth + 1) - 1) // (config.k - 1)
             if nodes != draft_tokens + 1:  # checked before building: a k-ary tree grows exponentially
-                raise ConfigError(file, key, f"a {config.k}-ary tree of depth {depth} has {nodes - 1} drafts but "
+                drafts = f"{nodes - 1:,}" if nodes < 10**9 else f"about 10^{len(str(nodes - 1)) - 1}"
+                raise ConfigError(file, key, f"a {config.k}-ary tree of depth {depth} has {drafts} drafts but "
                                   f"speculation.draft_tokens is {draft_tokens}", "matching k, depth and draft_tokens")
             tree = Tree.k_ary(config.k, depth)
         elif config.kind == "topk":
