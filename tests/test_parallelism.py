@@ -182,3 +182,20 @@ def test_dp_attention_replicates_attention_across_groups():
         extra += card.num_layers * (attention_params(card, 2)[1] - attention_params(card, 8)[1]) * \
             bytes_per_param(card, card.weights.attention)
     assert weight_bytes_per_gpu(grouped)[0] - weight_bytes_per_gpu(plain)[0] == pytest.approx(extra, rel=1e-9)
+
+
+@pytest.mark.parametrize("sets, fragment", [
+    (["parallelism.tp=8", "parallelism.dp=2"], "parallelism: tp=8 x dp=2 = 16 GPUs"),
+    (["parallelism.dp=3", "parallelism.dp_attention=true"], "parallelism.dp: dp_attention splits"),
+    (["parallelism.ep=3"], "parallelism.ep: ep=3"),
+    (["parallelism.tp=4", "parallelism.dp=2"], "parallelism: Kimi-K2.5 does not fit"),
+    (["parallelism.gpus=[[gpu0]]"], "parallelism.gpus[0]: 1 GPUs for the tp x pp = 8 ranks"),
+])
+def test_every_split_mistake_is_one_line_and_exit_2_from_the_command_line(capsys, sets, fragment):
+    argv = [EAGLE3]
+    for item in sets:
+        argv += ["--set", item]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().count("\n") == 0 and "Traceback" not in err
+    assert fragment in err, err
