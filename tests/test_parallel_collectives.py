@@ -13,7 +13,8 @@ from simulator.config.loader import read_yaml
 from simulator.config.topology import Topology
 from simulator.hardware.flows import FlowNetwork
 from simulator.hardware.interconnect import Fabric
-from simulator.hardware.parallel_collectives import (all_to_all_us, ep_bytes_per_pair, fluid_finish_us,
+from simulator.hardware.parallel_collectives import (all_to_all_us, ep_bytes_per_pair,
+                                                      ep_bytes_per_pair_once_per_rank, fluid_finish_us,
                                                       kv_transfer_us, pipeline_boundary_us, ring_all_gather_us,
                                                       ring_all_reduce, send_recv_us)
 from strategies import flow_sets
@@ -81,6 +82,21 @@ def test_ep_dispatch_bytes_are_the_expected_share_of_uniform_routing():
     p = 1 / ep
     sd = np.sqrt(tokens * k * p * (1 - p) * (experts - k) / (experts - 1))
     assert abs(on_rank1 - tokens * k / ep) < 4 * sd
+
+
+def test_ep_dispatch_once_per_rank_matches_uniform_routing():
+    """A token reaches a rank once if any of its k experts is there: the hypergeometric miss probability, checked
+    against uniform routing drawn at random (4-sigma binomial band); fewer bytes than one copy per expert."""
+    tokens, experts, k, ep, hidden = 4000, 256, 8, 8, 7168
+    once = ep_bytes_per_pair_once_per_rank(tokens, hidden, experts, k, ep, 1.0)
+    assert once < ep_bytes_per_pair(tokens, hidden, k, ep, 1.0)
+    assert ep_bytes_per_pair_once_per_rank(tokens, hidden, experts, k, 1, 1.0) == tokens * hidden  # one rank: all
+    rng = np.random.default_rng(1)
+    chosen = np.argsort(rng.random((tokens, experts)), axis=1)[:, :k]
+    per_rank = experts // ep
+    hit = int(np.sum(np.any((chosen >= per_rank) & (chosen < 2 * per_rank), axis=1)))
+    p = once / (tokens * hidden)
+    assert abs(hit - tokens * p) < 4 * np.sqrt(tokens * p * (1 - p))
 
 
 def test_ring_all_gather_is_nccls_formula():

@@ -67,6 +67,18 @@ def ep_bytes_per_pair(tokens_per_rank: int, hidden_size: int, experts_per_token:
     return tokens_per_rank * experts_per_token / ep * hidden_size * bytes_per_value
 
 
+def ep_bytes_per_pair_once_per_rank(tokens_per_rank: int, hidden_size: int, num_experts: int,
+                                    experts_per_token: int, ep: int, bytes_per_value: float) -> float:
+    """Expected bytes to one other EP rank when a token goes to a rank once however many of its k experts the rank
+    holds (DeepEP's normal dispatch: get_dispatch_layout's is_token_in_rank): T (1 - C(E - E/ep, k) / C(E, k))
+    tokens, the chance that at least one of k distinct experts drawn uniformly lands among the rank's E/ep."""
+    local = num_experts // ep
+    miss = 1.0
+    for i in range(experts_per_token):  # C(E - local, k) / C(E, k) as a product
+        miss *= (num_experts - local - i) / (num_experts - i)
+    return tokens_per_rank * (1.0 - miss) * hidden_size * bytes_per_value
+
+
 def ring_all_gather_us(num_ranks: int, total_bytes: float, bus_GBps: float, base_latency_us: float,
                        step_latency_us: float) -> float:
     """NCCL's ring all-gather (or reduce-scatter) of total_bytes (all ranks' parts together): base + (n - 1) step
