@@ -85,3 +85,19 @@ def test_cuda_graph_verify_is_cheaper_and_moves_breakeven(reference):
     graph = simulator.run(EAGLE3, runtime__cuda_graph_verify=True)
     assert graph.step_ms["verify"]["mean"] < 0.6 * reference.step_ms["verify"]["mean"]
     assert graph.breakeven_accept_len < reference.breakeven_accept_len
+
+
+def test_step_tables_are_shared_by_value_across_runs():
+    """A second run on an equal machine (a new Machine object, as a sweep point builds) reuses the first's step
+    tables; another seed does not."""
+    import numpy as np
+
+    from simulator.engine import Machine
+    from simulator.engine.costs import FastStepCosts, PassSpec, StepSpec
+    from simulator.model.cost import PassShape
+    from simulator.results.run import resolve
+
+    step = StepSpec(PassSpec("target", PassShape(1, 1), True), other_us=15.0)
+    tables = [FastStepCosts(Machine(resolve(scenario_path("pcie8_eagle3.yaml"))), seed, np.random.default_rng(0))
+              ._table(step, 512) for seed in (0, 0, 1)]
+    assert tables[0] is tables[1] and tables[2] is not tables[0]

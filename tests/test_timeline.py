@@ -103,3 +103,21 @@ def test_more_host_skew_means_more_waiting():
     skewed = sample_passes(p, host(cv=0.2, skew=0.2), np.random.default_rng(1), 200)
     assert skewed["allreduce_wait"].mean() > 2 * calm["allreduce_wait"].mean()
     assert skewed["duration"].mean() > calm["duration"].mean()
+
+
+def test_pass_book_splits_in_bulk_to_the_same_values():
+    """Passes booked and split a block at a time give exactly the breakdown each would get alone."""
+    from simulator.engine.passbook import PassBook
+
+    rng = np.random.default_rng(3)
+    book, expected, slots = PassBook(), [], []
+    for graph in (False, True, False):
+        p = plan(graph=graph)
+        for _ in range(3):
+            h = host_ready(p, host(cv=0.3, skew=0.2), rng, 1)
+            C = collective_ends(p, h)
+            expected.append({k: float(v[0]) for k, v in breakdown(p, h, C).items()})
+            slots.append(book.add(p, h, C))
+    for slot, alone in zip(slots, expected):
+        booked = book.categories(slot)
+        assert booked == {k: alone[k] for k in booked}

@@ -15,11 +15,16 @@ from ..model.cost import PassShape
 from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors
 from ..hardware.links import LinkNetwork
 from .linkpass import LinkPass
+from .passbook import BookedCost, PassBook
 from .records import STEP_COST, CostTable
 from .timeline import LayerPass
 
 INDEX_BLOCK = 1 << 14
 TABLE_CACHE_SIZE = 4096  # (step, anchor) tables a run keeps; the anchors double, so a run needs a few per step kind
+# step tables shared by every run in this process (a sweep point, a baseline, a break-even planner), keyed by value:
+# the machine's physical key, the seed, the step and the anchor
+_STEP_TABLES: dict[tuple, list] = {}
+SHARED_TABLES = 512  # bound (each ~64 rows x 11 floats): emptied when full
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,16 @@ class FastStepCosts:
         table = self._tables.get(key)
         if table is not None:
             return table
+        shared = (self.machine.key, self.seed, step, context)  # every value the table depends on
+        table = _STEP_TABLES.get(shared)
+        if table is None:
+            if len(_STEP_TABLES) >= SHARED_TABLES:
+                _STEP_TABLES.clear()
+            table = _STEP_TABLES[shared] = self._build_table(step, context)
+        return _bounded_put(self._tables, key, table)
+
+    def _build_table(self, step: StepSpec, context: int) -> list:
+        """The step's STEP_COST rows at an anchor context: the main pass's samples, drafts paired at random."""
         m = self.machine
         main = m.samples(step.main.part, replace(step.main.shape, context=context), step.main.graph, self.seed)
         n = main.shape[0]
@@ -101,8 +116,7 @@ class FastStepCosts:
         cols = {name: main[:, i] for i, name in enumerate(SAMPLE_FIELDS)}
         cols["pass_us"] = cols.pop("duration")
         cols.update(duration=cols["pass_us"] + draft + step.other_us, draft_us=draft, other=np.full(n, step.other_us))
-        table = np.stack([cols[name] for name in STEP_COST], axis=1).tolist()
-        return _bounded_put(self._tables, key, table)
+        return np.stack([cols[name] for name in STEP_COST], axis=1).tolist()
 
     def _mean_at(self, step: StepSpec, context: int) -> float:
         key = (step, context)
@@ -160,6 +174,7 @@ class LayerStepCosts:
         self._rng = rng
         self.on_pass = on_pass
         self.network = LinkNetwork(machine.fabric) if links else None
+        self.book = PassBook()
         self._planner = FastStepCosts(machine, seed, np.random.default_rng(seed))
 
     def mean_step_us(self, step: StepSpec, context: int) -> float:
@@ -169,16 +184,18 @@ class LayerStepCosts:
     def _run(self, env, spec: PassSpec, context: int):
         plan = self.machine.plan(spec.part, replace(spec.shape, context=context), spec.graph)
         traced = self.on_pass is not None
+        book = None if traced else self.book  # a trace reads every pass's breakdown at once
         if self.network is not None:  # link fidelity: ranks and collective steps as processes
-            result = yield from LinkPass(plan, self.machine.host, self.network).run(env, self._rng, traced)
+            result = yield from LinkPass(plan, self.machine.host, self.network).run(env, self._rng, traced, book)
         else:
-            result = yield from LayerPass(plan, self.machine.host).run(env, self._rng, with_spans=traced)
+            result = yield from LayerPass(plan, self.machine.host).run(env, self._rng, with_spans=traced, book=book)
         if self.on_pass is not None:
             self.on_pass(spec, plan, result)
         return result
 
     def step(self, env, step: StepSpec, context: int):
-        """Generator: runs the step's passes and host costs; returns the STEP_COST values."""
+        """Generator: runs the step's passes and host costs; returns (duration, cost table, row 0, weight 0) like
+        FastStepCosts.step, the main pass's categories booked for when the log is read (engine.passbook)."""
         draft = step.draft_host_us
         if step.draft_host_us > 0:
             yield env.timeout(step.draft_host_us)
@@ -188,6 +205,9 @@ class LayerStepCosts:
         r = yield from self._run(env, step.main, context)
         if step.other_us > 0:
             yield env.timeout(step.other_us)
-        cost = dict(r, duration=r["duration"] + draft + step.other_us, pass_us=r["duration"], draft_us=draft,
-                    other=step.other_us)
-        return tuple(cost[name] for name in STEP_COST)
+        known = {"duration": r["duration"] + draft + step.other_us, "pass_us": r["duration"], "draft_us": draft,
+                 "other": step.other_us}
+        if "slot" in r:
+            return known["duration"], BookedCost(self.book, r["slot"], known), 0, 0.0
+        cost = dict(r, **known)
+        return known["duration"], CostTable.measured([cost[name] for name in STEP_COST]), 0, 0.0

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..hardware.gpu import Host
 from ..hardware.links import LinkNetwork
-from .timeline import PassPlan, breakdown, host_ready, spans
+from .timeline import PassPlan, finish_pass, host_ready
 
 
 class LinkPass:
@@ -25,8 +25,9 @@ class LinkPass:
         self.host = host
         self.network = network
 
-    def run(self, env, rng: np.random.Generator, with_spans: bool = False):
-        """Generator for env.process: returns the breakdown dict (scalars); with_spans adds the rank timeline.
+    def run(self, env, rng: np.random.Generator, with_spans: bool = False, book=None):
+        """Generator for env.process: returns the breakdown dict (scalars); with_spans adds the rank timeline; with
+        a PassBook the breakdown is booked there (timeline.finish_pass).
 
         A rank's stream runs segment k from the end of collective k-1 for W_k, and no earlier than its own launches
         allow (h, timeline.host_ready: exact per kernel): it arrives at max(C + W, h). Streams interact only at
@@ -54,11 +55,7 @@ class LinkPass:
             elif collective_us[k] > 0:
                 yield env.timeout(collective_us[k])
             ends.append(env.now - begin)
-        C = np.asarray(ends)[None, :]
-        result = {key: float(value[0]) for key, value in breakdown(plan, h, C).items()}
-        if with_spans:
-            result["_spans"] = spans(plan, h[0], H[0], C[0], begin)
-        return result
+        return finish_pass(plan, h, H, ends, begin, with_spans, book)
 
     def _collective(self, env, steps):
         """A collective's steps over its links, each link's bandwidth shared by every flow on it when it starts."""

@@ -10,8 +10,6 @@ walks its own tree with its own acceptance draws. KV memory bounds the admitted 
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..model.cost import PassShape
@@ -21,24 +19,12 @@ from .batch_view import BatchView
 from .costs import FastStepCosts, LayerStepCosts, PassSpec, StepSpec, draft_passes, step_overhead_us, verify_pass
 from .machine import Machine
 from .records import (KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FACTS, STEP_FIELDS,  # noqa: F401  (re-exported)
-                      CostTable, StepLog)
+                      StepLog)
 from .requests import make_requests
 from .walking import Walks
+from .clock import delay_to
 
 STEP_SPEC_CACHE_SIZE = 1024  # step specs kept by (kind, decision, batch, tokens); a run uses a few per batch size
-
-
-def delay_to(now: float, at: float) -> float:
-    """The delay d with now + d == at in floating point (SimPy schedules a timeout at now + delay), so that a clock
-    moved on without events and the environment's agree to the bit (the rare pair with no such d gets the nearest)."""
-    delay = at - now
-    if now + delay != at:
-        step = math.inf if now + delay < at else -math.inf
-        for _ in range(4):
-            delay = math.nextafter(delay, step)
-            if now + delay == at:
-                break
-    return delay
 
 
 def prefill_quantum(tokens: int) -> int:
@@ -123,9 +109,9 @@ class Server:
             cost = self.costs.step(spec, context)
             yield from self._advance(cost[0])
             return cost
-        measured = yield from self.costs.step(self.env, spec, context)
+        cost = yield from self.costs.step(self.env, spec, context)
         self.now = self.env.now
-        return measured[0], CostTable.measured(measured), 0, 0.0
+        return cost
 
     # -- the clock --------------------------------------------------------------------------------------------
     # A fast step that ends before anything else is scheduled moves the server's clock on without a SimPy event
@@ -224,8 +210,7 @@ class Server:
                     yield timeout(delay_to(env.now, end))
                 self.now = end
             else:
-                cost = yield from step_cost(env, spec, context)
-                duration, table, row, weight = cost[0], CostTable.measured(cost), 0, 0.0
+                duration, table, row, weight = yield from step_cost(env, spec, context)
                 self.now = end = env.now
             if decision:
                 tokens, done = walk(active, decision, end)

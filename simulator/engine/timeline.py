@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..hardware.gpu import Host
+from .clock import delay_to
 
 CATEGORIES = ("compute", "memory", "launch", "allreduce_transfer", "allreduce_wait")
 
@@ -116,26 +117,38 @@ def collective_ends(plan: PassPlan, h: np.ndarray) -> np.ndarray:
 
 def breakdown(plan: PassPlan, h: np.ndarray, C: np.ndarray) -> dict[str, np.ndarray]:
     """Per-sample duration and rank-averaged time per category (they sum to the duration)."""
-    W, T = plan.gpu_us, plan.collective_us
+    n = C.shape[0]
+    return stacked_breakdown(plan.gpu_us[None, :], plan.collective_us[None, :], plan.allreduce_mask,
+                             plan.compute_us[None, :], plan.memory_us[None, :], plan.gap_us[None, :], h, C, n)
+
+
+def stacked_breakdown(W, T, ar, compute, memory, gap, h: np.ndarray, C: np.ndarray, samples: int = 0):
+    """breakdown() of many passes of one layout at once: per pass its own segment arrays (rows of W, T, compute,
+    memory, gap: (passes, K); or one row for `samples` samples of one plan), rank timelines h (N, R, K) and
+    collective ends C (N, K)."""
     prev = np.concatenate([np.zeros((C.shape[0], 1)), C[:, :-1]], axis=1)
-    A = np.maximum(prev[:, None, :] + W, h)
-    idle = (A - prev[:, None, :] - W).mean(axis=1)  # GPU waits for its own host
+    A = np.maximum(prev[:, None, :] + W[:, None, :], h)
+    idle = (A - prev[:, None, :] - W[:, None, :]).mean(axis=1)  # GPU waits for its own host
     waits = (C - T)[:, None, :] - A  # per rank: at the barrier until the collective starts
     wait = waits.mean(axis=1)  # waits for the other ranks
-    ar = plan.allreduce_mask
-    per_rank_ar = waits[:, :, ar].sum(axis=2) + T[ar].sum()
+    ar_transfer = T[:, ar].sum(axis=1)
+    per_rank_ar = waits[:, :, ar].sum(axis=2) + ar_transfer[:, None]
     out = {
         "duration": C[:, -1],
-        "compute": np.full(C.shape[0], plan.compute_us.sum()),
-        "memory": np.full(C.shape[0], plan.memory_us.sum()),
-        "launch": idle.sum(axis=1) + plan.gap_us.sum(),
+        "compute": compute.sum(axis=1),
+        "memory": memory.sum(axis=1),
+        "launch": idle.sum(axis=1) + gap.sum(axis=1),
         # the logits all-gather is a collective too; its time is booked with the all-reduces' transfer/wait
-        "allreduce_transfer": np.full(C.shape[0], T.sum()),
+        "allreduce_transfer": T.sum(axis=1),
         "allreduce_wait": wait.sum(axis=1),
-        "allreduce_only": (wait[:, ar] + T[ar]).sum(axis=1),
+        "allreduce_only": (wait[:, ar] + T[:, ar]).sum(axis=1),
         # what a profile of one rank shows: the median rank's all-reduce time (transfer + waiting)
         "allreduce_profile": median_last(per_rank_ar),
     }
+    if samples:  # one plan's figures, the same for every sample
+        for name in ("compute", "memory", "allreduce_transfer"):
+            out[name] = np.full(samples, out[name][0])
+        out["launch"] = idle.sum(axis=1) + gap.sum(axis=1)[0]
     return out
 
 
@@ -157,8 +170,12 @@ def sample_passes(plan: PassPlan, host: Host, rng: np.random.Generator | None, s
 
 
 class LayerPass:
-    """One pass at layer fidelity: a SimPy process with an event per collective (at its end; it started when the
-    last rank arrived, reported to on_collective)."""
+    """One pass at layer fidelity: a SimPy process stepping the recurrence collective by collective (each reported
+    to on_collective when it ends; it started when the last rank arrived).
+
+    Inlined for speed: a collective's end is an event only when another process is due by then; otherwise nothing
+    can happen in between and the pass runs on to the next one, with one event at its end. The times are the same
+    floats as with an event per collective (the clock adds up the same delays; delay_to)."""
 
     def __init__(self, plan: PassPlan, host: Host):
         self.plan = plan
@@ -166,26 +183,42 @@ class LayerPass:
         self._W = plan.gpu_us.tolist()
         self._T = plan.collective_us.tolist()
 
-    def run(self, env, rng: np.random.Generator, on_collective=None, with_spans: bool = False):
-        """Generator for env.process: returns the breakdown dict (scalars); with_spans adds the rank timeline."""
+    def run(self, env, rng: np.random.Generator, on_collective=None, with_spans: bool = False, book=None):
+        """Generator for env.process: returns the breakdown dict (scalars); with_spans adds the rank timeline.
+        With a PassBook (engine.passbook) the breakdown is booked there: the dict holds the duration and the slot."""
         h, H = host_ready(self.plan, self.host, rng, 1, with_host=True)
         hmax = h[0].max(axis=0).tolist()
         W, T = self._W, self._T
-        begin = env.now
+        now = begin = env.now
+        due = env.peek()  # the next other event: it cannot change while this pass yields nothing
         ends = []
         c = 0.0
         for k in range(len(W)):
-            start = max(c + W[k], hmax[k])  # the last rank arrives: the collective starts
-            yield env.timeout(start - c + T[k])  # one event per collective, at its end
+            start = c + W[k]
+            if hmax[k] > start:
+                start = hmax[k]  # the last rank arrives: the collective starts
+            now += start - c + T[k]  # the collective's end, as SimPy's clock adds it up
             c = start + T[k]
             ends.append(c)
+            if due <= now:  # another process is due by then: an event here (see the class docstring)
+                yield env.timeout(delay_to(env.now, now))
+                due = env.peek()
             if on_collective is not None:
                 on_collective(k, begin + start, begin + c)
-        C = np.asarray(ends)[None, :]
-        result = {key: float(value[0]) for key, value in breakdown(self.plan, h, C).items()}
-        if with_spans:
-            result["_spans"] = spans(self.plan, h[0], H[0], C[0], begin)
-        return result
+        if env.now < now:
+            yield env.timeout(delay_to(env.now, now))
+        return finish_pass(self.plan, h, H, ends, begin, with_spans, book)
+
+
+def finish_pass(plan: PassPlan, h: np.ndarray, H: np.ndarray, ends: list, begin: float, with_spans: bool, book):
+    """A pass's result from its collective ends: its breakdown now, or booked for later (a PassBook)."""
+    C = np.asarray(ends)[None, :]
+    if book is not None and not with_spans:
+        return {"duration": ends[-1], "slot": book.add(plan, h, C)}
+    result = {key: float(value[0]) for key, value in breakdown(plan, h, C).items()}
+    if with_spans:
+        result["_spans"] = spans(plan, h[0], H[0], C[0], begin)
+    return result
 
 
 def spans(plan: PassPlan, h: np.ndarray, H: np.ndarray, C: np.ndarray, begin: float = 0.0) -> dict[str, np.ndarray]:
