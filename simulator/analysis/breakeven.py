@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..config import Scenario
+from ..config.typical import typical_context
 from ..engine.costs import draft_passes, step_overhead_us, verify_pass
 from ..engine.machine import Machine, context_anchors
 from ..model.cost import PassShape
@@ -91,7 +92,7 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
     host = scenario.topology.host
     work = spec.workload
     batch = work.concurrency
-    context = batch * (work.prompt_tokens + work.output_tokens // 2)  # the server costs a step at the batch's sum
+    context = batch * typical_context(work)  # the server costs a step at the batch's summed context
     seed = spec.seed
     setup = build_speculation(scenario)
     note = ""

@@ -76,13 +76,13 @@ def verdict(result: Result) -> list[str]:
         choice = result.allreduce_choice.get("verify") or result.allreduce_choice["decode"]
         waiting = bd["allreduce_wait"] > bd["allreduce_transfer"]
         cause = ("mostly waiting at the barrier for the slowest rank's host to launch its kernels"
-                 + (" eagerly" if result.extra.get("eager_verify") else "")) if waiting else \
+                 + (" eagerly" if result.eager_verify else "")) if waiting else \
             (f"mostly transfer: {result.allreduce_per_pass} all-reduces of "
              f"{choice['time_us']:.0f} us each ({choice['algorithm']}/{choice['protocol']})")
         lines.append(f"why: a profile of one rank shows {verify['profiled_rank']:.1f} ms of all-reduce in each "
                      f"{vstep:.1f} ms verify pass ({share:.0%} of it averaged over all ranks, the slowest included), "
                      f"{cause}.")
-    graph = (result.extra.get("what_if") or {}).get("cuda_graph_verify")
+    graph = result.what_if.get("cuda_graph_verify")
     if acc <= be:
         flip = f"what would flip it: an accept length above {be:.2f}"
         if graph:
@@ -101,8 +101,8 @@ def to_table(result: Result) -> str:
     r = result
     lines = []
     lines.append(f"specsim: {r.scenario}")
-    if r.extra.get("description"):
-        lines.append(f"  {r.extra['description']}")
+    if r.description:
+        lines.append(f"  {r.description}")
     lines.append(f"fidelity {r.fidelity}, seed {r.seed}, {r.tokens:,} tokens, simulated {r.sim_time_s:,.1f} s "
                  f"in {r.wall_time_s:.2f} s wall")
     lines.append("")
@@ -118,7 +118,7 @@ def to_table(result: Result) -> str:
     s = r.step_ms
     if spec:
         lines.append(f"  verify pass         {_fmt(s['verify']['mean']):>8} ms   p50 {_fmt(s['verify']['p50'])}  "
-                     f"p99 {_fmt(s['verify']['p99'])}   ({'CUDA graph' if r.extra.get('graph_verify') else 'eager'})")
+                     f"p99 {_fmt(s['verify']['p99'])}   ({'CUDA graph' if r.graph_verify else 'eager'})")
         lines.append(f"  drafting            {_fmt(s['draft']['mean'], 2):>8} ms   whole step {_fmt(s['step']['mean'])} ms")
     if s.get("baseline_decode"):
         lines.append(f"  plain decode step   {_fmt(s['baseline_decode']['mean'], 2):>8} ms")
@@ -128,18 +128,18 @@ def to_table(result: Result) -> str:
     for kind, ar in r.allreduce_ms_per_pass.items():
         lines.append(f"    per {kind} pass    {ar['profiled_rank']:8.1f} ms on a typical rank (profile), "
                      f"{ar['rank_mean']:.1f} ms averaged over ranks (transfer + waiting)")
-    windows = r.extra.get("accept_len_windows") or []
+    windows = r.accept_len_windows
     if spec and len(windows) > 1:
         values = " ".join(f"{w['mean_accept_len']:.2f}" for w in windows)
         lines.append(f"  accept length per {windows[0]['end'] - windows[0]['start']}-token window of each request: "
                      f"{values}")
-    pol = r.extra.get("policy") or {}
+    pol = r.policy
     if spec and pol.get("kind", "static") != "static":
         share = f"  policy {pol['kind']}: speculated in {pol['speculative_share']:.0%} of {pol['steps']:,} steps"
         if pol.get("drafter_share"):
             share += " (" + ", ".join(f"{k} {v:.0%}" for k, v in pol["drafter_share"].items()) + ")"
         lines.append(share)
-    load = r.extra.get("load") or {}
+    load = r.load
     if load and (load.get("mean_batch", 1) > 1.01 or load.get("kv_peak_fraction", 0) > 0.5 or load.get("preemptions")):
         def pct(name):
             v = load.get(name) or {}

@@ -1,7 +1,7 @@
 """Result of a run: throughput, step times, accept statistics and a time breakdown, as pure functions of the step log."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,7 @@ class RunSummary:
     kv_peak_tokens: int = 0
     kv_capacity_tokens: int = 0
     preemptions: int = 0
+    slots: tuple = ()  # the run's drafters (speculation.setup.DrafterSlot), for figures derived from the run
 
     @property
     def decode_steps(self) -> np.ndarray:
@@ -70,7 +71,7 @@ def summarize(server) -> RunSummary:
     throughput = tokens / (sim_time / 1e6) if sim_time > 0 else 0.0
     return RunSummary(tokens, sim_time, throughput, steps, np.asarray(server.accept_lengths, dtype=int),
                       np.asarray(server.accept_positions, dtype=int), server.requests, int(server.kv_peak),
-                      int(server.kv_capacity), int(server.preemptions))
+                      int(server.kv_capacity), int(server.preemptions), tuple(server.slots))
 
 
 @dataclass(frozen=True)
@@ -97,14 +98,25 @@ class Result:
     ttft_ms: float
     allreduce_choice: dict[str, Any]
     speculation: dict[str, Any]
-    extra: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    graph_verify: bool = False
+    eager_verify: bool = True
+    accept_len_windows: list[dict] = field(default_factory=list)  # mean accept length per window of each request
+    policy: dict[str, Any] = field(default_factory=dict)  # how often the policy speculated, with which drafter
+    what_if: dict[str, Any] = field(default_factory=dict)  # the report's quick levers (derived.what_if)
+    load: dict[str, Any] = field(default_factory=dict)  # latency percentiles, goodput, queueing, KV use
+    baseline_load: dict[str, Any] = field(default_factory=dict)
     run: RunSummary | None = field(default=None, repr=False, compare=False)
     baseline: RunSummary | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The fields after `speculation`, by name (for callers written against the old string-keyed dict)."""
+        names = [f.name for f in fields(self)]
+        return {k: getattr(self, k) for k in names[names.index("speculation") + 1:] if k not in ("run", "baseline")}
+
     def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("run", "baseline", "extra")}
-        out.update(self.extra)
-        return out
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("run", "baseline")}
 
 
 def breakdown_per_token(run: RunSummary) -> dict[str, float]:

@@ -304,7 +304,7 @@ def hybrid_timeline(result, ema_alpha: float = 0.3, probe_alpha: float = 0.5, hy
     ax2.set_ylabel("tok/s")
     ax2.set_xlabel("simulated time (s)")
     ax2.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    share = result.extra.get("policy", {}).get("speculative_share")
+    share = result.policy.get("speculative_share")
     extra = f", speculating {share:.0%} of steps" if share is not None else ""
     fig.suptitle(title or f"{result.scenario}: hybrid policy over time{extra} ({result.speedup:.2f}x baseline)")
     return _save(fig, path)

@@ -1,0 +1,106 @@
+"""Figures derived from a run besides its measurements: the break-even accept length, the report's quick what-if,
+the all-reduce a layer runs, how the policy chose, and the acceptance model's analytic expectation.
+
+All take the run's own drafters (`slots`, built once by the server) instead of building the speculation again.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..config import Scenario
+from ..config.typical import typical_context
+from ..engine import Machine
+from ..engine.costs import FastStepCosts, PassSpec, StepSpec, step_overhead_us, verify_pass
+from ..engine.machine import SAMPLE_FIELDS
+from ..model.cost import PassShape, pass_layout
+from .summary import mean_step_us
+
+
+def allreduce_choice(scenario: Scenario, machine: Machine, slots) -> dict:
+    """The all-reduce a layer runs at a plain decode's message size, and at the scenario's verify size."""
+    shapes = {"decode": PassShape(1, 1)}
+    if slots:
+        shapes["verify"] = verify_pass(slots[0].tree, 1, False).shape
+    out = {}
+    for name, shape in shapes.items():
+        layout = pass_layout(scenario.model, machine.tp, shape, scenario.spec.runtime.fuse_allreduce_rmsnorm)
+        nbytes = layout.segments[1].collective_bytes  # an attention block's all-reduce
+        out[name] = {"bytes": nbytes, **machine.allreduce.cost(nbytes).as_dict()}
+    return out
+
+
+def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | None:
+    """Accept length at which speculation matches plain decode: its step time over a plain decode step's at the
+    same batch and context (docs/reference.md's accept_len > step_time x baseline_rate, batch by batch).
+
+    Plain-decode step times come from the cost model's memoised samples for each speculative step's batch and
+    context, so a batched run compares like with like.
+    """
+    steps = main.steps
+    mask = main.spec_steps
+    if not mask.any():
+        return None
+    host = scenario.topology.host
+    other = step_overhead_us(host, scenario.spec.runtime, speculating=False)
+    planner = FastStepCosts(machine, scenario.spec.seed, np.random.default_rng(0))
+    batches = steps["batch"][mask].astype(int)
+    contexts = steps["context"][mask].astype(int)
+    plain = 0.0
+    for batch in np.unique(batches):  # per batch size: the plain step's mean cost, blended over contexts
+        spec = StepSpec(PassSpec("target", PassShape(1, int(batch)), scenario.spec.runtime.cuda_graph_decode),
+                        other_us=other)
+        distinct, counts = np.unique(contexts[batches == batch], return_counts=True)
+        for value in (counts * planner.mean_step_us_many(spec, distinct)).tolist():
+            plain += value  # in the order of the contexts, as a running sum (the same float every time)
+    return float(steps["duration_us"][mask].sum()) / plain
+
+
+def what_if(scenario: Scenario, machine: Machine, main, base, slots) -> dict:
+    """Quick levers for the report: the same step with the verify pass captured in a CUDA graph.
+
+    Uses the layer model's memoised pass samples at the run's mean context; `python -m simulator plan` runs the
+    full what-if simulations for every lever.
+    """
+    spec_mask = main.spec_steps
+    base_step = mean_step_us(base, base.decode_steps)
+    if not spec_mask.any() or not base_step:
+        return {}
+    shape = replace(verify_pass(slots[0].tree, 1, True).shape, context=typical_context(scenario.spec.workload))
+    out = {}
+    if not scenario.spec.runtime.cuda_graph_verify:
+        samples = machine.samples("target", shape, True, scenario.spec.seed)  # at the typical context itself
+        verify_us = float(samples[:, SAMPLE_FIELDS.index("duration")].mean())
+        step = verify_us + float(main.steps["draft_us"][spec_mask].mean()) + \
+            step_overhead_us(scenario.topology.host, scenario.spec.runtime, speculating=True)
+        breakeven = step / base_step
+        lengths = main.accept_lengths
+        accept = float(lengths.mean()) if lengths.size else 1.0
+        out["cuda_graph_verify"] = {"verify_ms": verify_us / 1e3, "breakeven_accept_len": breakeven,
+                                    "speedup_at_this_accept_len": accept / breakeven}
+    return out
+
+
+def policy_summary(spec, run) -> dict:
+    """How often the policy speculated, and with which drafter."""
+    steps = run.steps
+    decode_or_spec = steps["kind"] > 0
+    n = int(decode_or_spec.sum())
+    drafters = steps["drafter"][decode_or_spec]
+    names = [spec.speculation.method] + ([spec.policy.fallback.method] if spec.policy.kind == "multi_drafter" else [])
+    out = {"kind": spec.policy.kind, "steps": n,
+           "speculative_share": float((drafters >= 0).mean()) if n else 0.0}
+    if len(names) > 1:
+        out["drafter_share"] = {name: float((drafters == i).mean()) for i, name in enumerate(names)}
+    return out
+
+
+def expected_accept_len(scenario: Scenario, slots) -> float | None:
+    """The acceptance model's analytic tokens per verify for the scenario's own drafter and tree."""
+    if not slots:
+        return None
+    slot = slots[0]
+    if scenario.spec.speculation.acceptance.kind == "ngram_context":
+        return None  # its hit rate depends on the history: no single expectation
+    return slot.acceptance.expected_tokens(slot.tree)
