@@ -134,10 +134,10 @@ def nvswitch_fabrics(draw, num_gpus: int) -> dict:
 
 
 @st.composite
-def topologies(draw, num_gpus: int | None = None, jitter: bool = True) -> dict:
+def topologies(draw, num_gpus: int | None = None, jitter: bool = True, kind: str | None = None) -> dict:
     """A PCIe tree (with or without switches and peer-to-peer) or an NVSwitch board of 1..16 GPUs."""
     n = num_gpus or draw(st.integers(1, 16))
-    kind = draw(st.sampled_from(["pcie", "nvswitch"]))
+    kind = kind or draw(st.sampled_from(["pcie", "nvswitch"]))
     fabric = draw(pcie_fabrics(n) if kind == "pcie" else nvswitch_fabrics(n))
     return topology(fabric, draw(gpu_specs()), draw(host_specs(jitter)), name=f"gen_{kind}{n}")
 
@@ -328,11 +328,12 @@ def permitted_allreduce(topo: dict, tp: int) -> list[str]:
 
 
 @st.composite
-def scenarios(draw, jitter: bool = True, speculate: bool = True) -> dict:
-    """A whole scenario dict with an inline topology and model card, static policy, one fixed-length workload."""
-    topo = draw(topologies(jitter=jitter))
+def scenarios(draw, jitter: bool = True, speculate: bool = True, fabric: str | None = None, min_tp: int = 1) -> dict:
+    """A whole scenario dict with an inline topology and model card, static policy, one fixed-length workload;
+    `fabric` forces pcie or nvswitch, `min_tp` a TP group of at least that many GPUs."""
+    topo = draw(topologies(num_gpus=draw(st.integers(max(1, min_tp), 16)), jitter=jitter, kind=fabric))
     n = len([x for x in topo["fabric"]["nodes"] if x["kind"] == "gpu"])
-    tp = draw(st.sampled_from(divisors(n)))
+    tp = draw(st.sampled_from([d for d in divisors(n) if d >= min_tp]))
     card = draw(model_cards(tp))
     raw = {"name": "gen", "topology": topo, "model": card, "parallelism": {"tp": tp},
            "runtime": draw(runtimes(allreduce=permitted_allreduce(topo, tp))),

@@ -28,7 +28,7 @@ from simulator.model.cost import PassShape
 from simulator.speculation.policies import Hybrid
 from simulator.speculation.trees import Tree
 from strategies import (divisors, gpu_specs, host_specs, make_scenario, model_cards, nvswitch_fabric, pcie_fabric,
-                        POLICY_KINDS, policies_for, runtimes, scenarios, served_scenarios, speculations, topology, workloads)
+                        POLICY_KINDS, permitted_allreduce, policies_for, runtimes, scenarios, served_scenarios, speculations, topology, workloads)
 
 REL = 1e-9  # float rounding allowance for comparisons that are exact in exact arithmetic
 # Standard errors allowed for a sampling-noise term checked in every Hypothesis example: with ~40 examples (and
@@ -300,6 +300,27 @@ def test_multi_drafter_without_speculative_steps_reports_finite_shares():
            "speculation": {"method": "ngram", "draft_tokens": 2, "acceptance": {"kind": "iid", "alpha": 0.5}},
            "policy": {"kind": "multi_drafter", "fallback": {"method": "eagle3", "acceptance": {"kind": "iid", "alpha": 0.5}}}}
     assert_finite(run(raw))
+
+
+# --- forced all-reduce algorithms --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ["nvls", "one_shot", "two_shot"])
+@SERVED
+@given(data=st.data())
+def test_a_forced_allreduce_is_the_one_every_pass_uses(algorithm, data):
+    """Where the fabric permits it (an NVSwitch board with multicast for NVLS, peer-to-peer between all ranks for the
+    custom all-reduce), a forced algorithm runs for every all-reduce of decode and verify, and the run balances."""
+    raw = data.draw(scenarios(fabric="nvswitch" if algorithm == "nvls" else None, min_tp=2))
+    if algorithm == "nvls":
+        raw["topology"]["fabric"]["nvls"] = True
+    assume(algorithm in permitted_allreduce(raw["topology"], raw["parallelism"]["tp"]))
+    raw["runtime"]["allreduce"] = algorithm
+    r = run(raw)
+    for kind, choice in r.allreduce_choice.items():
+        assert choice["algorithm"] == algorithm, (kind, choice)
+    assert_books_balance(r)
+    assert_finite(r)
 
 
 # --- at layer fidelity ----------------------------------------------------------------------------------------
