@@ -40,6 +40,9 @@ class MoESpec(Strict):
     experts_per_token: PositiveInt
     num_shared_experts: NonNegativeInt = 0
     intermediate_size: PositiveInt
+    shared_experts_overlap: bool = Field(False, description=(
+        "Shared experts run on a second CUDA stream beside the router and routed experts while a CUDA graph is "
+        "replayed (SGLang DeepseekV2MoE.forward_normal_dual_stream)"))
     routing_locality: float = Field(0.0, ge=0.0, lt=1.0, description=(
         "Share of a token's expert choices that repeat the previous token's of the same sequence (0: independent, "
         "uniform routing); lowers the distinct experts a multi-token verify touches"))
@@ -71,6 +74,12 @@ class EagerKernels(Strict):
     per_pass: NonNegativeInt = Field(description="Embedding, final norm, lm_head, logits gather and sampling")
     verify_per_pass: NonNegativeInt = Field(description="Extra per verify pass: draft organisation, tree/positions build, accept walk")
     tree_attention: NonNegativeInt = Field(0, description="Extra per layer when the verify attention takes a tree mask (e.g. cascade + merge)")
+    attention_fused: NonNegativeInt = Field(0, description=(
+        "Of the attention launches, those inside the measured attention op besides its main kernel (e.g. a split-KV "
+        "decode's reduce stage): a measured attention time includes them"))
+    moe_fused: NonNegativeInt = Field(0, description=(
+        "Of the MoE launches, those inside the engine's fused-MoE call besides its two expert GEMMs (routing "
+        "align/sort, activation, top-k sum, activation quantisation): a measured fused-MoE time includes them"))
 
 
 class DraftHead(Strict):

@@ -22,6 +22,9 @@ class Runtime(Strict):
         "auto", description="auto: cheapest permitted; nccl: NCCL's tuner; or force one algorithm")
     fuse_allreduce_rmsnorm: bool = Field(False, description="All-reduce fused with the following RMSNorm: one kernel fewer per all-reduce")
     overlap_schedule: bool = Field(True, description="Scheduler host work overlaps the GPU in plain decode (SGLang's overlap scheduler; off while speculating)")
+    kernels: Literal["measured", "roofline"] = Field(
+        "measured", description="Kernel GPU times: measured (NVIDIA's aiconfigurator-core database, extra specsim[measured], "
+        "where it covers the GPU and shape; the roofline elsewhere, said per kernel family) or roofline (every kernel)")
     memory_fraction: float = Field(0.9, gt=0, le=1, description="Share of device memory for weights and KV cache (SGLang mem_fraction_static, vLLM gpu_memory_utilization)")
 
 

@@ -22,6 +22,9 @@ class GPUSpec(Strict):
     peak_TFLOPS: dict[Dtype, Rate] = Field(min_length=1, description="Dense tensor throughput per compute dtype")
     compute_efficiency: float = Field(ge=0.01, le=1, description="Achievable fraction of peak tensor throughput")
     kernel_floor_us: Micros = Field(description="Shortest time any kernel occupies the GPU (launch latency on device, ramp-up, tail)")
+    kernel_database: Optional[str] = Field(None, description=(
+        "aiconfigurator-core system whose silicon-measured kernels stand for this GPU (h100_sxm, h200_sxm, b200_sxm, "
+        "rtx_pro_6000_server, ...); unset: the roofline times every kernel"))
 
 
 class HostSpec(Strict):
@@ -29,7 +32,9 @@ class HostSpec(Strict):
     launch_jitter_cv: NonNegativeFloat = Field(le=5.0, description="Coefficient of variation of one launch's host time")
     rank_skew_cv: NonNegativeFloat = Field(le=2.0, description="Per-pass spread of host speed between ranks (lognormal sigma)")
     graph_launch_us: PositiveMicros = Field(description="Host time of one cudaGraphLaunch for a whole pass")
-    graph_node_us: Micros = Field(description="Device-side gap per kernel node inside a CUDA graph")
+    graph_node_us: Micros = Field(description=(
+        "Device-side gap between consecutive kernels on a stream: a CUDA graph's nodes, and eager kernels queued ahead "
+        "of the GPU alike (a measured kernel time already includes it)"))
     step_overhead_us: Micros = Field(description="Scheduler host time per step (batching, sampling bookkeeping)")
     sync_us: Micros = Field(description="Device-to-host synchronisation latency at the end of a pass")
 

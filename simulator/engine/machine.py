@@ -22,6 +22,7 @@ from ..config.errors import ConfigError
 from ..hardware.collectives import AllReduce, NotPermitted, StepPlan
 from ..hardware.gpu import GPU, Host
 from ..hardware.interconnect import Fabric
+from ..kernels.timer import KernelTimer
 from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
 from .placement import require_single_group
 from .timeline import PassPlan, kernel_lines, sample_passes
@@ -91,6 +92,7 @@ class Machine:
         self.card = scenario.model
         self.gpu = GPU(scenario.topology.gpu)
         self.host = Host(scenario.topology.host)
+        self.kernels = KernelTimer(self.gpu, spec.runtime.kernels)
         try:
             self.fabric = Fabric(scenario.topology)
             self.allreduce = AllReduce(self.fabric, self.tp, spec.runtime.allreduce, self.gpu.floor_us)
@@ -141,7 +143,7 @@ class Machine:
         node_us = self.scenario.topology.host.graph_node_us if graph else 0.0
         rows, step_plans, kernels = [], [], []
         for s in layout.segments:
-            t = self.gpu.segment(s)
+            t = self.kernels.segment(s, graph)
             kernels.append((t.kernel_us, t.small_us, t.num_kernels - len(t.kernel_us)))
             if s.collective == "allreduce":
                 coll = self.allreduce.cost(s.collective_bytes).time_us
@@ -154,7 +156,7 @@ class Machine:
                 coll = 0.0
                 step_plans.append(None)
             launches = t.num_kernels + (1 if s.collective else 0)
-            rows.append((launches, t.compute_us, t.memory_us, launches * node_us, t.last_kernel_us, coll,
+            rows.append((launches, t.compute_us, t.memory_us, (launches - t.gapless_kernels) * node_us, t.last_kernel_us, coll,
                          s.collective == "allreduce"))
         table = np.array(rows, dtype=float)[list(layout.order)]
         positions, suffixes = (a[list(layout.order)] for a in kernel_lines(kernels))

@@ -8,9 +8,10 @@ launches counted in the model card are small element-wise kernels touching only 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..config.model_card import DraftHead, EagerKernels, GQAAttention, MLAAttention, ModelCard
+from ..kernels.shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
 from .cards import (BYTES_PER_VALUE, bytes_per_param, compute_dtype, expected_distinct_experts,
                     kv_bytes_per_token_layer)
 
@@ -36,6 +37,9 @@ class Kernel:
     flops: float  # per rank
     bytes: float  # per rank: weights + KV + activations
     dtype: str  # tensor-core dtype
+    shape: KernelShape | None = None  # what a kernel-cost source looks up (None: element-wise, roofline only)
+    absorbs: int = 0  # the segment's element-wise launches a measured time of this kernel includes
+    side_stream: bool = False  # may run on a second stream beside the segment's other heavy kernels (in a graph)
 
 
 @dataclass(frozen=True)
@@ -53,9 +57,13 @@ class Segment:
         return len(self.kernels) + self.small_kernels
 
 
-def _gemm(name: str, tokens: int, k: float, n: float, weight_bytes: float, act: float, dtype: str) -> Kernel:
-    """tokens x k times k x n: 2 T k n FLOPs; reads the weights and the input, writes the output."""
-    return Kernel(name, 2.0 * tokens * k * n, k * n * weight_bytes + tokens * (k + n) * act, dtype)
+def _gemm(name: str, tokens: int, k: float, n: float, weight_bytes: float, act: float, dtype: str,
+          weight_dtype: str | None = None, shape: KernelShape | None = None) -> Kernel:
+    """tokens x k times k x n: 2 T k n FLOPs; reads the weights and the input, writes the output. Its shape is
+    looked up by the weights' dtype (an int4 weight-only GEMM is not a bf16 one, though it computes in bf16)."""
+    if shape is None:
+        shape = Gemm(int(tokens), max(1, round(n)), max(1, round(k)), weight_dtype or dtype)
+    return Kernel(name, 2.0 * tokens * k * n, k * n * weight_bytes + tokens * (k + n) * act, dtype, shape)
 
 
 def _attention_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kernel]:
@@ -69,27 +77,39 @@ def _attention_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kerne
     # its own pass's tokens
     keys_per_query = shape.context / max(1, shape.batch) + (shape.tokens + 1) / 2
     mask_bytes = T * keys_per_query if shape.tree else 0.0
+    cached = shape.context // max(1, shape.batch)
+    mask = "tree" if shape.tree else "causal"
     if isinstance(att, MLAAttention):
         heads = att.num_heads / tp
         latent = att.kv_lora_rank + att.qk_rope_head_dim
         q_in = att.q_lora_rank or d
-        kernels = [_gemm("qkv_a_proj", T, d, (att.q_lora_rank + latent) if att.q_lora_rank else latent, wb, act, cd)]
+        wd = w.attention
+        kernels = [_gemm("qkv_a_proj", T, d, (att.q_lora_rank + latent) if att.q_lora_rank else latent, wb, act, cd, wd)]
         q_dim = att.qk_nope_head_dim + att.qk_rope_head_dim
         if att.q_lora_rank:
-            kernels.append(_gemm("q_b_proj", T, q_in, heads * q_dim, wb, act, cd))
-        kernels.append(_gemm("w_kc_absorb", T, heads * att.qk_nope_head_dim, att.kv_lora_rank, wb, act, cd))
+            kernels.append(_gemm("q_b_proj", T, q_in, heads * q_dim, wb, act, cd, wd))
+        per_gpu_heads = max(1, round(heads))
+        kernels.append(_gemm("w_kc_absorb", T, heads * att.qk_nope_head_dim, att.kv_lora_rank, wb, act, cd, wd,
+                             MLABmm("pre", T, per_gpu_heads, wd)))
         flops = 2.0 * T * heads * keys_per_query * (latent + att.kv_lora_rank)
-        kernels.append(Kernel("mla_attention", flops, kv_read + mask_bytes + 2 * T * heads * latent * act, card.activation_dtype))
-        kernels.append(_gemm("w_vc_absorb", T, heads * att.kv_lora_rank, att.v_head_dim, wb, act, cd))
-        kernels.append(_gemm("o_proj", T, heads * att.v_head_dim, d, wb, act, cd))
+        kernels.append(Kernel("mla_attention", flops, kv_read + mask_bytes + 2 * T * heads * latent * act,
+                              card.activation_dtype,
+                              MLAttention(shape.batch, shape.tokens, cached, per_gpu_heads, card.kv_cache_dtype, mask),
+                              card.kernels.attention_fused))
+        kernels.append(_gemm("w_vc_absorb", T, heads * att.kv_lora_rank, att.v_head_dim, wb, act, cd, wd,
+                             MLABmm("post", T, per_gpu_heads, wd)))
+        kernels.append(_gemm("o_proj", T, heads * att.v_head_dim, d, wb, act, cd, wd))
         return kernels
     assert isinstance(att, GQAAttention)
     q_heads = att.num_heads / tp
     kv_heads = max(1.0, att.num_kv_heads / tp)
-    qkv = _gemm("qkv_proj", T, d, (q_heads + 2 * kv_heads) * att.head_dim, wb, act, cd)
+    wd = w.attention
+    qkv = _gemm("qkv_proj", T, d, (q_heads + 2 * kv_heads) * att.head_dim, wb, act, cd, wd)
     flops = 2.0 * T * q_heads * keys_per_query * 2 * att.head_dim
-    core = Kernel("attention", flops, kv_read + mask_bytes + 2 * T * q_heads * att.head_dim * act, card.activation_dtype)
-    o_proj = _gemm("o_proj", T, q_heads * att.head_dim, d, wb, act, cd)
+    core = Kernel("attention", flops, kv_read + mask_bytes + 2 * T * q_heads * att.head_dim * act, card.activation_dtype,
+                  Attention(shape.batch, shape.tokens, cached, max(1, round(q_heads)), max(1, round(kv_heads)),
+                            att.head_dim, card.kv_cache_dtype, mask), card.kernels.attention_fused)
+    o_proj = _gemm("o_proj", T, q_heads * att.head_dim, d, wb, act, cd, wd)
     return [qkv, core, o_proj]
 
 
@@ -97,7 +117,8 @@ def _dense_mlp_kernels(card: ModelCard, tp: int, T: int) -> list[Kernel]:
     d, inter = card.hidden_size, card.dense_intermediate_size / tp
     act = BYTES_PER_VALUE[card.activation_dtype]
     wb, cd = bytes_per_param(card, card.weights.dense_mlp), compute_dtype(card, card.weights.dense_mlp)
-    return [_gemm("gate_up_proj", T, d, 2 * inter, wb, act, cd), _gemm("down_proj", T, inter, d, wb, act, cd)]
+    wd = card.weights.dense_mlp
+    return [_gemm("gate_up_proj", T, d, 2 * inter, wb, act, cd, wd), _gemm("down_proj", T, inter, d, wb, act, cd, wd)]
 
 
 def _moe_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kernel]:
@@ -108,15 +129,23 @@ def _moe_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kernel]:
     touched = expected_distinct_experts(m.num_experts, m.experts_per_token, shape.tokens, shape.batch, m.routing_locality)
     wb, cd = bytes_per_param(card, w.experts), compute_dtype(card, w.experts)
     routed = T * m.experts_per_token
-    kernels = [_gemm("router", T, d, m.num_experts, bytes_per_param(card, w.router), act, compute_dtype(card, w.router))]
+    # the independently routed tokens that touch as many distinct experts as this pass's (routing locality)
+    independent = shape.batch * (1.0 + (shape.tokens - 1) * (1.0 - m.routing_locality))
+    fused = lambda share: MoE(round(independent, 3), d, m.intermediate_size, m.experts_per_token,  # noqa: E731
+                              m.num_experts, tp, w.experts, share)
+    kernels = [_gemm("router", T, d, m.num_experts, bytes_per_param(card, w.router), act, compute_dtype(card, w.router),
+                     w.router)]
     kernels.append(Kernel("experts_gate_up", 2.0 * routed * d * 2 * inter,
-                          touched * d * 2 * inter * wb + routed * (d + 2 * inter) * act, cd))
+                          touched * d * 2 * inter * wb + routed * (d + 2 * inter) * act, cd, fused(2 / 3),
+                          card.kernels.moe_fused))
     kernels.append(Kernel("experts_down", 2.0 * routed * inter * d,
-                          touched * inter * d * wb + routed * (inter + d) * act, cd))
+                          touched * inter * d * wb + routed * (inter + d) * act, cd, fused(1 / 3)))
     if m.num_shared_experts:
         s_inter = m.num_shared_experts * inter
-        sb, sd = bytes_per_param(card, w.shared_experts), compute_dtype(card, w.shared_experts)
-        kernels += [_gemm("shared_gate_up", T, d, 2 * s_inter, sb, act, sd), _gemm("shared_down", T, s_inter, d, sb, act, sd)]
+        sb, sd, sw = bytes_per_param(card, w.shared_experts), compute_dtype(card, w.shared_experts), w.shared_experts
+        side = m.shared_experts_overlap
+        kernels += [replace(_gemm("shared_gate_up", T, d, 2 * s_inter, sb, act, sd, sw), side_stream=side),
+                    replace(_gemm("shared_down", T, s_inter, d, sb, act, sd, sw), side_stream=side)]
     return kernels
 
 
@@ -151,7 +180,7 @@ def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm
     moe = _segment(_moe_kernels(card, tp, shape), k.moe - fused, T, card, collective, ar_bytes) if card.moe else dense
     vocab = card.vocab_size / tp
     lm_head = _gemm("lm_head", T, d, vocab, bytes_per_param(card, card.weights.lm_head), act,
-                    compute_dtype(card, card.weights.lm_head))
+                    compute_dtype(card, card.weights.lm_head), card.weights.lm_head)
     tail_launches = k.per_pass + (k.verify_per_pass if shape.verify else 0)
     gather = int(T * vocab * act) if tp > 1 else 0
     tail = _segment([lm_head], tail_launches, T, card, "allgather" if tp > 1 else None, gather)

@@ -128,6 +128,10 @@ def to_table(result: Result) -> str:
     for kind, ar in r.allreduce_ms_per_pass.items():
         lines.append(f"    per {kind} pass    {ar['profiled_rank']:8.1f} ms on a typical rank (profile), "
                      f"{ar['rank_mean']:.1f} ms averaged over ranks (transfer + waiting)")
+    kernels = r.kernels
+    if kernels:
+        families = ", ".join(f"{f} {how}" for f, how in kernels["families"].items() if how != "measured")
+        lines.append(f"  kernel times        {kernels['source']}" + (f"; {families}" if families else ""))
     windows = r.accept_len_windows
     if spec and len(windows) > 1:
         values = " ".join(f"{w['mean_accept_len']:.2f}" for w in windows)

@@ -92,6 +92,7 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
         what_if=what_if(scenario, machine, main, base, main.slots),
         load=load,
         baseline_load=load_metrics(base, spec.workload.target),
+        kernels=machine.kernels.report(),
         run=main,
         baseline=base,
     )

@@ -106,6 +106,7 @@ class Result:
     what_if: dict[str, Any] = field(default_factory=dict)  # the report's quick levers (derived.what_if)
     load: dict[str, Any] = field(default_factory=dict)  # latency percentiles, goodput, queueing, KV use
     baseline_load: dict[str, Any] = field(default_factory=dict)
+    kernels: dict[str, Any] = field(default_factory=dict)  # which source timed each kernel family (measured/roofline)
     run: RunSummary | None = field(default=None, repr=False, compare=False)
     baseline: RunSummary | None = field(default=None, repr=False, compare=False)
 

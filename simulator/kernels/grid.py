@@ -1,0 +1,55 @@
+"""Multilinear interpolation on a (possibly incomplete) product grid of measured points.
+
+Each axis is interpolated linearly in its value or in log(value) (token counts, batch and KV length: kernel time
+is close to piecewise linear in log-space between their power-of-two grid points). A point outside an axis's range,
+or one whose surrounding cell lacks a measured corner, is not covered (None): the caller falls back.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+
+class Grid:
+    def __init__(self, axes: list[np.ndarray], values: np.ndarray, log_axes: tuple[bool, ...]):
+        self.axes = [np.asarray(a, dtype=float) for a in axes]
+        self.values = values
+        self.log_axes = log_axes
+        self._coords = [np.log(a) if lg else a for a, lg in zip(self.axes, log_axes)]
+
+    @classmethod
+    def from_frame(cls, frame, columns: list[str], log_axes: tuple[bool, ...], value: str = "latency") -> "Grid":
+        """Duplicate measurements of one point are averaged."""
+        means = frame.groupby(columns, sort=True)[value].mean()
+        axes = [np.unique(means.index.get_level_values(i).to_numpy(dtype=float)) for i in range(len(columns))]
+        values = np.full([len(a) for a in axes], np.nan)
+        index = tuple(np.searchsorted(axes[i], means.index.get_level_values(i).to_numpy(dtype=float))
+                      for i in range(len(columns)))
+        values[index] = means.to_numpy()
+        return cls(axes, values, log_axes)
+
+    def __call__(self, point: tuple[float, ...]) -> float | None:
+        cells = []
+        for axis, coords, x, lg in zip(self.axes, self._coords, point, self.log_axes):
+            if x < axis[0] * (1 - 1e-9) or x > axis[-1] * (1 + 1e-9):
+                return None
+            if len(axis) == 1:
+                cells.append(((0, 1.0),))
+                continue
+            c = math.log(x) if lg else float(x)
+            i = min(max(int(np.searchsorted(coords, c, side="right")) - 1, 0), len(axis) - 2)
+            w = (c - coords[i]) / (coords[i + 1] - coords[i])
+            w = min(max(w, 0.0), 1.0)
+            cells.append(((i, 1.0 - w), (i + 1, w)))
+        total = 0.0
+        for corner in itertools.product(*cells):
+            weight = math.prod(w for _, w in corner)
+            if weight == 0.0:
+                continue
+            v = self.values[tuple(i for i, _ in corner)]
+            if np.isnan(v):
+                return None
+            total += weight * v
+        return total

@@ -1,0 +1,214 @@
+"""Silicon-measured kernel times from NVIDIA's aiconfigurator-core database (optional extra `specsim[measured]`).
+
+The package (Apache-2.0, PyPI `aiconfigurator-core`) ships Parquet tables measured on each GPU per serving engine
+and version: `systems/data/<system>/<family>/<engine>/<version>/<table>.parquet`, latency in ms per call of one
+layer's kernel. We read them with pyarrow only when a scenario asks for measured kernels, memoise every table per
+process, and interpolate in shape (grid.py): log-space in tokens / batch / KV length, linear in heads and in GEMM
+N and K (a GEMV's time is bilinear in N x K). A shape outside a table is not covered: the caller uses the roofline.
+
+What we take from which table (SGLang's kernels, the engine the simulator models):
+- GEMM (gemm_perf): m tokens x n x k per GPU, bf16 / fp8 (block-scaled where measured, as DeepSeek-style
+  checkpoints) / nvfp4.
+- GQA attention: decode and verify from generation_attention_perf. A verify of q tokens per request reads the
+  request's KV once with q times the query rows per KV head, as FlashAttention's packed-GQA layout and FlashMLA do,
+  so it is looked up as decode with q x the query heads (while that stays on the measured grid); the causal or tree
+  mask among the q new tokens touches q^2 of q x kv_len scores and is not resolved. Prefill (or a verify too wide
+  for the grid) from context_attention_perf: a chunk of q tokens after L cached ones costs ctx(L + q) - ctx(L)
+  (causal work t (L + t/2)), at least a fresh ctx(q).
+- MLA: generation_mla_perf / context_mla_perf the same way; the absorbed per-head projections from mla_bmm_perf.
+- MoE: moe_perf, the fused expert block (router and all-to-all excluded), `balanced` routing (uniform, as the
+  simulator's routing model), at the token count that touches as many distinct experts as the pass does.
+"""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+from functools import lru_cache
+
+from .grid import Grid
+from .shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
+
+ENGINE = "sglang"
+ENGINE_VERSION = "0.5.14"  # aiconfigurator-core 0.12's default SGLang version (systems/query_versions.yaml)
+PACKAGE = "aiconfigurator_core"
+PACKED_QUERY_MAX = 16  # verify / draft passes up to this many tokens per request use the packed decode kernel
+
+GEMM_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block", "fp8"), "fp4": ("nvfp4",)}
+MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block",), "int4": ("int4_wo",),
+              "fp4": ("nvfp4",)}
+KV_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
+ATTENTION_KERNELS = ("fa3", "flashinfer", "triton")  # SGLang's preference where several were measured
+
+
+def data_root() -> pathlib.Path | None:
+    """The package's data folder, or None when aiconfigurator-core is not installed (found without importing it)."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = pathlib.Path(list(spec.submodule_search_locations)[0]) / "systems" / "data"
+    return root if root.is_dir() else None
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("aiconfigurator-core")
+    except PackageNotFoundError:
+        return "?"
+
+
+def _version_key(text: str) -> tuple:
+    parts = []
+    for piece in text.replace("post", ".").replace("rc", ".").split("."):
+        parts.append(int(piece) if piece.isdigit() else -1)
+    return tuple(parts)
+
+
+@lru_cache(maxsize=None)
+def table_path(system: str, family: str, table: str) -> pathlib.Path | None:
+    """The newest version <= ENGINE_VERSION of the engine that holds this table (the database fills a version's
+    missing tables from older ones the same way)."""
+    root = data_root()
+    if root is None:
+        return None
+    folder = root / system / family / ENGINE
+    if not folder.is_dir():
+        return None
+    versions = sorted((p for p in folder.iterdir() if (p / f"{table}.parquet").is_file()),
+                      key=lambda p: _version_key(p.name), reverse=True)
+    for path in versions:
+        if _version_key(path.name) <= _version_key(ENGINE_VERSION):
+            return path / f"{table}.parquet"
+    return None
+
+
+@lru_cache(maxsize=None)
+def read_table(system: str, family: str, table: str):
+    """The table as a pandas frame (memoised per process), or None where this GPU has none."""
+    path = table_path(system, family, table)
+    if path is None:
+        return None
+    import pyarrow.parquet as pq
+    frame = pq.read_table(path).to_pandas()
+    if "window_size" in frame:
+        frame = frame[frame["window_size"] == 0]
+    if "step" in frame:
+        frame = frame.assign(kv=frame["step"] + 1)
+    return frame
+
+
+@lru_cache(maxsize=None)
+def covered_systems() -> tuple[str, ...]:
+    root = data_root()
+    if root is None:
+        return ()
+    return tuple(sorted(p.name for p in root.iterdir() if table_path(p.name, "gemm", "gemm_perf") is not None))
+
+
+class MeasuredKernels:
+    """Kernel times (us) on one measured GPU; `time_us(shape)` is None where the data does not cover the shape."""
+
+    def __init__(self, system: str):
+        self.system = system
+        self.label = f"aiconfigurator-core {package_version()}, {system}, {ENGINE} {ENGINE_VERSION}"
+
+    def time_us(self, shape: KernelShape) -> float | None:
+        if isinstance(shape, Gemm):
+            ms = self._gemm(shape)
+        elif isinstance(shape, Attention):
+            ms = self._attention(shape)
+        elif isinstance(shape, MLAttention):
+            ms = self._mla(shape)
+        elif isinstance(shape, MLABmm):
+            ms = self._mla_bmm(shape)
+        elif isinstance(shape, MoE):
+            ms = self._moe(shape)
+        else:
+            ms = None
+        return None if ms is None else 1e3 * ms
+
+    # -- per family --------------------------------------------------------------------------------------------
+    def _gemm(self, s: Gemm) -> float | None:
+        for dtype in GEMM_DTYPES.get(s.dtype, ()):
+            grid = _grid(self.system, "gemm", "gemm_perf", (("gemm_dtype", dtype),), ("m", "n", "k"),
+                         (True, False, False))
+            if grid is not None:
+                return grid((s.m, s.n, s.k))
+        return None
+
+    def _attention(self, s: Attention) -> float | None:
+        kv = KV_DTYPES.get(s.kv_dtype)
+        for source in ATTENTION_KERNELS:
+            where = (("kernel_source", source), ("head_dim", s.head_dim), ("kv_cache_dtype", kv))
+            decode = _grid(self.system, "attention", "generation_attention_perf", where,
+                           ("batch_size", "num_heads", "num_key_value_heads", "kv"), (True, False, False, True))
+            if decode is None:
+                continue
+            if s.q_len == 1 or (s.q_len <= PACKED_QUERY_MAX and s.heads * s.q_len <= decode.axes[1][-1]):
+                return decode((s.batch, s.heads * s.q_len, s.kv_heads, s.kv_len + s.q_len))
+            prefill = _grid(self.system, "attention", "context_attention_perf", where + (("step", 0),),
+                            ("batch_size", "isl", "num_heads", "num_key_value_heads"), (True, True, False, False))
+            if prefill is None:
+                return None
+            return _chunk(lambda n: prefill((s.batch, n, s.heads, s.kv_heads)), s.kv_len, s.q_len)
+        return None
+
+    def _mla(self, s: MLAttention) -> float | None:
+        kv = KV_DTYPES.get(s.kv_dtype)
+        decode = _grid(self.system, "mla", "generation_mla_perf", (("kv_cache_dtype", kv), ("mla_dtype", "bfloat16")),
+                       ("batch_size", "num_heads", "kv"), (True, False, True))
+        if decode is None:
+            return None
+        if s.q_len == 1 or (s.q_len <= PACKED_QUERY_MAX and s.heads * s.q_len <= decode.axes[1][-1]):
+            return decode((s.batch, s.heads * s.q_len, s.kv_len + s.q_len))
+        prefill = _grid(self.system, "mla", "context_mla_perf", (("kv_cache_dtype", kv), ("mla_dtype", "bfloat16")),
+                        ("batch_size", "isl", "num_heads"), (True, True, False))
+        if prefill is None:
+            return None
+        return _chunk(lambda n: prefill((s.batch, n, s.heads)), s.kv_len, s.q_len)
+
+    def _mla_bmm(self, s: MLABmm) -> float | None:
+        dtype = {"fp8": "fp8"}.get(s.dtype, "bfloat16")
+        grid = _grid(self.system, "mla_bmm", "mla_bmm_perf", (("op_name", f"mla_gen_{s.which}"), ("bmm_dtype", dtype)),
+                     ("num_tokens", "num_heads"), (True, False))
+        return None if grid is None else grid((s.tokens, s.heads))
+
+    def _moe(self, s: MoE) -> float | None:
+        for dtype in MOE_DTYPES.get(s.dtype, ()):
+            where = (("moe_dtype", dtype), ("hidden_size", s.hidden), ("inter_size", s.inter), ("topk", s.topk),
+                     ("num_experts", s.experts), ("moe_tp_size", s.tp), ("moe_ep_size", 1),
+                     ("distribution", "balanced"))
+            grid = _grid(self.system, "moe", "moe_perf", where, ("num_tokens",), (True,))
+            if grid is not None:
+                t = grid((max(1.0, s.tokens),))
+                return None if t is None else t * s.share
+        return None
+
+
+def _chunk(full, cached: int, new: int) -> float | None:
+    """Attention of `new` tokens after `cached` ones, from full causal prefills: ctx(L + q) - ctx(L), >= ctx(q)."""
+    fresh = full(new)
+    if fresh is None or cached <= 0:
+        return fresh
+    whole, before = full(cached + new), full(cached)
+    if whole is None or before is None:
+        return None
+    return max(whole - before, fresh)
+
+
+@lru_cache(maxsize=512)
+def _grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple) -> Grid | None:
+    """The measured points of `table` matching `where` (column, value pairs) as a grid over `axes` (memoised)."""
+    frame = read_table(system, family, table)
+    if frame is None:
+        return None
+    mask = None
+    for column, value in where:
+        if column not in frame:
+            return None
+        hit = frame[column] == value
+        mask = hit if mask is None else mask & hit
+    rows = frame[mask] if mask is not None else frame
+    if rows.empty:
+        return None
+    return Grid.from_frame(rows, list(axes), log_axes)

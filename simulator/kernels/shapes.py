@@ -1,0 +1,85 @@
+"""Kernel shapes: the arguments a kernel-cost source needs, per kernel family (all per GPU, after TP splitting).
+
+Dtypes use the config's names (bf16, fp8, int4, fp4); sources map them to their own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Union
+
+Mask = Literal["causal", "tree"]
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """Y[m, n] = X[m, k] W[k, n]: m tokens, n x k weights of `dtype` (the tensor-core dtype)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    family = "gemm"
+
+
+@dataclass(frozen=True)
+class Attention:
+    """GQA attention of `batch` requests, each with q_len new query tokens over kv_len cached ones (plus its own new
+    tokens under a causal or tree mask); q_len 1 is decode, a few is verify, many is prefill."""
+
+    batch: int
+    q_len: int
+    kv_len: int
+    heads: int  # query heads per GPU
+    kv_heads: int  # KV heads per GPU
+    head_dim: int
+    kv_dtype: str
+    mask: Mask = "causal"
+    family = "attention"
+
+
+@dataclass(frozen=True)
+class MLAttention:
+    """Multi-head latent attention (DeepSeek / Kimi) over the latent KV cache, `heads` query heads per GPU."""
+
+    batch: int
+    q_len: int
+    kv_len: int
+    heads: int
+    kv_dtype: str
+    mask: Mask = "causal"
+    family = "mla"
+
+
+@dataclass(frozen=True)
+class MLABmm:
+    """MLA's per-head absorbed projections: 'pre' (q_nope x W_kc) and 'post' (latent x W_vc), batched over heads."""
+
+    which: Literal["pre", "post"]
+    tokens: int
+    heads: int
+    dtype: str
+    family = "mla_bmm"
+
+
+@dataclass(frozen=True)
+class MoE:
+    """A fused MoE expert block (gate/up, activation, down) over `tokens` routed tokens, experts TP-split by `tp`.
+
+    tokens: the number of independently routed tokens that would touch as many distinct experts (routing
+    locality makes a verify's tokens repeat experts, so it counts fewer); share: the part of the fused block this
+    kernel stands for (gate/up 2/3, down 1/3 of its weights and FLOPs).
+    """
+
+    tokens: float
+    hidden: int
+    inter: int  # per expert, before TP
+    topk: int
+    experts: int
+    tp: int
+    dtype: str
+    share: float = 1.0
+    family = "moe"
+
+
+KernelShape = Union[Gemm, Attention, MLAttention, MLABmm, MoE]
+FAMILIES = ("gemm", "attention", "mla", "mla_bmm", "moe", "elementwise")

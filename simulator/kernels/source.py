@@ -1,0 +1,34 @@
+"""Where kernel times come from: a source answers a shape's time or says it does not cover it.
+
+`kernel_source(choice, gpu_spec)` gives the measured database for `runtime.kernels: measured` when the optional
+package is installed and the GPU names a measured system, and says why not otherwise (the roofline then times
+every kernel, and the result says so).
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from .shapes import KernelShape
+
+
+class KernelSource(Protocol):
+    label: str
+
+    def time_us(self, shape: KernelShape) -> float | None:
+        """GPU time of one kernel of this shape, or None where the source does not cover it."""
+
+
+def kernel_source(choice: str, gpu_spec) -> tuple[KernelSource | None, str]:
+    """(source, note): the measured source, or None and the reason the roofline times every kernel."""
+    if choice == "roofline":
+        return None, "roofline (runtime.kernels: roofline)"
+    from . import measured
+    system = gpu_spec.kernel_database
+    if system is None:
+        return None, f"roofline ({gpu_spec.name} has no measured kernel data: topology gpu.kernel_database is unset)"
+    if measured.data_root() is None:
+        return None, "roofline (aiconfigurator-core is not installed: pip install 'specsim[measured]')"
+    if system not in measured.covered_systems():
+        return None, (f"roofline (no {measured.ENGINE} GEMM data for {system!r} in aiconfigurator-core "
+                      f"{measured.package_version()})")
+    return measured.MeasuredKernels(system), ""

@@ -1,0 +1,123 @@
+"""Kernel costs: the measured database (lookups, interpolation, fallback, per-family report) and its use in passes."""
+from __future__ import annotations
+
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+from simulator.config import load_scenario
+from simulator.engine.machine import Machine
+from simulator.kernels import measured
+from simulator.kernels.grid import Grid
+from simulator.kernels.shapes import Attention, Gemm, MoE
+from simulator.kernels.timer import KernelTimer
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+needs_data = pytest.mark.skipif(measured.data_root() is None, reason="aiconfigurator-core not installed")
+
+
+def test_grid_interpolates_log_and_linear_axes_and_refuses_outside():
+    grid = Grid([np.array([1.0, 4.0]), np.array([10.0, 20.0])], np.array([[1.0, 3.0], [5.0, 7.0]]), (True, False))
+    assert grid((1.0, 10.0)) == 1.0 and grid((4.0, 20.0)) == 7.0  # grid points exactly
+    # m = 2 is halfway between 1 and 4 in log-space; n = 15 halfway linearly
+    assert grid((2.0, 15.0)) == pytest.approx(0.5 * (1 + 3) / 2 + 0.5 * (5 + 7) / 2)
+    assert grid((8.0, 15.0)) is None and grid((2.0, 25.0)) is None
+
+
+def test_grid_refuses_a_cell_with_a_missing_corner():
+    grid = Grid([np.array([1.0, 2.0]), np.array([1.0, 2.0])], np.array([[1.0, np.nan], [1.0, 1.0]]), (False, False))
+    assert grid((1.5, 1.5)) is None
+    assert grid((2.0, 1.5)) == 1.0  # the edge cell's weight on the missing corner is zero
+
+
+@needs_data
+def test_on_grid_rows_come_back_exactly():
+    h200 = measured.MeasuredKernels("h200_sxm")
+    # gemm_perf.parquet, H200, SGLang 0.5.14, bfloat16 m=1 n=k=8192: 0.034542 ms
+    assert h200.time_us(Gemm(1, 8192, 8192, "bf16")) == pytest.approx(34.542, abs=0.01)
+    frame = measured.read_table("h200_sxm", "gemm", "gemm_perf")
+    row = frame[(frame.gemm_dtype == "fp8_block") & (frame.m == 64) & (frame.n == 7168) & (frame.k == 2048)]
+    assert h200.time_us(Gemm(64, 7168, 2048, "fp8")) == pytest.approx(1e3 * row.latency.mean())
+
+
+@needs_data
+def test_gemm_interpolates_in_log_tokens():
+    h200 = measured.MeasuredKernels("h200_sxm")
+    # the m grid has 33 and 48 as neighbours (the database measures m and m + 1 at tile boundaries)
+    low, high = h200.time_us(Gemm(33, 4096, 4096, "bf16")), h200.time_us(Gemm(48, 4096, 4096, "bf16"))
+    w = math.log(40 / 33) / math.log(48 / 33)
+    assert h200.time_us(Gemm(40, 4096, 4096, "bf16")) == pytest.approx(low + w * (high - low))
+
+
+@needs_data
+def test_uncovered_shapes_fall_back():
+    h200 = measured.MeasuredKernels("h200_sxm")
+    assert h200.time_us(Gemm(1, 200_000, 4096, "bf16")) is None  # n beyond the measured grid
+    assert h200.time_us(Gemm(1, 4096, 4096, "int4")) is None  # no weight-only int4 GEMM table
+    assert h200.time_us(MoE(1, 7168, 2048, 8, 123, 8, "fp8")) is None  # no such expert count
+
+
+@needs_data
+def test_verify_attention_reads_the_cache_once():
+    """A verify of q tokens is decode attention with q x the query heads: while the q x heads query rows fit one
+    tile it costs about one decode (within the data's noise), far less than q decode passes."""
+    h200 = measured.MeasuredKernels("h200_sxm")
+    one = h200.time_us(Attention(8, 1, 4000, 4, 1, 128, "bf16"))
+    four = h200.time_us(Attention(8, 4, 4000, 4, 1, 128, "bf16"))
+    assert 0.8 * one < four < 2 * one
+
+
+@needs_data
+def test_moe_grows_with_tokens_and_locality_counts_fewer():
+    h200 = measured.MeasuredKernels("h200_sxm")
+    t = [h200.time_us(MoE(n, 7168, 2048, 8, 256, 8, "fp8")) for n in (1, 4, 16, 64)]
+    assert t == sorted(t) and t[-1] > 2 * t[0]
+
+
+def _scenario(tmp_path, model: str, topology: str = "nvlink8_h200", tp: int = 8, extra: str = ""):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: t\ntopology: {ROOT}/topologies/{topology}.yaml\nmodel: {ROOT}/scenarios/models/{model}.yaml\n"
+                    f"parallelism: {{tp: {tp}}}\nworkload: {{requests: 1, prompt_tokens: 1000, output_tokens: 32}}\n{extra}")
+    return str(path)
+
+
+@needs_data
+@pytest.mark.parametrize("model, reference_ms", [
+    # aiconfigurator-core 0.12.0's own estimator, SGLang 0.5.14, H200 TP8, decode batch 1, isl 1000:
+    # EngineHandle.compile(model, "h200_sxm", "sglang", tp_size=8[, moe_tp_size=8]).decode_step_latency(1, 1000, 2)
+    ("llama_3_1_70b", 7.834),
+    ("deepseek_v3", 7.861),
+])
+def test_plain_decode_within_15_percent_of_what_the_database_implies(tmp_path, model, reference_ms):
+    import simulator
+    result = simulator.run(_scenario(tmp_path, model))
+    decode_ms = result.step_ms["decode"]["mean"]
+    assert abs(decode_ms / reference_ms - 1) <= 0.15, decode_ms
+    assert result.extra["kernels"]["source"].startswith("measured")
+
+
+@needs_data
+def test_report_names_the_source_per_family(tmp_path):
+    machine = Machine(load_scenario(_scenario(tmp_path, "llama_3_1_8b", "nvlink8_h100", 1)))
+    shape = Gemm(1, 200_000, 4096, "bf16")
+    from simulator.model.cost import Kernel
+    machine.kernels.kernel_us(Kernel("x", 1.0, 1.0, "bf16", shape))
+    machine.kernels.kernel_us(Kernel("y", 1.0, 1.0, "bf16", Gemm(1, 4096, 4096, "bf16")))
+    report = machine.kernels.report()
+    assert report["families"]["gemm"] == "measured, roofline for 1 of 2 shapes (outside the measured data)"
+    assert report["families"]["elementwise"].startswith("roofline")
+
+
+def test_roofline_choice_and_missing_package_time_every_kernel_by_the_roofline(tmp_path, monkeypatch):
+    from simulator.model.cost import PassShape
+    scenario = load_scenario(_scenario(tmp_path, "llama_3_1_8b", "nvlink8_h100", 1, "runtime: {kernels: roofline}"))
+    timer = KernelTimer(Machine(scenario).gpu, "roofline")
+    assert timer.source is None and "runtime.kernels: roofline" in timer.note
+    monkeypatch.setattr(measured, "data_root", lambda: None)
+    default = load_scenario(_scenario(tmp_path, "llama_3_1_8b", "nvlink8_h100", 1))  # kernels: measured
+    machine = Machine(default)
+    assert machine.kernels.source is None and "not installed" in machine.kernels.report()["source"]
+    roofline = Machine(scenario).plan("target", PassShape(1, 1, 1024), True)
+    assert np.allclose(machine.plan("target", PassShape(1, 1, 1024), True).gpu_us, roofline.gpu_us)
