@@ -54,9 +54,16 @@ def test_gemm_interpolates_in_log_tokens():
 @needs_data
 def test_uncovered_shapes_fall_back():
     h200 = measured.MeasuredKernels("h200_sxm")
-    assert h200.time_us(Gemm(1, 200_000, 4096, "bf16")) is None  # n beyond the measured grid
+    assert h200.time_us(Gemm(1, 4096, 100_000, "bf16")) is None  # k beyond the measured grid
     assert h200.time_us(Gemm(1, 4096, 4096, "int4")) is None  # no weight-only int4 GEMM table
     assert h200.time_us(MoE(1, 7168, 2048, 8, 123, 8, "fp8")) is None  # no such expert count
+
+
+@needs_data
+def test_gemm_beyond_the_grid_is_costed_in_pieces():
+    h200 = measured.MeasuredKernels("h200_sxm")
+    # a 128,256-token lm_head at tp 1: two pieces of 64,128 columns (the grid ends at 65,536)
+    assert h200.time_us(Gemm(1, 128256, 4096, "bf16")) == pytest.approx(2 * h200.time_us(Gemm(1, 64128, 4096, "bf16")))
 
 
 @needs_data
@@ -101,12 +108,10 @@ def test_plain_decode_within_15_percent_of_what_the_database_implies(tmp_path, m
 @needs_data
 def test_report_names_the_source_per_family(tmp_path):
     machine = Machine(load_scenario(_scenario(tmp_path, "llama_3_1_8b", "nvlink8_h100", 1)))
-    shape = Gemm(1, 200_000, 4096, "bf16")
     from simulator.model.cost import Kernel
-    machine.kernels.kernel_us(Kernel("x", 1.0, 1.0, "bf16", shape))
-    machine.kernels.kernel_us(Kernel("y", 1.0, 1.0, "bf16", Gemm(1, 4096, 4096, "bf16")))
-    report = machine.kernels.report()
-    assert report["families"]["gemm"] == "measured, roofline for 1 of 2 shapes (outside the measured data)"
+    report = machine.kernels.report([Kernel("x", 1.0, 1.0, "bf16", Gemm(1, 4096, 100_000, "bf16")),
+                                     Kernel("y", 1.0, 1.0, "bf16", Gemm(1, 4096, 4096, "bf16"))])
+    assert report["families"]["gemm"] == "measured, shape-aware roofline for 1 of 2 shapes (outside the measured data)"
     assert report["families"]["elementwise"].startswith("roofline")
 
 
@@ -118,6 +123,51 @@ def test_roofline_choice_and_missing_package_time_every_kernel_by_the_roofline(t
     monkeypatch.setattr(measured, "data_root", lambda: None)
     default = load_scenario(_scenario(tmp_path, "llama_3_1_8b", "nvlink8_h100", 1))  # kernels: measured
     machine = Machine(default)
-    assert machine.kernels.source is None and "not installed" in machine.kernels.report()["source"]
+    assert machine.kernels.source is None and "not installed" in machine.kernels.report([])["source"]
     roofline = Machine(scenario).plan("target", PassShape(1, 1, 1024), True)
     assert np.allclose(machine.plan("target", PassShape(1, 1, 1024), True).gpu_us, roofline.gpu_us)
+
+
+# -- the shape-aware roofline ---------------------------------------------------------------------------------------
+
+def _gpu(name: str):
+    from simulator.config.loader import read_yaml
+    from simulator.config.topology import Topology
+    return Topology.model_validate(read_yaml(str(ROOT / "topologies" / f"{name}.yaml"))).gpu
+
+
+def test_gemm_pays_whole_waves_of_tiles():
+    """Compute-bound GEMMs: one output tile past a full wave over the SMs costs a whole extra wave."""
+    from simulator.kernels.roofline import TILE_M, TILE_N, ShapeRoofline
+    spec = _gpu("nvlink8_h100")
+    roofline = ShapeRoofline(spec, {"gemm_bf16": (1.0, 1.0, 0.0, 0.0)})
+    assert spec.num_sms == 132
+    # 12 x 11 tiles of 64 x 128 fill the 132 SMs once; one column more makes 144 tiles: two waves
+    full = roofline.time_us(Gemm(12 * TILE_M, 11 * TILE_N, 8192, "bf16"))
+    one_more = roofline.time_us(Gemm(12 * TILE_M, 11 * TILE_N + 1, 8192, "bf16"))
+    assert roofline.is_compute_bound(Gemm(12 * TILE_M, 11 * TILE_N, 8192, "bf16"))
+    assert one_more == pytest.approx(2 * full)
+    # a decode GEMM computes a whole 64-row tile: m = 1 and m = 64 cost the same compute
+    assert roofline._parts(Gemm(1, 8192, 8192, "bf16"))[0] == roofline._parts(Gemm(TILE_M, 8192, 8192, "bf16"))[0]
+
+
+def test_attention_roofline_reads_the_cache_once_per_request():
+    from simulator.kernels.roofline import ShapeRoofline
+    roofline = ShapeRoofline(_gpu("nvlink8_h200"), {"attention_decode_bf16": (1.0, 1.0, 0.0, 0.0)})
+    decode = roofline._parts(Attention(8, 1, 8000, 8, 1, 128, "bf16"))
+    verify = roofline._parts(Attention(8, 4, 8000, 8, 1, 128, "bf16"))
+    assert decode[1] < verify[1] < 1.01 * decode[1]  # memory: the same cache (3 more tokens, 4x the queries)
+    assert verify[0] == pytest.approx(decode[0] * (8000 + 2.5) / (8000 + 1))  # compute: 32 rows fit one 64-row tile
+
+
+@needs_data
+@pytest.mark.parametrize("system, topology", [("h100_sxm", "nvlink8_h100"), ("h200_sxm", "nvlink8_h200")])
+def test_fitted_roofline_median_error_per_family_is_at_most_15_percent(system, topology):
+    from simulator.kernels import fit
+    from simulator.kernels.roofline import FAMILIES
+    spec = _gpu(topology)
+    for family in FAMILIES:
+        pairs = fit.samples(system, family)
+        assert len(pairs) >= 300, family
+        median = float(np.median(fit.errors(spec, None, pairs)))
+        assert median <= 0.15, (family, median)

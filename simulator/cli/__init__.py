@@ -22,6 +22,7 @@ COMMANDS = {
     "breakeven": ("breakeven", "the accept length speculation needs, per chain / tree and verify mode"),
     "compare": ("compare", "scenarios (or variants of one) side by side, with common random numbers"),
     "plan": ("plan", "one lever at a time: what each change does to throughput, ranked"),
+    "kernels": ("kernels", "shape-aware roofline vs the measured kernel database: error per GPU and kernel family"),
 }
 
 

@@ -14,6 +14,20 @@ Micros = Annotated[float, Field(ge=0.0, le=1e6)]  # up to a second
 PositiveMicros = Annotated[float, Field(gt=0.0, le=1e6)]
 
 
+RooflineSet = Literal["gemm_bf16", "gemm_fp8", "gemm_fp4", "moe_bf16", "moe_fp8", "moe_int4", "moe_fp4", "mla_bmm_bf16",
+                      "mla_bmm_fp8", "attention_decode_bf16", "attention_decode_fp8", "attention_prefill",
+                      "mla_decode_bf16", "mla_decode_fp8", "mla_prefill"]
+
+
+class KernelEfficiency(Strict):
+    """The shape-aware roofline's fitted parameters for one kind of kernel (simulator/kernels/roofline.py)."""
+
+    memory_efficiency: float = Field(ge=0.01, le=1, description="Achievable fraction of peak memory bandwidth")
+    compute_efficiency: float = Field(ge=0.01, le=1, description="Achievable fraction of peak tensor throughput")
+    overhead_us: Micros = Field(description="Fixed time per kernel (launch on device, ramp-up, tail, small stages)")
+    wave_us: Micros = Field(0.0, description="Shortest time of one wave of work tiles (one per SM)")
+
+
 class GPUSpec(Strict):
     name: str = Field(description="Marketing name, for reports")
     memory_GB: float = Field(gt=0, le=1e5, description="Device memory per GPU")
@@ -22,6 +36,11 @@ class GPUSpec(Strict):
     peak_TFLOPS: dict[Dtype, Rate] = Field(min_length=1, description="Dense tensor throughput per compute dtype")
     compute_efficiency: float = Field(ge=0.01, le=1, description="Achievable fraction of peak tensor throughput")
     kernel_floor_us: Micros = Field(description="Shortest time any kernel occupies the GPU (launch latency on device, ramp-up, tail)")
+    num_sms: Optional[int] = Field(None, ge=1, le=100_000, description=(
+        "Streaming multiprocessors: the shape-aware roofline rounds work tiles up to whole waves over them"))
+    roofline: Optional[dict[RooflineSet, KernelEfficiency]] = Field(None, description=(
+        "Fitted per-kernel-kind efficiencies of the shape-aware roofline (python -m simulator kernels); unset: "
+        "memory_efficiency / compute_efficiency / kernel_floor_us for every kernel, without shapes"))
     kernel_database: Optional[str] = Field(None, description=(
         "aiconfigurator-core system whose silicon-measured kernels stand for this GPU (h100_sxm, h200_sxm, b200_sxm, "
         "rtx_pro_6000_server, ...); unset: the roofline times every kernel"))

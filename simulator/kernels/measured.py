@@ -8,7 +8,7 @@ N and K (a GEMV's time is bilinear in N x K). A shape outside a table is not cov
 
 What we take from which table (SGLang's kernels, the engine the simulator models):
 - GEMM (gemm_perf): m tokens x n x k per GPU, bf16 / fp8 (block-scaled where measured, as DeepSeek-style
-  checkpoints) / nvfp4.
+  checkpoints) / nvfp4; beyond the largest measured m or n, as equal pieces split along it.
 - GQA attention: decode and verify from generation_attention_perf. A verify of q tokens per request reads the
   request's KV once with q times the query rows per KV head, as FlashAttention's packed-GQA layout and FlashMLA do,
   so it is looked up as decode with q x the query heads (while that stays on the measured grid); the causal or tree
@@ -22,6 +22,7 @@ What we take from which table (SGLang's kernels, the engine the simulator models
 from __future__ import annotations
 
 import importlib.util
+import math
 import pathlib
 from functools import lru_cache
 
@@ -129,11 +130,16 @@ class MeasuredKernels:
 
     # -- per family --------------------------------------------------------------------------------------------
     def _gemm(self, s: Gemm) -> float | None:
+        """Beyond the grid's largest m or n (a 128K-vocabulary lm_head, a long prefill) the GEMM is costed as the
+        equal pieces, split along that dimension, that fit the grid."""
         for dtype in GEMM_DTYPES.get(s.dtype, ()):
             grid = _grid(self.system, "gemm", "gemm_perf", (("gemm_dtype", dtype),), ("m", "n", "k"),
                          (True, False, False))
             if grid is not None:
-                return grid((s.m, s.n, s.k))
+                pieces_m = math.ceil(s.m / grid.axes[0][-1])
+                pieces_n = math.ceil(s.n / grid.axes[1][-1])
+                t = grid((s.m / pieces_m, s.n / pieces_n, s.k))
+                return None if t is None else t * pieces_m * pieces_n
         return None
 
     def _attention(self, s: Attention) -> float | None:

@@ -78,6 +78,7 @@ class MoE:
     tp: int
     dtype: str
     share: float = 1.0
+    balanced: bool = False  # tokens spread evenly over experts (a benchmark's routing), not drawn uniformly
     family = "moe"
 
 

@@ -1,6 +1,6 @@
 """Times one segment's kernels: the measured source where it covers a kernel's shape, the roofline otherwise.
 
-Which source answered is counted per kernel family over the distinct shapes asked, so a result can say, e.g.,
+Which source answers is counted per kernel family over a given set of kernels, so a result can say, e.g.,
 "attention: measured, roofline for 2 of 14 shapes (outside the data)". Element-wise kernels (norms, activations,
 rotary, copies) are not in the database and always take the roofline.
 """
@@ -10,7 +10,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ..hardware.gpu import GPU
-from .source import KernelSource, kernel_source
+from .roofline import ShapeRoofline
+from .source import kernel_source
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,9 @@ class KernelTimer:
     def __init__(self, gpu: GPU, choice: str = "roofline"):
         self.gpu = gpu
         self.source, self.note = kernel_source(choice, gpu.spec)
+        # with fitted efficiencies, shaped kernels take the shape-aware roofline; without, the datasheet roofline
+        self.roofline = ShapeRoofline(gpu.spec) if gpu.spec.roofline else None
         self._measured: dict = {}
-        self._shapes: dict[str, dict] = defaultdict(dict)  # family -> shape -> measured?
 
     def kernel_us(self, kernel) -> tuple[float, bool]:
         """(time, compute_bound): bound as the roofline classes the kernel, time from the source that answers."""
@@ -39,18 +41,30 @@ class KernelTimer:
         return t, compute_bound
 
     def _time(self, kernel) -> tuple[float, bool, bool]:
-        roofline, compute_bound = self.gpu.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)
+        """(time, compute_bound, whole_op): whole_op when the time stands for the engine's whole op as measured
+        (the database, or the roofline fitted to it), element-wise stages and node gaps inside it included."""
         shape = kernel.shape
-        if shape is None or self.source is None:
-            if shape is not None:
-                self._shapes[shape.family][shape] = False
-            return roofline, compute_bound, False
-        if shape in self._measured:
-            t = self._measured[shape]
-        else:
-            t = self._measured[shape] = self.source.time_us(shape)
-        self._shapes[shape.family][shape] = t is not None
-        return (t, compute_bound, True) if t is not None else (roofline, compute_bound, False)
+        if shape is not None and self.source is not None:
+            if shape in self._measured:
+                t = self._measured[shape]
+            else:
+                t = self._measured[shape] = self.source.time_us(shape)
+            if t is not None:
+                return t, self._bound(kernel), True
+        if shape is not None and self.roofline is not None:
+            return self.roofline.time_us(shape), self.roofline.is_compute_bound(shape), True
+        roofline, compute_bound = self.gpu.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)
+        return roofline, compute_bound, False
+
+    def _bound(self, kernel) -> bool:
+        if self.roofline is not None:
+            return self.roofline.is_compute_bound(kernel.shape)
+        return self.gpu.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)[1]
+
+    def _covered(self, shape) -> bool:
+        if shape not in self._measured:
+            self._measured[shape] = self.source.time_us(shape) if self.source is not None else None
+        return self._measured[shape] is not None
 
     def segment(self, segment, graph: bool = False) -> "KernelTimes":
         """GPU time of a segment's kernels. In a CUDA graph, kernels marked side_stream run beside the segment's
@@ -61,8 +75,8 @@ class KernelTimer:
         main_heavy = 0.0
         absorbed = measured = 0
         for kernel in segment.kernels:
-            t, compute_bound, was_measured = self._time(kernel)
-            if was_measured:
+            t, compute_bound, whole_op = self._time(kernel)
+            if whole_op:
                 measured += 1
                 absorbed += kernel.absorbs
             if graph and kernel.side_stream:
@@ -86,20 +100,26 @@ class KernelTimer:
             last = small
         return KernelTimes(compute, memory, last, segment.num_kernels, measured + min(absorbed, segment.small_kernels))
 
-    def report(self) -> dict:
-        """The kernel-cost source, and per family which source timed the shapes costed so far."""
+    def report(self, kernels) -> dict:
+        """The kernel-cost source, and per family which source times these kernels (a fixed set, e.g. the scenario's
+        decode and verify passes, so the report does not depend on what earlier runs left in the caches)."""
+        shapes: dict[str, dict] = defaultdict(dict)
+        for kernel in kernels:
+            if kernel.shape is not None:
+                shapes[kernel.shape.family][kernel.shape] = self._covered(kernel.shape)
+        fallback = "shape-aware roofline" if self.roofline is not None else "roofline"
         if self.source is None:
-            return {"source": self.note, "families": {f: "roofline" for f in sorted(self._shapes)} |
-                    {"elementwise": "roofline"}}
+            return {"source": self.note.replace("roofline", fallback, 1),
+                    "families": {f: fallback for f in sorted(shapes)} | {"elementwise": "roofline"}}
         families = {}
-        for family, shapes in sorted(self._shapes.items()):
-            covered = sum(shapes.values())
-            if covered == len(shapes):
+        for family, covered_by in sorted(shapes.items()):
+            covered = sum(covered_by.values())
+            if covered == len(covered_by):
                 families[family] = "measured"
             elif covered == 0:
-                families[family] = "roofline (outside the measured data)"
+                families[family] = f"{fallback} (outside the measured data)"
             else:
-                families[family] = (f"measured, roofline for {len(shapes) - covered} of {len(shapes)} shapes "
-                                     f"(outside the measured data)")
+                families[family] = (f"measured, {fallback} for {len(covered_by) - covered} of {len(covered_by)} "
+                                    f"shapes (outside the measured data)")
         families["elementwise"] = "roofline (not in the database)"
         return {"source": f"measured ({self.source.label})", "families": families}

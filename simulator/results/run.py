@@ -92,7 +92,27 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
         what_if=what_if(scenario, machine, main, base, main.slots),
         load=load,
         baseline_load=load_metrics(base, spec.workload.target),
-        kernels=machine.kernels.report(),
+        kernels=kernel_report(scenario, machine, main.slots),
         run=main,
         baseline=base,
     )
+
+
+def kernel_report(scenario: Scenario, machine: Machine, slots) -> dict:
+    """Which source times each kernel family, over the decode and verify passes (and the drafters' passes) at the
+    scenario's prompt length."""
+    from dataclasses import replace
+
+    from ..engine.costs import verify_pass
+    from ..model.cost import pass_layout
+
+    context = int(mean_length(scenario.spec.workload.prompt_tokens))
+    shapes = [PassShape(1, 1, context)]
+    if slots:
+        shapes.append(replace(verify_pass(slots[0].tree, 1, False).shape, context=context))
+    kernels = []
+    for card in machine.cards.values():
+        for shape in shapes:
+            layout = pass_layout(card, machine.tp, shape, scenario.spec.runtime.fuse_allreduce_rmsnorm)
+            kernels += [k for segment in layout.segments for k in segment.kernels]
+    return machine.kernels.report(kernels)
