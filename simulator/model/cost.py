@@ -155,6 +155,22 @@ def _segment(kernels: list[Kernel], launches: int, T: int, card: ModelCard, coll
     return Segment(tuple(kernels), small, small_bytes, collective, coll_bytes)
 
 
+def _sampling_kernels(card: ModelCard, shape: PassShape) -> list[Kernel]:
+    """The kernels of a pass's tail that grow with its tokens (counted among per_pass / verify_per_pass launches):
+    logits processing (reads and writes T x vocab fp32 logits) and argmax / sampling (reads them); a verify also
+    runs the rejection / accept kernel over the target's probabilities (T x vocab fp32), and a tree verify builds
+    its attention mask (one byte per query token and visible key: b n (L + n))."""
+    T, vocab = shape.query_tokens, card.vocab_size
+    logits = 4.0 * T * vocab
+    kernels = [Kernel("logits_processing", 0.0, 2 * logits, "fp32"), Kernel("sampling", 0.0, logits, "fp32")]
+    if shape.verify:
+        kernels.append(Kernel("accept_rejection", 0.0, logits, "fp32"))
+    if shape.tree:
+        cached = shape.context / max(1, shape.batch)
+        kernels.append(Kernel("tree_mask", 0.0, shape.batch * shape.tokens * (cached + shape.tokens), "fp32"))
+    return kernels
+
+
 @dataclass(frozen=True)
 class PassLayout:
     """A pass as distinct segments and their launch order (every MoE layer is the same segment, so cost it once)."""
@@ -183,7 +199,8 @@ def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm
                     compute_dtype(card, card.weights.lm_head), card.weights.lm_head)
     tail_launches = k.per_pass + (k.verify_per_pass if shape.verify else 0)
     gather = int(T * vocab * act) if tp > 1 else 0
-    tail = _segment([lm_head], tail_launches, T, card, "allgather" if tp > 1 else None, gather)
+    tail = _segment([lm_head] + _sampling_kernels(card, shape), tail_launches, T, card,
+                    "allgather" if tp > 1 else None, gather)
     order = [0]
     for layer in range(card.num_layers):
         order += [1, 2 if layer < card.num_dense_layers else 3]
