@@ -20,14 +20,21 @@ class Grid:
         self._coords = [np.log(a) if lg else a for a, lg in zip(self.axes, log_axes)]
 
     @classmethod
-    def from_frame(cls, frame, columns: list[str], log_axes: tuple[bool, ...], value: str = "latency") -> "Grid":
-        """Duplicate measurements of one point are averaged."""
+    def from_frame(cls, frame, columns: list[str], log_axes: tuple[bool, ...], value: str = "latency",
+                   padded_axis: int | None = None) -> "Grid":
+        """Duplicate measurements of one point are averaged. padded_axis: an axis along which a kernel can always
+        run a larger measured size with padding (GEMM rows, MoE tokens), so its time there is taken as the least
+        of the measurements at this size or above (a monotone envelope through the data's noise)."""
         means = frame.groupby(columns, sort=True)[value].mean()
         axes = [np.unique(means.index.get_level_values(i).to_numpy(dtype=float)) for i in range(len(columns))]
         values = np.full([len(a) for a in axes], np.nan)
         index = tuple(np.searchsorted(axes[i], means.index.get_level_values(i).to_numpy(dtype=float))
                       for i in range(len(columns)))
         values[index] = means.to_numpy()
+        if padded_axis is not None:
+            flipped = np.flip(values, axis=padded_axis)
+            envelope = np.flip(np.fmin.accumulate(flipped, axis=padded_axis), axis=padded_axis)
+            values = np.where(np.isnan(values), np.nan, envelope)
         return cls(axes, values, log_axes)
 
     def __call__(self, point: tuple[float, ...]) -> float | None:

@@ -4,7 +4,10 @@ The package (Apache-2.0, PyPI `aiconfigurator-core`) ships Parquet tables measur
 and version: `systems/data/<system>/<family>/<engine>/<version>/<table>.parquet`, latency in ms per call of one
 layer's kernel. We read them with pyarrow only when a scenario asks for measured kernels, memoise every table per
 process, and interpolate in shape (grid.py): log-space in tokens / batch / KV length, linear in heads and in GEMM
-N and K (a GEMV's time is bilinear in N x K). A shape outside a table is not covered: the caller uses the roofline.
+N and K (a GEMV's time is bilinear in N x K). Along GEMM rows and MoE tokens a kernel can always run a larger
+measured size padded, so the time there is the least measured at that size or above (a monotone envelope through
+the data's noise: m = 1 GEMVs are measured up to 15% slower than m = 2-16). A shape outside a table is not
+covered: the caller uses the roofline.
 
 What we take from which table (SGLang's kernels, the engine the simulator models):
 - GEMM (gemm_perf): m tokens x n x k per GPU, bf16 / fp8 (block-scaled where measured, as DeepSeek-style
@@ -134,7 +137,7 @@ class MeasuredKernels:
         equal pieces, split along that dimension, that fit the grid."""
         for dtype in GEMM_DTYPES.get(s.dtype, ()):
             grid = _grid(self.system, "gemm", "gemm_perf", (("gemm_dtype", dtype),), ("m", "n", "k"),
-                         (True, False, False))
+                         (True, False, False), padded_axis=0)
             if grid is not None:
                 pieces_m = math.ceil(s.m / grid.axes[0][-1])
                 pieces_n = math.ceil(s.n / grid.axes[1][-1])
@@ -184,7 +187,7 @@ class MeasuredKernels:
             where = (("moe_dtype", dtype), ("hidden_size", s.hidden), ("inter_size", s.inter), ("topk", s.topk),
                      ("num_experts", s.experts), ("moe_tp_size", s.tp), ("moe_ep_size", 1),
                      ("distribution", "balanced"))
-            grid = _grid(self.system, "moe", "moe_perf", where, ("num_tokens",), (True,))
+            grid = _grid(self.system, "moe", "moe_perf", where, ("num_tokens",), (True,), padded_axis=0)
             if grid is not None:
                 t = grid((max(1.0, s.tokens),))
                 return None if t is None else t * s.share
@@ -203,7 +206,8 @@ def _chunk(full, cached: int, new: int) -> float | None:
 
 
 @lru_cache(maxsize=512)
-def _grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple) -> Grid | None:
+def _grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple,
+          padded_axis: int | None = None) -> Grid | None:
     """The measured points of `table` matching `where` (column, value pairs) as a grid over `axes` (memoised)."""
     frame = read_table(system, family, table)
     if frame is None:
@@ -217,4 +221,4 @@ def _grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_a
     rows = frame[mask] if mask is not None else frame
     if rows.empty:
         return None
-    return Grid.from_frame(rows, list(axes), log_axes)
+    return Grid.from_frame(rows, list(axes), log_axes, padded_axis=padded_axis)
