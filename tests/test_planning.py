@@ -107,7 +107,8 @@ def test_plan_ranks_every_lever():
     graph = next(o for o in plan.ranked if o.name == "CUDA-graph verify")
     assert graph.pays and graph.speedup > 1.3
     nvlink = next(o for o in plan.ranked if o.name.startswith("NVLink board"))
-    assert nvlink.baseline_tok_s > 2 * plan.today.baseline_tok_s  # the H200 board speeds up plain decode too
+    # the H200 board speeds up plain decode too (its shape-aware roofline, fitted to H200's measured kernels: ~1.8x)
+    assert nvlink.baseline_tok_s > 1.5 * plan.today.baseline_tok_s
     accept = next(o for o in plan.ranked if o.name == "+0.5 accept length")
     # the lever raises the acceptance model's analytic expectation by exactly 0.5 ...
     from simulator.analysis.planning import accept_scale_for

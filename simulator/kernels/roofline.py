@@ -6,7 +6,8 @@ compute + memory + waves + overhead_us_f for the multi-stage kernels (attention,
 decode batch over short caches) cost their scheduling even when neither FLOPs nor bytes bind. The compute side is
 quantised the way tensor-core kernels tile work:
 - GEMM (m x n x k): output tiles of TILE_M x TILE_N; the GPU runs ceil(tiles / SMs) waves of full tiles, so a
-  decode GEMM (m = 1) computes a whole 64-row tile and a GEMM one tile past a wave pays a whole extra wave.
+  decode GEMM (m = 1) computes a whole 64-row tile and a GEMM one tile past a wave pays a whole extra wave; with
+  fewer tiles than SMs the reduction is split over the idle SMs (split-K).
 - Attention (batch, q new tokens over kv cached): reads each request's KV once; the query rows that share a KV
   head (q x heads / kv_heads, FlashAttention's packed-GQA layout) are padded to a 64-row tile; causal work
   q (kv + (q + 1) / 2) keys per query row. MLA the same over its latent cache (FlashMLA pads q x heads to 64).
@@ -85,6 +86,7 @@ class ShapeRoofline:
         other families are chains of dependent stages (split-KV attention and its combine; the fused-MoE call's
         align, two grouped GEMMs, activation and sum), so their bounds add."""
         compute, memory, waves, overhead = self._parts(shape)
+        overhead *= getattr(shape, "share", 1.0)  # a fused MoE call split between its kernels shares its overhead
         if shape.family == "gemm":
             return max(compute, memory, waves) + overhead
         return compute + memory + waves + overhead
@@ -104,9 +106,18 @@ def _waves(tiles: int, num_sms: int) -> float:
     return math.ceil(tiles / num_sms) * num_sms if num_sms else tiles
 
 
+def _split_k(tiles: int, k: float, num_sms: int) -> int:
+    """Split-K: a GEMM with fewer output tiles than SMs splits its reduction over the idle SMs (down to 256-deep
+    slices), as cuBLAS / CUTLASS do for decode-sized GEMMs."""
+    if not num_sms or tiles >= num_sms:
+        return 1
+    return max(1, min(num_sms // tiles, int(k // 256)))
+
+
 def _gemm_flops(m: float, n: float, k: float, num_sms: int) -> float:
     tiles = math.ceil(m / TILE_M) * math.ceil(n / TILE_N)
-    return 2.0 * _waves(tiles, num_sms) * TILE_M * TILE_N * k
+    split = _split_k(tiles, k, num_sms)
+    return 2.0 * _waves(tiles * split, num_sms) * TILE_M * TILE_N * k / split
 
 
 def _work(shape: KernelShape, num_sms: int) -> tuple[float, float, str, int]:
@@ -115,6 +126,7 @@ def _work(shape: KernelShape, num_sms: int) -> tuple[float, float, str, int]:
         w, act = BYTES.get(shape.dtype, 2.0), 2.0
         nbytes = shape.n * shape.k * w + shape.m * (shape.n + shape.k) * act
         tiles = math.ceil(shape.m / TILE_M) * math.ceil(shape.n / TILE_N)
+        tiles *= _split_k(tiles, shape.k, num_sms)
         return _gemm_flops(shape.m, shape.n, shape.k, num_sms), nbytes, shape.dtype, tiles
     if isinstance(shape, Attention):
         kv = BYTES.get(shape.kv_dtype, 2.0)
