@@ -95,7 +95,8 @@ def kimi_activation_bytes_per_token(tp: int) -> float:
            + (HIDDEN + 2 * moe_inter) + (moe_inter + HIDDEN)) * BF16
     embedding = HIDDEN * (BF16 + BF16)  # one row read, one written
     lm_head = (HIDDEN + VOCAB / tp) * BF16
-    return LAYERS * attention + DENSE_LAYERS * dense + (LAYERS - DENSE_LAYERS) * moe + embedding + lm_head
+    sampling = 3 * 4 * VOCAB  # logits processing reads and writes the fp32 logits, sampling reads them (full vocab)
+    return LAYERS * attention + DENSE_LAYERS * dense + (LAYERS - DENSE_LAYERS) * moe + embedding + lm_head + sampling
 
 
 def pass_bytes(model: ModelCard, tp: int, shape: PassShape) -> float:
