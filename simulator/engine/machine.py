@@ -156,8 +156,8 @@ class Machine:
                 coll = 0.0
                 step_plans.append(None)
             launches = t.num_kernels + (1 if s.collective else 0)
-            rows.append((launches, t.compute_us, t.memory_us, (launches - t.gapless_kernels) * node_us, t.last_kernel_us, coll,
-                         s.collective == "allreduce"))
+            gaps = (launches - t.gapless_kernels) * node_us  # a measured op's time includes its node gaps
+            rows.append((launches, t.compute_us, t.memory_us, gaps, t.last_kernel_us, coll, s.collective == "allreduce"))
         table = np.array(rows, dtype=float)[list(layout.order)]
         positions, suffixes = (a[list(layout.order)] for a in kernel_lines(kernels))
         return PassPlan(

@@ -23,6 +23,8 @@ class KernelTimes:
     last_kernel_us: float
     num_kernels: int
     gapless_kernels: int  # launches whose measured time already includes the device-side gap before the next
+    kernel_us: tuple[float, ...] = ()  # the heavy kernels' (exposed) times in launch order; the small ones follow
+    small_us: float = 0.0  # each small element-wise launch's time (num_kernels - len(kernel_us) of them)
 
 
 class KernelTimer:
@@ -71,16 +73,17 @@ class KernelTimer:
         other heavy kernels and only what outlasts them is exposed. Element-wise launches that a measured kernel's
         time includes (its `absorbs`) are not costed again, and neither is their device gap (gapless)."""
         compute = memory = last = 0.0
-        side = []
+        side, times = [], []
         main_heavy = 0.0
-        absorbed = measured = 0
+        absorbed = whole_ops = 0
         for kernel in segment.kernels:
             t, compute_bound, whole_op = self._time(kernel)
             if whole_op:
-                measured += 1
+                whole_ops += 1
                 absorbed += kernel.absorbs
             if graph and kernel.side_stream:
-                side.append((t, compute_bound))
+                side.append((len(times), t, compute_bound))
+                times.append(0.0)
                 continue
             main_heavy += t
             if compute_bound:
@@ -88,17 +91,21 @@ class KernelTimer:
             else:
                 memory += t
             last = t
-        exposed = max(0.0, sum(t for t, _ in side) - main_heavy)
+            times.append(t)
         if side:
-            scale = exposed / sum(t for t, _ in side)
-            compute += scale * sum(t for t, c in side if c)
-            memory += scale * sum(t for t, c in side if not c)
-        smalls = max(0, segment.small_kernels - absorbed)
+            total = sum(t for _, t, _ in side)
+            scale = max(0.0, total - main_heavy) / total  # the part that outlasts the main stream's heavy kernels
+            for i, t, compute_bound in side:
+                times[i] = scale * t
+                compute, memory = (compute + scale * t, memory) if compute_bound else (compute, memory + scale * t)
+        absorbed = min(absorbed, segment.small_kernels)
         small, _ = self.gpu.kernel_us(0.0, segment.small_bytes, "bf16")
-        memory += small * smalls
-        if smalls:
+        memory += small * (segment.small_kernels - absorbed)
+        if segment.small_kernels > absorbed:
             last = small
-        return KernelTimes(compute, memory, last, segment.num_kernels, measured + min(absorbed, segment.small_kernels))
+        # the absorbed launches still happen (the op's own stages): spread the costed small time over all of them
+        per_small = small * (segment.small_kernels - absorbed) / segment.small_kernels if segment.small_kernels else 0.0
+        return KernelTimes(compute, memory, last, segment.num_kernels, whole_ops + absorbed, tuple(times), per_small)
 
     def report(self, kernels) -> dict:
         """The kernel-cost source, and per family which source times these kernels (a fixed set, e.g. the scenario's
