@@ -388,17 +388,9 @@ EXTREMES = {
                                                       "speculation.acceptance": {"kind": "iid", "alpha": 0.5}}), 2),
     "a hundred million layers": (with_changes("pcie2_chain", {"model.num_layers": 10**8, "model.num_dense_layers": 10**8,
                                                               "topology.gpu.memory_GB": 1e300}), 2),
+    "goodput policy without a prior": (with_changes("pcie2_chain", {"policy": {"kind": "goodput",
+                                                                               "prior_weight": 0.0}}), 0),
 }
-
-
-# valid configurations that currently fail: each must flip to passing when its bug is fixed (strict)
-EXTREMES.update({
-    "goodput policy without a prior": pytest.param(
-        (with_changes("pcie2_chain", {"policy": {"kind": "goodput", "prior_weight": 0.0}}), 0),
-        marks=pytest.mark.xfail(strict=True, reason=(
-            "bug (simulator/speculation/policies.py Goodput.acceptance): prior_weight 0 is allowed, but before the "
-            "first observation the acceptance estimate divides 0 by 0 trials: ZeroDivisionError, exit 1"))),
-})
 
 
 def extreme_case(name: str):

@@ -176,8 +176,13 @@ class Goodput:
         self.accepts = [0.0] * (depth + 1)
 
     def acceptance(self, d: int) -> float:
+        """Observed acceptance at depth d shrunk toward the prior; with prior_weight 0 and nothing yet seen at d,
+        the prior itself (the estimate's limit as the weight goes to 0), so the first step has an estimate."""
         c = self.config
-        return (self.accepts[d] + c.prior_acceptance * c.prior_weight) / (self.trials[d] + c.prior_weight)
+        weight = self.trials[d] + c.prior_weight
+        if weight == 0.0:
+            return c.prior_acceptance
+        return (self.accepts[d] + c.prior_acceptance * c.prior_weight) / weight
 
     def expected_tokens(self, k: int) -> float:
         total, survive = 1.0, 1.0
