@@ -288,9 +288,6 @@ def test_squeezed_kv_cache_queues_or_preempts_and_still_serves_every_request(ove
     event(f"preempted: {r.run.preemptions > 0}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug (simulator/results/run.py drafter_share): a multi-drafter run without a speculative step (one output "
-    "token: the prefill emits it) reports each drafter's share as the mean of an empty array, NaN"))
 def test_multi_drafter_without_speculative_steps_reports_finite_shares():
     from test_oracles import CARD, GPU, HOST
 

@@ -92,7 +92,7 @@ def policy_summary(spec, run) -> dict:
     out = {"kind": spec.policy.kind, "steps": n,
            "speculative_share": float((drafters >= 0).mean()) if n else 0.0}
     if len(names) > 1:
-        out["drafter_share"] = {name: float((drafters == i).mean()) for i, name in enumerate(names)}
+        out["drafter_share"] = {name: float((drafters == i).mean()) if n else 0.0 for i, name in enumerate(names)}
     return out
 
 
