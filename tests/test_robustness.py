@@ -277,23 +277,7 @@ def test_set_overrides_that_are_not_quantities_exit_2(key, value):
     assert key.split(".")[-1].split("[")[0] in line, line  # the line names the key
 
 
-UNBOUNDED_SIZE = ("bug (issue 13): no upper bound on this model dimension, so 2^64 + 1 passes the loader and the "
-                  "mistake is reported as 'parallelism.tp: ... does not fit', blaming the wrong key")
-ASTRONOMICAL_BUGS = {
-    "model.kernels.": "bug (issue 13): kernel launch counts have no upper bound; 2^64 + 1 launches per layer run "
-                      "to a result (exit 0)",
-    "model.attention.head_dim": UNBOUNDED_SIZE, "model.dense_intermediate_size": UNBOUNDED_SIZE,
-    "model.draft_head.draft_vocab_size": UNBOUNDED_SIZE, "model.draft_head.head_dim": UNBOUNDED_SIZE,
-    "model.draft_head.intermediate_size": UNBOUNDED_SIZE, "model.mtp_layers": UNBOUNDED_SIZE,
-}
-
-
-def astronomical_case(key: str):
-    bug = next((reason for prefix, reason in ASTRONOMICAL_BUGS.items() if key.startswith(prefix)), None)
-    return pytest.param(key, marks=pytest.mark.xfail(strict=True, reason=bug)) if bug else key
-
-
-@pytest.mark.parametrize("key", [astronomical_case(k) for k in SET_PATHS if k != "workload.concurrency"])
+@pytest.mark.parametrize("key", [k for k in SET_PATHS if k != "workload.concurrency"])
 def test_astronomical_numbers_exit_2_naming_their_key(key):
     """2^64 + 1 is no GPU count, size, rate or time: the line must blame the key that holds it (a workload's sizes
     may be blamed on the workload: 'workload: too much work: ...' or 'workload: request 0 needs ... tokens of KV
