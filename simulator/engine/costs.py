@@ -88,6 +88,7 @@ class FastStepCosts:
         self._means: dict[tuple, float] = {}
         self._indices: list[int] = []
         self._at = 0
+        self._last: tuple = (None, -1, -1, None)  # (step, low and high anchors, their table) of the last step drawn
 
     def _table(self, step: StepSpec, context: int) -> list:
         key = (step, context)
@@ -153,7 +154,12 @@ class FastStepCosts:
         """One step's cost at `context`: (duration, table, row, weight); every STEP_COST field is table.anchor[row]
         + weight x table.delta[row] (hot path: the duration is blended now, the other fields when the log is read)."""
         low, high, weight = context_anchors(context)
-        table = self._pair(step, low, high)
+        last = self._last
+        if last[0] is step and last[1] == low and last[2] == high:  # the same step and anchors as the last one
+            table = last[3]
+        else:
+            table = self._pair(step, low, high)
+            self._last = (step, low, high, table)
         durations = table.durations
         if self._at >= len(self._indices):
             self._indices = self._rng.integers(0, 1 << 30, INDEX_BLOCK).tolist()

@@ -146,23 +146,27 @@ class StepLog:
         self._weight = np.zeros(capacity)
         self._tables: dict[int, CostTable] = {}
         self._size = 0
-        self._pending: list[tuple] = []
+        # pending steps, flat (the hot path extends lists; one numpy conversion per block)
+        self._pending_facts: list = []
+        self._pending_costs: list = []  # (table, row, weight) per step, flat
 
     def append(self, facts: tuple, table: CostTable, row: int = 0, weight: float = 0.0) -> None:
         """One step: its STEP_FACTS values, and its cost as table.anchor[row] + weight x table.delta[row]."""
-        pending = self._pending
-        pending.append((facts, table, row, weight))
-        if len(pending) >= BLOCK:
+        self._pending_facts += facts
+        costs = self._pending_costs
+        costs += (table, row, weight)
+        if len(costs) >= 3 * BLOCK:
             self._flush()
 
     def __len__(self) -> int:
-        return self._size + len(self._pending)
+        return self._size + len(self._pending_costs) // 3
 
     def _flush(self) -> None:
-        pending = self._pending
-        if not pending:
+        costs = self._pending_costs
+        if not costs:
             return
-        end = self._size + len(pending)
+        count = len(costs) // 3
+        end = self._size + count
         if end > self._weight.shape[0]:
             capacity = max(end, 2 * self._weight.shape[0])
             for name in ("_facts", "_table", "_row", "_weight"):
@@ -171,22 +175,20 @@ class StepLog:
                 grown[:self._size] = old[:self._size]
                 setattr(self, name, grown)
         tables = self._tables
-        facts, serials, rows, weights = [], [], [], []
-        for fact, table, row, weight in pending:
-            facts.append(fact)
+        serials = []
+        for table in costs[0::3]:
             serial = table.serial
             if serial not in tables:
                 tables[serial] = table
             serials.append(serial)
-            rows.append(row)
-            weights.append(weight)
         at = slice(self._size, end)
-        self._facts[at] = facts
+        self._facts[at] = np.array(self._pending_facts, dtype=float).reshape(count, len(STEP_FACTS))
         self._table[at] = serials
-        self._row[at] = rows
-        self._weight[at] = weights
+        self._row[at] = costs[1::3]
+        self._weight[at] = costs[2::3]
         self._size = end
-        pending.clear()
+        self._pending_facts.clear()
+        costs.clear()
 
     def costs(self) -> np.ndarray:
         """(steps, STEP_COST) blended between the context anchors, in one vectorised pass."""

@@ -183,6 +183,8 @@ class Server:
         max_steps, preempt = self.max_steps, not adm.queue_mode
         specs: dict = {}  # decision -> its step spec at this batch size
         batch = context = 0
+        last = ()  # the decision of the previous step (() before the first)
+        due = peek()  # the next other event: it cannot change while this loop yields nothing
         while max_steps is None or len(log) < max_steps:
             if adm.waiting and len(active) + len(adm.prefilling) < adm.concurrency:
                 admit(self.now, self._start_acceptance)
@@ -194,11 +196,13 @@ class Server:
                 if not active:
                     return
             if len(active) != batch:  # the first step, or a request preempted away
-                batch, specs = len(active), {}
+                batch, specs, last = len(active), {}, ()
                 context = sum(r.prompt_tokens + r.generated for r in active)
-            spec = specs.get(decision)
-            if spec is None:
-                spec = specs[decision] = self.step_spec(KIND_SPEC if decision else KIND_DECODE, decision, batch)
+            if decision is not last:  # policies hand out long-lived decisions: usually the same object
+                spec = specs.get(decision)
+                if spec is None:
+                    spec = specs[decision] = self.step_spec(KIND_SPEC if decision else KIND_DECODE, decision, batch)
+                last = decision
             kv_tokens = context + (decision.tree.size * batch if decision else batch)  # nothing is prefilling
             if kv_tokens > adm.kv_peak:
                 adm.kv_peak = kv_tokens
@@ -206,12 +210,14 @@ class Server:
             if fast:  # _advance, inlined
                 duration, table, row, weight = step_cost(spec, context)
                 end = start + duration
-                if peek() <= end:
+                if due <= end:
                     yield timeout(delay_to(env.now, end))
+                    due = peek()
                 self.now = end
             else:
                 duration, table, row, weight = yield from step_cost(env, spec, context)
                 self.now = end = env.now
+                due = peek()
             if decision:
                 tokens, done = walk(active, decision, end)
                 tree = decision.tree

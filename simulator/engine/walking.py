@@ -32,34 +32,41 @@ class Walks:
         return row
 
     def walk(self, active: list, decision, now: float) -> tuple[int, bool]:
-        """Every request walks the verify tree with its own uniforms; returns (tokens emitted, any completed)."""
+        """Every request walks the verify tree with its own uniforms; returns (tokens emitted, any completed).
+        The hot path (uniform_row inlined: each walk reads its row where it lies in the block)."""
         tree, model = decision.tree, self.slots[decision.drafter].acceptance
         depth = tree.depth
         walk_uniforms = depth if depth > WALK_UNIFORMS else WALK_UNIFORMS
         stateful = model.stateful
         primary = self.primary
         moving = stateful or primary is not None  # one more uniform for the regime's switch
-        uniform_row, watch = self.uniform_row, self.watch
+        need = walk_uniforms + 1 if moving else walk_uniforms
+        accepted_by, watch = model.accepted, self.watch
         lengths, positions = self.lengths, self.positions
+        uniforms, at = self._uniforms, self._at
         tokens, done = 0, False
         for request in active:
+            if at + need > len(uniforms):
+                uniforms, at = self._rng.random(UNIFORM_BLOCK).tolist(), 0
             state = request.acceptance_state
-            draws = uniform_row(walk_uniforms + 1 if moving else walk_uniforms)
-            accepted = model.accepted(tree, state if stateful else None, draws)
+            accepted = accepted_by(tree, state if stateful else None, uniforms, at)
             if watch is not None:
                 watch(depth, accepted)
-            emitted = min(accepted + 1, request.output_tokens - request.generated)
+            generated = request.generated
+            emitted = min(accepted + 1, request.output_tokens - generated)
             lengths.append(emitted)
-            positions.append(request.generated)
+            positions.append(generated)
             if stateful:
-                request.acceptance_state = model.advance(state, emitted, draws[walk_uniforms])
+                request.acceptance_state = model.advance(state, emitted, uniforms[at + walk_uniforms])
             elif primary is not None:  # the text's regime lives in the primary drafter's model
-                request.acceptance_state = primary.advance(state, emitted, draws[walk_uniforms])
-            request.generated += emitted
+                request.acceptance_state = primary.advance(state, emitted, uniforms[at + walk_uniforms])
+            at += need
+            request.generated = generated = generated + emitted
             tokens += emitted
-            if request.generated >= request.output_tokens:
+            if generated >= request.output_tokens:
                 request.completed_at = now
                 done = True
+        self._uniforms, self._at = uniforms, at
         return tokens, done
 
     def plain(self, active: list, now: float) -> tuple[int, bool]:

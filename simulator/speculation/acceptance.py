@@ -66,8 +66,9 @@ class AcceptanceModel:
     def walker(self, tree: Tree, state=None) -> Walker:
         return _cached_walker(self._walkers, tree, lambda: Walker(tree, self.table(tree.depth)))
 
-    def accepted(self, tree: Tree, state, uniforms) -> int:
-        return self.walker(tree, state)(uniforms)
+    def accepted(self, tree: Tree, state, uniforms, at: int = 0) -> int:
+        """Drafts accepted in one verify, from uniforms[at:] (one per depth)."""
+        return self.walker(tree, state)(uniforms, at)
 
     def advance(self, state, emitted: int, u: float):
         """Move a request's state on by `emitted` tokens (u: one uniform for regime switches)."""
@@ -121,12 +122,15 @@ class RegimeModel(AcceptanceModel):
     def walker(self, tree: Tree, state) -> Walker:
         easy, seen = state
         level = self.level(easy, seen)
-        key = (tree, easy, level)
+        key = (tree.parents, easy, level)  # the tree by value (a tuple hashes without a Python-level call)
         walker = self._walkers2.get(key)  # _cached_walker, inlined: once per request per step
         if walker is None:
             walker = _cached_walker(self._walkers2, key, lambda: Walker(tree, self.regime_table(easy, level,
                                                                                                 tree.depth)))
         return walker
+
+    def accepted(self, tree: Tree, state, uniforms, at: int = 0) -> int:
+        return self.walker(tree, state)(uniforms, at)
 
     def advance(self, state, emitted: int, u: float):
         easy, seen = state
@@ -212,7 +216,20 @@ class NgramContextModel(RegimeModel):
     def level(self, easy: bool, seen: float) -> int:
         if easy or self._flat:
             return 0
-        return min(self.LEVELS, int(self.fill(seen) * self.LEVELS + 0.5))
+        s3 = (seen / self._warmup) ** 3  # fill(seen), inlined (once per request per step)
+        return min(self.LEVELS, int(s3 / (1.0 + s3) * self.LEVELS + 0.5))
+
+    def advance(self, state, emitted: int, u: float):
+        """RegimeModel.advance with the switch probabilities inlined (once per request per step)."""
+        easy, seen = state
+        if easy:
+            per_token = self._leave
+        else:
+            s3 = (seen / self._warmup) ** 3
+            per_token = self._repetitiveness * (s3 / (1.0 + s3))
+        if u < 1.0 - (1.0 - per_token) ** emitted:
+            easy = not easy
+        return (easy, seen + emitted)
 
     def regime_probs(self, easy: bool, level: int) -> list[float]:
         if easy:
@@ -232,7 +249,7 @@ class TraceModel(AcceptanceModel):
         self.lengths = lengths
         self.position = 0
 
-    def accepted(self, tree: Tree, state, uniforms) -> int:
+    def accepted(self, tree: Tree, state, uniforms, at: int = 0) -> int:
         value = self.lengths[self.position % len(self.lengths)]
         self.position += 1
         return min(value - 1, tree.depth)

@@ -230,21 +230,22 @@ class Walker:
     children in rank order, move to child k when cum[k-1] <= u < cum[k], else stop.
     """
 
-    __slots__ = ("depth", "cums", "children")
+    __slots__ = ("depth", "cums", "children", "_nodes")
 
     def __init__(self, tree: Tree, P):
         self.depth = tree.depth
         self.cums, self.children = tree.thresholds(P)
+        self._nodes = tuple(zip(self.cums, self.children))
 
-    def __call__(self, uniforms) -> int:
-        cums, children = self.cums, self.children
-        node = 0
+    def __call__(self, uniforms, at: int = 0) -> int:
+        """Accepted drafts; the walk reads uniforms[at], uniforms[at + 1], ... (one per depth)."""
+        nodes = self._nodes
+        node_cums, kids = nodes[0]
         for d in range(self.depth):
-            node_cums = cums[node]
-            k = bisect_right(node_cums, uniforms[d])
-            if k == len(node_cums):
+            k = bisect_right(node_cums, uniforms[at + d])
+            if k == len(node_cums):  # past the last threshold (a row may cover fewer ranks than the children)
                 return d
-            node = children[node][k]
+            node_cums, kids = nodes[kids[k]]
         return self.depth
 
 
