@@ -93,7 +93,9 @@ def read_table(system: str, family: str, table: str):
     if path is None:
         return None
     import pyarrow.parquet as pq
-    frame = pq.read_table(path).to_pandas()
+    unused = {"framework", "version", "device"} | ({"op_name"} if table != "mla_bmm_perf" else set())
+    columns = [c for c in pq.read_schema(path).names if c not in unused]  # string columns cost most to convert
+    frame = pq.read_table(path, columns=columns).to_pandas()
     if "window_size" in frame:
         frame = frame[frame["window_size"] == 0]
     if "step" in frame:
