@@ -44,7 +44,8 @@ def samples(system: str, family: str, limit: int = SAMPLES) -> list[tuple]:
         frame = _rows(system, "gemm", "gemm_perf")
         if frame is not None:  # layer-sized GEMMs: both weight dimensions at least 256
             frame = frame[frame.gemm_dtype.isin(list(GEMM_DTYPES)) & (frame.n >= 256) & (frame.k >= 256)]
-        out = [(Gemm(int(r.m), int(r.n), int(r.k), GEMM_DTYPES[r.gemm_dtype]), r.latency) for r in _take(frame, rng, limit)]
+        out = [(Gemm(int(r.m), int(r.n), int(r.k), GEMM_DTYPES[r.gemm_dtype]), r.latency)
+               for r in _take(frame, rng, limit)]
     elif family == "attention":
         for table, q in (("generation_attention_perf", None), ("context_attention_perf", "isl")):
             frame = _rows(system, "attention", table)
@@ -54,8 +55,8 @@ def samples(system: str, family: str, limit: int = SAMPLES) -> list[tuple]:
                           (frame.head_dim == 128)]
             for r in _take(frame, rng, limit // 2):
                 q_len = int(r.isl) if q else 1
-                out.append((Attention(int(r.batch_size), q_len, int(r.step), int(r.num_heads), int(r.num_key_value_heads),
-                                      int(r.head_dim), KV[r.kv_cache_dtype]), r.latency))
+                out.append((Attention(int(r.batch_size), q_len, int(r.step), int(r.num_heads),
+                                      int(r.num_key_value_heads), int(r.head_dim), KV[r.kv_cache_dtype]), r.latency))
     elif family == "mla":
         for table, q in (("generation_mla_perf", None), ("context_mla_perf", "isl")):
             frame = _rows(system, "mla", table)
@@ -100,8 +101,8 @@ def fit_parameters(specs_and_pairs: list[tuple], key: str) -> tuple[float, float
             out.append(np.log([roofline.time_us(shape) / t for shape, t in pairs]))
         return np.concatenate(out)
 
-    fit = least_squares(residuals, x0=[0.7, 0.6, 2.0, 1.0], bounds=([0.05, 0.02, 0.0, 0.0], [1.0, 1.0, 50.0, 50.0]),
-                        x_scale=[0.1, 0.1, 1.0, 1.0])
+    fit = least_squares(residuals, x0=[0.7, 0.6, 2.0, 1.0], x_scale=[0.1, 0.1, 1.0, 1.0],
+                        bounds=([0.05, 0.02, 0.0, 0.0], [1.0, 1.0, 50.0, 50.0]))
     return tuple(float(round(v, 3)) for v in fit.x)
 
 

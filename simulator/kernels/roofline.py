@@ -2,9 +2,9 @@
 
 Per kernel family f, with compute = FLOPs / (peak x compute_efficiency_f), memory = bytes / (bandwidth x
 memory_efficiency_f) and waves x wave_us_f, time = max(compute, memory, waves) + overhead_us_f for a GEMM and
-compute + memory + waves + overhead_us_f for the multi-stage kernels (attention, MLA, fused MoE), where a wave is one work tile (a CTA) per SM, so many small tiles (a large
-decode batch over short caches) cost their scheduling even when neither FLOPs nor bytes bind. The compute side is
-quantised the way tensor-core kernels tile work:
+compute + memory + waves + overhead_us_f for the multi-stage kernels (attention, MLA, fused MoE), where a wave is
+one work tile (a CTA) per SM, so many small tiles (a large decode batch over short caches) cost their scheduling
+even when neither FLOPs nor bytes bind. The compute side is quantised the way tensor-core kernels tile work:
 - GEMM (m x n x k): output tiles of TILE_M x TILE_N; the GPU runs ceil(tiles / SMs) waves of full tiles, so a
   decode GEMM (m = 1) computes a whole 64-row tile and a GEMM one tile past a wave pays a whole extra wave; with
   fewer tiles than SMs the reduction is split over the idle SMs (split-K).
