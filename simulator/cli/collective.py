@@ -1,29 +1,72 @@
-"""`python -m simulator collective TOPOLOGY.yaml --op allreduce --bytes N`: one collective's predicted cost."""
+"""Predicted time of a collective on a topology, one size or an nccl-tests-style sweep (NCCL's cost model, or the
+engine's custom all-reduce, labelled as such)."""
 from __future__ import annotations
 
 import json
+import re
 
-from . import ArgumentParser
+EXAMPLES = """
+  python -m simulator collective topologies/pcie8_rtx_pro_6000.yaml --bytes 14KB   a decode all-reduce, reference machine
+  python -m simulator collective topologies/nvlink8_h100.yaml -b 8 -e 1G -f 4 --algorithm nccl   like all_reduce_perf
+  python -m simulator collective topologies/nvlink8_h200.yaml --bytes 1048576 --format json
+"""
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-def main(argv: list[str]) -> int:
-    p = ArgumentParser(prog="python -m simulator collective", description="Predicted time of one collective.")
+def parse_size(text: str, option: str = "--bytes") -> int:
+    """A byte count as nccl-tests reads it: 8, 14K, 14KB, 1M, 1G (K/M/G are powers of 1024)."""
+    from ..config.errors import ConfigError
+
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ConfigError("command line", option, f"cannot read {text!r} as a size", "e.g. 8, 14336, 14KB, 1M, 1G")
+    return int(float(m.group(1)) * _UNIT[m.group(2).lower()])
+
+
+def configure(p) -> None:
     p.add_argument("topology", help="topology YAML file")
     p.add_argument("--op", choices=("allreduce", "allgather"), default="allreduce")
-    p.add_argument("--bytes", type=int, required=True, help="message size in bytes (per rank)")
+    p.add_argument("--bytes", help="one message size in bytes per rank (8, 14336, 14KB, 1G)")
+    p.add_argument("-b", "--minbytes", help="sweep: smallest size (nccl-tests -b)")
+    p.add_argument("-e", "--maxbytes", help="sweep: largest size (nccl-tests -e)")
+    p.add_argument("-f", "--stepfactor", type=float, default=2.0, help="sweep: size multiplier (nccl-tests -f)")
     p.add_argument("--ranks", type=int, help="ranks taking part (default: every GPU)")
-    p.add_argument("--algorithm", default="auto", help="auto, nccl, nccl_ring, nccl_tree, nvls, one_shot, two_shot")
+    p.add_argument("--algorithm", default="auto",
+                   help="auto (the engine's choice: NCCL or its custom all-reduce), nccl (NCCL's own choice), "
+                        "nccl_ring, nccl_tree, nvls, one_shot, two_shot")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value")
-    args = p.parse_args(argv)
 
-    from ..config.base import validate
-    from ..config.loader import parse_override, read_yaml, set_path
-    from ..config.scenario import ALLREDUCE_CHOICES
-    from ..config.topology import Topology
+
+def sizes(args) -> list[int]:
     from ..config.errors import ConfigError
-    from ..hardware.collectives import AllReduce, NotPermitted
-    from ..hardware.interconnect import Fabric
+
+    if args.minbytes is None and args.maxbytes is None:
+        if args.bytes is None:
+            raise ConfigError("command line", "--bytes", "no message size given", "--bytes N, or -b MIN -e MAX [-f F]")
+        return [parse_size(args.bytes)]
+    low = parse_size(args.minbytes if args.minbytes is not None else args.maxbytes, "-b")
+    high = parse_size(args.maxbytes if args.maxbytes is not None else args.minbytes, "-e")
+    if low > high:
+        raise ConfigError("command line", "-b", f"smallest size {low} above largest {high}", "-b <= -e")
+    if args.stepfactor <= 1.0:
+        raise ConfigError("command line", "-f", f"step factor {args.stepfactor}", "a factor above 1")
+    out, size = [], low
+    while size <= high:
+        out.append(size)
+        size = max(size + 1, int(size * args.stepfactor))
+    if out[-1] != high:
+        out.append(high)  # unlike nccl-tests, the largest size is always shown
+    return out
+
+
+def _load(args):
+    from ..config.base import validate
+    from ..config.errors import ConfigError
+    from ..config.loader import parse_override, read_yaml, set_path
+    from ..config.topology import Topology
 
     data = read_yaml(args.topology)
     if not isinstance(data, dict):
@@ -31,32 +74,77 @@ def main(argv: list[str]) -> int:
     for text in args.overrides:
         path, value = parse_override(text)
         set_path(data, path, value, args.topology)
-    topology = validate(Topology, data, args.topology)
+    return validate(Topology, data, args.topology)
+
+
+def rows(topology, ranks: int, op: str, algorithm: str, message_sizes: list[int]) -> list[dict]:
+    """One dict per size: nccl-tests' columns (size, time, algbw, busbw) and which algorithm produced it."""
+    from ..hardware.collectives import AllReduce, IMPLEMENTATION_NCCL
+    from ..hardware.interconnect import Fabric
+
+    collective = AllReduce(Fabric(topology), ranks, algorithm, topology.gpu.kernel_floor_us)
+    out = []
+    for nbytes in message_sizes:
+        if op == "allreduce":
+            cost = collective.cost(nbytes).as_dict()
+            # nccl-tests' columns: algbw = size / time, busbw = algbw x 2 (n - 1) / n
+            algbw = nbytes / (1000.0 * cost["time_us"]) if cost["time_us"] > 0 else 0.0
+            cost.update(model_algbw_GBps=cost["algbw_GBps"], algbw_GBps=algbw,
+                        busbw_GBps=algbw * 2 * (ranks - 1) / ranks)
+            out.append({"op": op, "bytes": nbytes, "ranks": ranks, **cost})
+        else:
+            time = collective.allgather_us(nbytes // ranks if ranks else nbytes)
+            algbw = nbytes / (1000.0 * time) if time > 0 else 0.0
+            out.append({"op": op, "bytes": nbytes, "ranks": ranks, "algorithm": "nccl_ring", "protocol": "best",
+                        "time_us": time, "algbw_GBps": algbw, "busbw_GBps": algbw * (ranks - 1) / ranks,
+                        "implementation": IMPLEMENTATION_NCCL})
+    return out
+
+
+def _table(out: list[dict], topology, ranks: int) -> None:
+    first = out[0]
+    print(f"# {first['op']} over {ranks} ranks of {topology.name}; sizes are the whole buffer, as in nccl-tests")
+    print(f"# {'size':>12} {'count':>12} {'type':>6} {'time':>10} {'algbw':>7} {'busbw':>7}  algorithm")
+    print(f"# {'(B)':>12} {'(elements)':>12} {'':>6} {'(us)':>10} {'(GB/s)':>7} {'(GB/s)':>7}")
+    for row in out:
+        print(f"  {row['bytes']:12d} {row['bytes'] // 2:12d} {'bf16':>6} {row['time_us']:10.2f} "
+              f"{row['algbw_GBps']:7.2f} {row['busbw_GBps']:7.2f}  {row['algorithm']}/{row['protocol']}")
+    for implementation in sorted({row["implementation"] for row in out}):
+        print(f"# figures from: {implementation}")
+
+
+def main(args) -> int:
+    if isinstance(args, list):  # called with argv by the dispatcher
+        from . import ArgumentParser
+
+        p = ArgumentParser(prog="python -m simulator collective", description=__doc__)
+        configure(p)
+        args = p.parse_args(args)
+    from ..config.errors import ConfigError
+    from ..config.scenario import ALLREDUCE_CHOICES
+    from ..hardware.collectives import NotPermitted
+
+    topology = _load(args)
     ranks = topology.num_gpus if args.ranks is None else args.ranks
     if not 1 <= ranks <= topology.num_gpus:
         raise ConfigError("command line", "--ranks", f"{ranks} ranks on a {topology.num_gpus}-GPU topology",
                           f"1..{topology.num_gpus}")
-    if args.bytes < 0:
-        raise ConfigError("command line", "--bytes", "negative message size", ">= 0")
     if args.algorithm not in ALLREDUCE_CHOICES:
         raise ConfigError("command line", "--algorithm", f"unknown algorithm {args.algorithm!r}", ", ".join(ALLREDUCE_CHOICES))
     try:
-        collective = AllReduce(Fabric(topology), ranks, args.algorithm, topology.gpu.kernel_floor_us)
-        if args.op == "allreduce":
-            cost = collective.cost(args.bytes)
-            out = {"op": "allreduce", "bytes": args.bytes, "ranks": ranks, **cost.as_dict()}
-        else:
-            out = {"op": "allgather", "bytes": args.bytes, "ranks": ranks, "algorithm": "nccl_ring",
-                   "time_us": collective.allgather_us(args.bytes)}
+        out = rows(topology, ranks, args.op, args.algorithm, sizes(args))
     except NotPermitted as exc:
         raise ConfigError("command line", "--algorithm", str(exc), "auto, nccl, nccl_ring, nccl_tree") from None
     except ValueError as exc:  # the fabric's own check (a GPU pair without a route): the file's mistake
         raise ConfigError(args.topology, "fabric", str(exc)) from None
     if args.format == "json":
-        print(json.dumps(out, indent=2, default=float))
+        print(json.dumps(out[0] if len(out) == 1 and args.bytes is not None else out, indent=2, default=float))
+    elif len(out) == 1 and args.bytes is not None:
+        row = out[0]
+        print(f"{row['op']} of {row['bytes']:,} B over {ranks} ranks of {topology.name}: {row['time_us']:.2f} us")
+        print(f"  algorithm {row['algorithm']} / {row['protocol']}, latency {row.get('latency_us', 0.0):.2f} us, "
+              f"algorithm bandwidth {row['algbw_GBps']:.1f} GB/s, bus bandwidth {row['busbw_GBps']:.1f} GB/s")
+        print(f"  figures from: {row['implementation']}")
     else:
-        print(f"{out['op']} of {args.bytes:,} B over {ranks} ranks of {topology.name}: {out['time_us']:.2f} us")
-        if "protocol" in out:
-            print(f"  algorithm {out['algorithm']} / {out['protocol']}, latency {out['latency_us']:.2f} us, "
-                  f"algorithm bandwidth {out['algbw_GBps']:.1f} GB/s, bus bandwidth {out['busbw_GBps']:.1f} GB/s")
+        _table(out, topology, ranks)
     return 0

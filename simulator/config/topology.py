@@ -44,6 +44,8 @@ class GPUSpec(Strict):
     kernel_database: Optional[str] = Field(None, description=(
         "aiconfigurator-core system whose silicon-measured kernels stand for this GPU (h100_sxm, h200_sxm, b200_sxm, "
         "rtx_pro_6000_server, ...); unset: the roofline times every kernel"))
+    sm_version: int = Field(90, ge=60, le=200, description="CUDA compute capability x 10 (80 A100, 90 H100/H200, 100 B200, "
+                            "120 RTX PRO 6000): selects NCCL's per-architecture tables and channel-search speeds")
 
 
 class HostSpec(Strict):

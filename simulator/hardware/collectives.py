@@ -1,13 +1,18 @@
-"""All-reduce costs: NCCL's ring/tree/NVLS x LL/LL128/Simple model over the fabric's routes, and custom P2P all-reduce.
+"""All-reduce costs: NCCL's ring / tree / NVLS x LL / LL128 / Simple model over the fabric's routes, and the engines'
+custom P2P all-reduce, each labelled with what it is.
 
-Cost = latency + bytes / algorithm bandwidth, as NCCL's tuner predicts it (src/graph/tuning.cc), with the per-step
-latency and the link bandwidths taken from this topology's routes instead of NCCL's fixed tables where they differ.
+NCCL: the channel search over this fabric, then NCCL v2.29.7-1's tuning model (nccl.py, tables in nccl_tables.py).
+The one extension: a step whose route adds latency beyond NCCL's per-hop figure (host-memory staging when peer-to-peer
+is off, a socket crossing) pays it on every step. Custom all-reduce (vLLM / SGLang one-shot and two-shot) is not
+NCCL; its cost is a flag round trip per phase plus the reads every rank makes from every peer.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, asdict
 from functools import wraps
 
+from . import nccl
+from . import nccl_tables as T
 from .interconnect import Fabric
 
 
@@ -29,29 +34,7 @@ def _memo(maxsize: int):
         return cached
     return wrap
 
-# --- NCCL's tuning constants (NVIDIA/nccl src/graph/tuning.cc, v2.19-v2.21: baseLat, hwLat, llMaxBws) ---------
-# Base latency per (algorithm, protocol), us.
-NCCL_BASE_LATENCY_US = {
-    ("ring", "LL"): 6.6, ("ring", "LL128"): 14.0, ("ring", "Simple"): 8.4,
-    ("tree", "LL"): 6.8, ("tree", "LL128"): 14.0, ("tree", "Simple"): 8.4,
-    ("nvls", "Simple"): 0.0,
-}
-# Per-step ("hop") latency per link class, us: hwLat[NVLINK|PCI][algorithm][protocol].
-NCCL_HOP_LATENCY_US = {
-    "nvlink": {("ring", "LL"): 0.6, ("ring", "LL128"): 1.9, ("ring", "Simple"): 3.4,
-               ("tree", "LL"): 0.6, ("tree", "LL128"): 1.25, ("tree", "Simple"): 4.0,
-               ("nvls", "Simple"): 23.0},
-    "pcie": {("ring", "LL"): 1.0, ("ring", "LL128"): 2.5, ("ring", "Simple"): 5.7,
-             ("tree", "LL"): 1.0, ("tree", "LL128"): 1.9, ("tree", "Simple"): 4.0},
-}
-# LL protocol bandwidth ceiling on one node (llMaxBws, Hopper row), GB/s.
-NCCL_LL_MAX_BW_GBPS = 141.0
-# Tree bandwidth corrections for medium sizes (treeCorrectionFactor), indexed by log2(bytes/64), 64 B .. 128 MB.
-NCCL_TREE_CORRECTION = {
-    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0),
-    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7, .7, .8, .9, .9, 1.0),
-    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .5, .5, .6, .6, .7, .8, .9),
-}
+
 # Custom (vLLM/SGLang) all-reduce: one-shot below 256 KB at 8 ranks, two-shot up to 8 MB buffers
 # (vllm/distributed/device_communicators/custom_all_reduce.py; docs/sources.md).
 CUSTOM_ONE_SHOT_MAX_BYTES = 256 * 1024
@@ -59,6 +42,9 @@ CUSTOM_MAX_BYTES = 8 * 1024 * 1024
 
 NCCL_ALGORITHMS = ("nccl_ring", "nccl_tree", "nvls")
 CUSTOM_ALGORITHMS = ("one_shot", "two_shot")
+NCCL_NAME = {"ring": "nccl_ring", "tree": "nccl_tree", "nvls": "nvls"}
+IMPLEMENTATION_NCCL = f"NCCL {T.NCCL_VERSION} cost model"
+IMPLEMENTATION_CUSTOM = "engine custom all-reduce (vLLM/SGLang), not NCCL"
 
 
 @dataclass(frozen=True)
@@ -82,6 +68,7 @@ class CollectiveCost:
     latency_us: float
     algbw_GBps: float
     busbw_GBps: float
+    implementation: str = IMPLEMENTATION_NCCL
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -104,7 +91,8 @@ class AllReduce:
                                "version yet: take at most one machine's GPUs")
         self._p2p_all = ranks > 1 and fabric.all_pairs_p2p(ranks)
         self._nvlink_all = ranks > 1 and fabric.all_pairs_nvlink(ranks)
-        self._tables = self._nccl_tables() if ranks > 1 else {}
+        self._graphs: dict[str, nccl.Graph] = {}
+        self._tables = self._nccl_tables() if ranks > 1 else []
         if choice in CUSTOM_ALGORITHMS and ranks > 1 and not self._p2p_all:
             raise NotPermitted(f"{choice} needs peer-to-peer between all {ranks} ranks, "
                                f"but fabric.p2p_level={fabric.topology.fabric.p2p_level} routes some pairs through host memory")
@@ -115,51 +103,65 @@ class AllReduce:
     def _nvls_ok(self) -> bool:
         return self._nvlink_all and self.fabric.has_nvswitch and self.fabric.topology.fabric.nvls
 
-    def _step(self, hops) -> tuple[str, float, float]:
-        """Link class of the slowest hop, the route latency it adds, and the ring's shared-bandwidth bottleneck."""
-        cls = "nvlink" if all(h.over_nvlink for h in hops) else "pcie"
-        extra = max(self.fabric.latency_us(h) for h in hops)
-        bandwidth = min(self.fabric.concurrent_bandwidth_GBps(hops))
-        return cls, extra, bandwidth
-
-    def _nccl_tables(self) -> dict:
+    def _ring_hops(self):
         n = self.ranks
-        ring_hops = [self.fabric.hop(i, (i + 1) % n) for i in range(n)]
-        # NCCL's one-node tree is a chain; reduce (up) and broadcast (down) share each link, which NCCL's 0.5
-        # bus-to-algorithm ratio accounts for, so the chain's bandwidth is taken one direction at a time
-        chain_hops = [self.fabric.hop(i, i + 1) for i in range(n - 1)]
-        tables = {}
-        steps = 2 * (n - 1)
-        for algo, hops in (("ring", ring_hops), ("tree", chain_hops)):
-            cls, extra, bw = self._step(hops)
-            for proto in ("LL", "LL128", "Simple"):
-                if proto == "LL128" and cls != "nvlink":
-                    continue  # LL128 is enabled only over NVLink (tuning.cc: typeIntra <= PATH_NVB)
-                hop_lat = NCCL_HOP_LATENCY_US[cls][(algo, proto)] + extra
-                latency = NCCL_BASE_LATENCY_US[(algo, proto)] + steps * hop_lat
-                if algo == "ring":
-                    bus = {"LL": min(NCCL_LL_MAX_BW_GBPS, bw / 4.0), "LL128": bw * 0.92, "Simple": bw}[proto]
-                    ratio = n / steps
-                else:
-                    bus = bw * 0.92
-                    bus = {"LL": min(bus / 3.8, NCCL_LL_MAX_BW_GBPS), "LL128": bus * 7.0 / 9.0, "Simple": bus}[proto]
-                    ratio = 0.5
-                tables[(algo, proto)] = (latency, bus * ratio, bus * ratio * steps / n)
-        if self._nvls_ok():
-            bw = min(self.fabric.concurrent_bandwidth_GBps([self.fabric.hop(i, (i + 1) % n) for i in range(n)]))
-            algbw = bw * 5.0 / 6.0
-            tables[("nvls", "Simple")] = (NCCL_HOP_LATENCY_US["nvlink"][("nvls", "Simple")], algbw, algbw * 2 * (n - 1) / n)
-        return tables
+        return [self.fabric.hop(i, (i + 1) % n) for i in range(n)]
+
+    def _gpu_link_GBps(self) -> tuple[float, float]:
+        """NCCL's totalBw (a GPU's NVLink sum or its PCIe link, the larger) and the smallest GPU's NVLink sum."""
+        names = set(self.fabric.topology.gpu_names[:self.ranks])
+        nvlink: dict[str, float] = {g: 0.0 for g in names}
+        pcie: dict[str, float] = {g: 0.0 for g in names}
+        for link in self.fabric.topology.fabric.links:
+            for end in link.between:
+                if end in names:
+                    if link.kind == "nvlink":
+                        nvlink[end] += link.bandwidth_GBps
+                    else:
+                        pcie[end] = max(pcie[end], link.bandwidth_GBps)
+        return max(max(nvlink[g], pcie[g]) for g in names), min(nvlink.values())
+
+    @property
+    def graphs(self) -> dict[str, nccl.Graph]:
+        return self._graphs
+
+    def _nccl_graphs(self) -> dict[str, nccl.Graph]:
+        """What NCCL's search would find on this fabric: ring and tree channels, and the NVLS graph."""
+        n, sm = self.ranks, self.fabric.topology.gpu.sm_version
+        fabric = self.fabric
+        total, nvlink_sum = self._gpu_link_GBps()
+        pairs = [fabric.hop(i, j) for i in range(n) for j in range(n) if i != j]
+        max_bw = max(min(fabric.link_of[l].bandwidth_GBps for l in h.links) for h in pairs)
+        ring_bottleneck = min(fabric.concurrent_bandwidth_GBps(self._ring_hops()))
+        ring = nccl.search_channels(ring_bottleneck, max_bw, total, n, sm, ring=True)
+        # one node: NCCL's tree is a chain; its search charges each channel on the forward path only
+        chain = [fabric.hop(i, i + 1) for i in range(n - 1)]
+        tree_bottleneck = min(fabric.concurrent_bandwidth_GBps(chain))
+        tree = nccl.search_channels(tree_bottleneck, max_bw, total, n, sm, ring=False,
+                                    min_channels=ring.channels, max_channels=ring.channels)
+        graphs = {"ring": ring, "tree": tree}
+        if self._nvls_ok() and sm >= 90:
+            graphs["nvls"] = nccl.search_nvls(nvlink_sum, n, sm)
+        return graphs
+
+    def _route(self) -> tuple[str, float]:
+        """NCCL's hardware class of the ring (nvlink or pci) and the latency its route adds to every step."""
+        hops = self._ring_hops()
+        hw = "nvlink" if all(h.over_nvlink for h in hops) else "pci"
+        return hw, max(self.fabric.latency_us(h) for h in hops)
+
+    def _nccl_tables(self) -> list[nccl.Option]:
+        self._graphs = self._nccl_graphs()
+        hw, extra = self._route()
+        return nccl.allreduce_options(self.ranks, self.fabric.topology.gpu.sm_version, hw, self._graphs, extra)
 
     def nccl_options(self, nbytes: int) -> list[CollectiveCost]:
         out = []
-        log_size = max(0, int(nbytes >> 6).bit_length() - 1)
-        for (algo, proto), (latency, algbw, busbw) in self._tables.items():
-            bw = algbw
-            if algo == "tree" and log_size < len(NCCL_TREE_CORRECTION[proto]):
-                bw *= NCCL_TREE_CORRECTION[proto][log_size]
-            name = "nvls" if algo == "nvls" else f"nccl_{algo}"
-            out.append(CollectiveCost(name, proto, latency + nbytes / (1000.0 * bw), latency, bw, busbw))
+        for option in self._tables:
+            time = nccl.algo_time_us(option, nbytes)
+            algbw = nbytes / (1000.0 * (time - option.latency_us)) if nbytes else option.algbw_GBps
+            out.append(CollectiveCost(NCCL_NAME[option.algorithm], option.protocol, time, option.latency_us,
+                                      algbw, algbw * 2 * (self.ranks - 1) / self.ranks))
         return out
 
     # -- custom all-reduce (vLLM / SGLang) --------------------------------------------------------------------
@@ -172,9 +174,9 @@ class AllReduce:
         if nbytes > CUSTOM_MAX_BYTES and not forced:
             return []
         hops = [self.fabric.hop(j, i) for i in range(n) for j in range(n) if i != j]
-        cls = "nvlink" if self._nvlink_all else "pcie"
+        cls = "nvlink" if self._nvlink_all else "pci"
         # a flag barrier is a round trip to the peers: twice NCCL's per-step LL latency plus the route's
-        flag = 2 * (NCCL_HOP_LATENCY_US[cls][("ring", "LL")] + max(self.fabric.latency_us(h) for h in hops))
+        flag = 2 * (T.HW_LATENCY_US[cls]["ring"][0] + max(self.fabric.latency_us(h) for h in hops))
         flow_bw = min(self.fabric.concurrent_bandwidth_GBps(hops))  # every rank reads every peer at once
         bus = 2 * (n - 1) / n
         out = []
@@ -182,11 +184,12 @@ class AllReduce:
             # one-shot: a start and an end flag; each rank reads every peer's whole buffer concurrently
             latency = 2 * flag + self.kernel_floor_us
             out.append(CollectiveCost("one_shot", "P2P", latency + nbytes / (1000.0 * flow_bw), latency,
-                                      flow_bw, flow_bw * bus))
+                                      flow_bw, flow_bw * bus, IMPLEMENTATION_CUSTOM))
         # two-shot: reduce-scatter then all-gather, each reading a 1/n chunk from every peer; three flags
         latency = 3 * flag + 2 * self.kernel_floor_us
         algbw = flow_bw * n / 2.0
-        out.append(CollectiveCost("two_shot", "P2P", latency + nbytes / (1000.0 * algbw), latency, algbw, algbw * bus))
+        out.append(CollectiveCost("two_shot", "P2P", latency + nbytes / (1000.0 * algbw), latency, algbw, algbw * bus,
+                                  IMPLEMENTATION_CUSTOM))
         return out
 
     @_memo(4096)
@@ -200,7 +203,7 @@ class AllReduce:
             algo = "ring" if c.algorithm == "nccl_ring" else "tree"
             hops = [self.fabric.hop(i, (i + 1) % n) for i in range(n)] if algo == "ring" else \
                 [self.fabric.hop(i, i + 1) for i in range(n - 1)]
-            steps, base = 2 * (n - 1), NCCL_BASE_LATENCY_US[(algo, c.protocol)]
+            steps, base = 2 * (n - 1), T.BASE_LATENCY_US[algo][T.PROTOCOLS.index(c.protocol)]
         elif c.algorithm == "nvls":
             hops, steps, base = [self.fabric.hop(i, (i + 1) % n) for i in range(n)], 1, 0.0
         else:  # one-shot reads every peer at once; two-shot does it twice with 1/n chunks
@@ -212,20 +215,13 @@ class AllReduce:
 
     @_memo(1024)
     def allgather_us(self, nbytes_per_rank: int) -> float:
-        """NCCL ring all-gather of nbytes from each rank: n-1 steps, cheapest protocol (tuning.cc's model)."""
+        """NCCL ring all-gather of nbytes from each rank: n-1 steps, the cheapest protocol (tuning.cc's model)."""
         n = self.ranks
         if n <= 1:
             return 0.0
-        cls, extra, bw = self._step([self.fabric.hop(i, (i + 1) % n) for i in range(n)])
-        total = nbytes_per_rank * n
-        best = float("inf")
-        for proto in ("LL", "LL128", "Simple"):
-            if proto == "LL128" and cls != "nvlink":
-                continue
-            latency = NCCL_BASE_LATENCY_US[("ring", proto)] + (n - 1) * (NCCL_HOP_LATENCY_US[cls][("ring", proto)] + extra)
-            bus = {"LL": min(NCCL_LL_MAX_BW_GBPS, bw / 3.0), "LL128": bw * 0.92, "Simple": bw}[proto]
-            best = min(best, latency + total / (1000.0 * bus * n / (n - 1)))
-        return best
+        hw, extra = self._route()
+        options = nccl.allgather_options(n, self.fabric.topology.gpu.sm_version, hw, self._graphs["ring"], extra)
+        return min(nccl.algo_time_us(o, nbytes_per_rank * n) for o in options)
 
     # -- choice ---------------------------------------------------------------------------------------------
     @_memo(4096)

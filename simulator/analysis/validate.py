@@ -1,0 +1,140 @@
+"""The validation set: published measurements (scenarios/validation/*.yaml) against what the simulator predicts.
+
+Each file is one source (title, table or figure, hardware, engine and version, date) and its cases: the measured
+figure and what represents it, a scenario run (a Result metric) or a collective on a topology. Nothing here is
+fitted: the calibration set lives apart (scenarios/measured/, read by `calibrate`, which refuses these files).
+"""
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from pydantic import Field, PositiveFloat, PositiveInt
+
+from ..config.base import Strict, validate
+from ..config.errors import ConfigError
+from ..config.loader import read_yaml
+
+DEFAULT_DIR = os.path.join("scenarios", "validation")
+
+
+class Source(Strict):
+    id: str = Field(description="Short name; files sharing an id count as one source")
+    title: str
+    where: str = Field(description="Table, figure or section the figures are read from")
+    url: str
+    hardware: str
+    engine: str = Field(description="Serving engine or library, and its version")
+    date: str = Field(description="Publication date (YYYY-MM or YYYY-MM-DD)")
+    organisation: str = Field(description="Who measured: sources are independent when their organisations differ")
+
+
+class Case(Strict):
+    name: str
+    measured: float = Field(description="The published figure")
+    unit: str
+    kind: Literal["scenario", "collective"] = "scenario"
+    metric: str = Field(description="scenario: a dotted Result path (e.g. baseline_tok_s); collective: time_us or busbw_GBps")
+    scenario: Optional[str] = Field(None, description="Scenario file, relative to this file")
+    set: dict[str, Any] = Field(default_factory=dict, description="Overrides for this case's run")
+    topology: Optional[str] = Field(None, description="collective: topology file, relative to this file")
+    bytes: Optional[PositiveInt] = Field(None, description="collective: message size (the whole buffer, as nccl-tests)")
+    ranks: Optional[PositiveInt] = None
+    algorithm: str = "nccl"
+    note: str = Field("", description="How the case maps to the source; why it may miss")
+
+
+class ValidationFile(Strict):
+    source: Source
+    cases: list[Case] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    source: Source
+    case: Case
+    simulated: float
+    file: str
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the simulation against the measurement."""
+        return self.simulated / self.case.measured - 1.0
+
+
+def is_validation_file(path: str) -> bool:
+    """A file of the validation set: under a `validation` folder or shaped like one (source + cases)."""
+    parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
+    if "validation" in parts[:-1]:
+        return True
+    data = read_yaml(path) if os.path.isfile(path) else None
+    return isinstance(data, dict) and "source" in data and "cases" in data
+
+
+def load(path: str) -> ValidationFile:
+    return validate(ValidationFile, read_yaml(path), path)
+
+
+def files(directory: str = DEFAULT_DIR) -> list[str]:
+    found = sorted(glob.glob(os.path.join(directory, "*.yaml")))
+    if not found:
+        raise ConfigError(directory, "<folder>", "no validation files (*.yaml) here")
+    return found
+
+
+def _collective(case: Case, base: str, path: str) -> float:
+    from ..config.topology import Topology
+    from ..hardware.collectives import AllReduce
+    from ..hardware.interconnect import Fabric
+
+    if case.topology is None or case.bytes is None:
+        raise ConfigError(path, f"cases[{case.name}]", "a collective case needs topology and bytes")
+    topo_path = os.path.join(base, case.topology)
+    data = read_yaml(topo_path)
+    for dotted, value in case.set.items():
+        node = data
+        keys = dotted.split(".")
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = value
+    topology = validate(Topology, data, topo_path)
+    ranks = case.ranks or topology.num_gpus
+    cost = AllReduce(Fabric(topology), ranks, case.algorithm, topology.gpu.kernel_floor_us).cost(case.bytes)
+    if case.metric == "time_us":
+        return cost.time_us
+    if case.metric == "busbw_GBps":
+        return case.bytes / (1000.0 * cost.time_us) * 2 * (ranks - 1) / ranks
+    raise ConfigError(path, f"cases[{case.name}].metric", f"unknown collective metric {case.metric!r}",
+                      "time_us, busbw_GBps")
+
+
+def _scenario(case: Case, base: str, path: str) -> float:
+    from ..results.run import resolve, run
+    from .calibrate import metric
+
+    if case.scenario is None:
+        raise ConfigError(path, f"cases[{case.name}]", "a scenario case needs scenario")
+    scenario = resolve(os.path.join(base, case.scenario))
+    result = run(scenario, **{k.replace(".", "__"): v for k, v in case.set.items()})
+    return metric(result.to_dict(), case.metric, path)
+
+
+def evaluate(path: str) -> list[Outcome]:
+    """Every case of one validation file, simulated."""
+    vfile = load(path)
+    base = os.path.dirname(os.path.abspath(path))
+    out = []
+    for case in vfile.cases:
+        value = _collective(case, base, path) if case.kind == "collective" else _scenario(case, base, path)
+        out.append(Outcome(vfile.source, case, value, path))
+    return out
+
+
+def summary(outcomes: list[Outcome]) -> dict:
+    errors = [abs(o.error) for o in outcomes]
+    return {"figures": len(outcomes), "sources": len({o.source.id for o in outcomes}),
+            "organisations": len({o.source.organisation for o in outcomes}),
+            "mean_abs_error": sum(errors) / len(errors) if errors else 0.0,
+            "max_abs_error": max(errors) if errors else 0.0}
