@@ -61,6 +61,12 @@ def metric(result_dict: dict, path: str, file: str = "<measured>") -> float:
 
 
 def load_measured(path: str) -> tuple[MeasuredFile, str]:
+    """A file of the calibration set. A validation file is refused: nothing may be fitted to a validation figure."""
+    from .validate import is_validation_file
+
+    if is_validation_file(path):
+        raise ConfigError(path, "--measured", "a validation file (published figures kept out of calibration)",
+                          "a calibration file, e.g. scenarios/measured/reference.yaml")
     data = read_yaml(path)
     return validate(MeasuredFile, data, path), os.path.dirname(os.path.abspath(path))
 

@@ -6,10 +6,11 @@ fitted: the calibration set lives apart (scenarios/measured/, read by `calibrate
 """
 from __future__ import annotations
 
+import datetime
 import glob
 import os
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
@@ -27,7 +28,7 @@ class Source(Strict):
     url: str
     hardware: str
     engine: str = Field(description="Serving engine or library, and its version")
-    date: str = Field(description="Publication date (YYYY-MM or YYYY-MM-DD)")
+    date: Union[str, datetime.date] = Field(description="Publication date (YYYY-MM or YYYY-MM-DD)")
     organisation: str = Field(description="Who measured: sources are independent when their organisations differ")
 
 
@@ -43,6 +44,8 @@ class Case(Strict):
     bytes: Optional[PositiveInt] = Field(None, description="collective: message size (the whole buffer, as nccl-tests)")
     ranks: Optional[PositiveInt] = None
     algorithm: str = "nccl"
+    accept_len: Optional[float] = Field(None, ge=1.0, description="The source's mean accept length (bonus token "
+                                        "included): replayed as the acceptance, so the case tests the step costs")
     note: str = Field("", description="How the case maps to the source; why it may miss")
 
 
@@ -110,15 +113,34 @@ def _collective(case: Case, base: str, path: str) -> float:
                       "time_us, busbw_GBps")
 
 
+def accept_trace(accept_len: float, rows: int = 100) -> list[int]:
+    """Whole accept lengths whose mean is accept_len (to 1/rows), spread evenly so every window has the same mean."""
+    low = int(accept_len)
+    highs = round((accept_len - low) * rows)
+    return [low + (((i + 1) * highs) // rows - (i * highs) // rows) for i in range(rows)]
+
+
+def _trace_file(accept_len: float) -> str:
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"specsim_validation_accept_{accept_len:.4f}.csv")
+    if not os.path.exists(path):
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("accept_len\n" + "\n".join(str(v) for v in accept_trace(accept_len)) + "\n")
+    return path
+
+
 def _scenario(case: Case, base: str, path: str) -> float:
     from ..results.run import resolve, run
     from .calibrate import metric
 
     if case.scenario is None:
         raise ConfigError(path, f"cases[{case.name}]", "a scenario case needs scenario")
-    scenario = resolve(os.path.join(base, case.scenario))
-    result = run(scenario, **{k.replace(".", "__"): v for k, v in case.set.items()})
-    return metric(result.to_dict(), case.metric, path)
+    overrides = dict(case.set)
+    if case.accept_len is not None:
+        overrides["speculation.acceptance"] = {"kind": "trace", "file": _trace_file(case.accept_len)}
+    scenario = resolve(os.path.join(base, case.scenario), {k.replace(".", "__"): v for k, v in overrides.items()})
+    return metric(run(scenario).to_dict(), case.metric, path)
 
 
 def evaluate(path: str) -> list[Outcome]:

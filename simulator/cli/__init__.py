@@ -15,6 +15,7 @@ COMMANDS = {
     "run": ("run", "simulate one scenario and its no-speculation baseline"),
     "collective": ("collective", "predicted time of one collective on a topology"),
     "calibrate": ("calibrate", "fit named parameters to measured figures"),
+    "validate": ("validate", "published measurements against the simulator, with the error of each"),
     "bench": ("bench", "simulated tokens per wall-second of each fidelity"),
     "tree": ("tree", "the best token tree for a positional acceptance vector"),
     "sweep": ("sweep", "run a scenario over a grid, zip or random sample of config values"),

@@ -1,0 +1,118 @@
+"""The validation set: its shape (figures, independent sources), its separation from calibration, and its arithmetic."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import pytest
+
+from simulator.analysis import validate as v
+from simulator.analysis.calibrate import calibrate
+from simulator.config.errors import ConfigError
+from conftest import ROOT
+
+VALIDATION = os.path.join(ROOT, "scenarios", "validation")
+MEASURED = os.path.join(ROOT, "scenarios", "measured")
+
+
+@pytest.fixture(scope="module")
+def validation_files():
+    return [v.load(path) for path in v.files(VALIDATION)]
+
+
+def test_at_least_25_figures_from_6_independent_sources(validation_files):
+    cases = [c for f in validation_files for c in f.cases]
+    organisations = {f.source.organisation for f in validation_files}
+    assert len(cases) >= 25
+    assert len({f.source.id for f in validation_files}) >= 6 and len(organisations) >= 6
+
+
+def test_every_source_names_title_place_hardware_engine_and_date(validation_files):
+    for f in validation_files:
+        s = f.source
+        assert all(str(x).strip() for x in (s.title, s.where, s.url, s.hardware, s.engine, s.date)), s.id
+        assert s.url.startswith("https://")
+
+
+def test_every_scenario_case_exists_and_no_case_reads_the_calibration_set(validation_files):
+    for path, f in zip(v.files(VALIDATION), validation_files):
+        for case in f.cases:
+            target = case.scenario if case.kind == "scenario" else case.topology
+            assert target and os.path.isfile(os.path.join(os.path.dirname(path), target)), (path, case.name)
+            assert "measured" not in os.path.normpath(target).split(os.sep)
+
+
+def test_calibrate_refuses_a_validation_file():
+    with pytest.raises(ConfigError, match="validation"):
+        calibrate(os.path.join(ROOT, "scenarios", "pcie8_eagle3.yaml"), v.files(VALIDATION)[0],
+                  ["topology.host.eager_launch_us"])
+
+
+def calibrated_parameters(path: str):
+    """(line number, key, comment block) of every parameter whose comment says it was calibrated."""
+    lines = open(path, encoding="utf-8").read().splitlines()
+    param = re.compile(r"^\s*-?\s*\{?([\w.]+):\s*[^#\s].*?#(.*)$")
+    for i, line in enumerate(lines):
+        m = param.match(line)
+        if not m or not re.search(r"\bcalibrated\b", m.group(2), re.IGNORECASE):
+            continue
+        block = [m.group(2)]
+        for follow in lines[i + 1:]:
+            if not re.match(r"^\s*#", follow):
+                break
+            block.append(follow)
+        yield i + 1, m.group(1), " ".join(block)
+
+
+def test_every_calibrated_hardware_parameter_names_a_calibration_measurement():
+    """A topology parameter marked calibrated names a file of scenarios/measured/ that exists (or points to the
+    parameter that does, "see ..."), and none names the validation set."""
+    named = re.compile(r"scenarios/measured/[\w./-]+\.yaml")
+    found = 0
+    for path in glob.glob(os.path.join(ROOT, "topologies", "*.yaml")):
+        for line, key, block in calibrated_parameters(path):
+            found += 1
+            assert "scenarios/validation" not in block, (path, line, key)
+            refs = named.findall(block)
+            assert refs or re.search(r"\bsee [\w.]+", block), (path, line, key)
+            assert all(os.path.isfile(os.path.join(ROOT, ref)) for ref in refs), (path, line, key)
+    assert found >= 2  # the reference machine's eager launch cost and host-memory step latency
+
+
+def test_measured_and_validation_sets_share_no_figure(validation_files):
+    from simulator.analysis.calibrate import load_measured
+
+    validation = {round(c.measured, 6) for f in validation_files for c in f.cases}
+    for path in glob.glob(os.path.join(MEASURED, "*.yaml")):
+        measured, _ = load_measured(path)
+        assert not {round(m.value, 6) for m in measured.measurements} & validation, path
+
+
+@pytest.mark.parametrize("accept_len", [1.0, 1.75, 2.82, 4.34, 5.99])
+def test_accept_trace_has_the_published_mean_in_every_window(accept_len):
+    trace = v.accept_trace(accept_len)
+    assert sum(trace) / len(trace) == pytest.approx(accept_len, abs=0.005)
+    assert max(trace) - min(trace) <= 1
+    halves = sum(trace[:50]) / 50, sum(trace[50:]) / 50
+    assert abs(halves[0] - halves[1]) <= 0.03
+
+
+def test_collective_cases_and_summary_arithmetic():
+    outcomes = v.evaluate(os.path.join(VALIDATION, "nccl_tests_h100_nvls.yaml"))
+    assert len(outcomes) == 1
+    o = outcomes[0]
+    assert o.error == pytest.approx(o.simulated / 480 - 1)
+    assert abs(o.error) < 0.10  # nccl-tests#212: ~480 GB/s on 8 x H100
+    s = v.summary(outcomes + outcomes)
+    assert s["figures"] == 2 and s["sources"] == 1 and s["max_abs_error"] == pytest.approx(abs(o.error))
+
+
+def test_validate_command_prints_every_case_and_the_errors(capsys):
+    from simulator.cli import main
+
+    assert main(["validate", os.path.join(VALIDATION, "nccl_tests_272_h200.yaml"),
+                 os.path.join(VALIDATION, "sglang_eagle3_h100.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "nccl-tests-272" in out and "sglang-docs-eagle3" in out
+    assert "2 figures from 2 sources" in out and "mean absolute error" in out
