@@ -67,8 +67,8 @@ def calibrated_parameters(path: str):
 
 def test_every_calibrated_hardware_parameter_names_a_calibration_measurement():
     """A topology parameter marked calibrated names a file of scenarios/measured/ that exists (or points to the
-    parameter that does, "see ..."), and none names the validation set."""
-    named = re.compile(r"scenarios/measured/[\w./-]+\.yaml")
+    parameter or topology that does: "see ...", topologies/X.yaml), and none names the validation set."""
+    named = re.compile(r"(?:scenarios/measured|topologies)/[\w./-]+\.yaml")
     found = 0
     for path in glob.glob(os.path.join(ROOT, "topologies", "*.yaml")):
         for line, key, block in calibrated_parameters(path):
