@@ -21,7 +21,10 @@ from ..speculation.trees import Tree
 
 CHAIN_DRAFTS = tuple(range(1, 9))
 TREE_DRAFTS = (4, 8, 16, 32)
-GENERIC_TABLE = dict(probs=[0.7], sibling_decay=0.5)  # shapes trees when a scenario has no acceptance model
+# Only when a scenario does not speculate: the acceptance that decides which tree of n nodes the table costs (0.7 for
+# the rank-1 child at every depth, halved per sibling). A shaping assumption, not a measurement: the costs and
+# break-evens reported depend on it only through the tree's shape, and no expected accept length is shown with it.
+GENERIC_TABLE = dict(probs=[0.7], sibling_decay=0.5)
 
 
 # -- break-even ------------------------------------------------------------------------------------------------

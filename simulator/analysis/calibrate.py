@@ -17,6 +17,7 @@ from ..results.run import resolve, run
 from ..config.base import Strict, validate
 from ..config.loader import read_yaml
 from ..config.errors import ConfigError
+from ..config.paths import PathNotFound, get_path
 
 
 class Measurement(Strict):
@@ -49,12 +50,11 @@ class Fit:
 
 
 def metric(result_dict: dict, path: str, file: str = "<measured>") -> float:
-    node: Any = result_dict
-    for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            raise ConfigError(file, f"metric {path}", "no such result metric",
-                              ", ".join(sorted(k for k in result_dict if not k.startswith("_"))))
-        node = node[key]
+    try:
+        node = get_path(result_dict, path, lists=False)
+    except PathNotFound:
+        raise ConfigError(file, f"metric {path}", "no such result metric",
+                          ", ".join(sorted(k for k in result_dict if not k.startswith("_")))) from None
     if node is None:
         raise ConfigError(file, f"metric {path}", "the run produced no value for this metric")
     return float(node)
@@ -74,14 +74,10 @@ def load_measured(path: str) -> tuple[MeasuredFile, str]:
 def _get(scenario, path: str) -> float:
     data = {**scenario.spec.model_dump(mode="json"), "topology": scenario.topology.model_dump(mode="json"),
             "model": scenario.model.model_dump(mode="json")}
-    node: Any = data
-    for key in path.split("."):
-        if isinstance(node, list):
-            node = node[int(key)]
-        elif isinstance(node, dict) and key in node:
-            node = node[key]
-        else:
-            raise ConfigError(scenario.source, path, "no such parameter to fit")
+    try:
+        node = get_path(data, path)
+    except PathNotFound:
+        raise ConfigError(scenario.source, path, "no such parameter to fit") from None
     if not isinstance(node, (int, float)) or isinstance(node, bool):
         raise ConfigError(scenario.source, path, f"cannot fit a non-numeric parameter ({node!r})")
     return float(node)

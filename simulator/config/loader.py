@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from .errors import ConfigError
+from .paths import split_path  # noqa: F401  (re-exported: the one reading of a dotted path)
 from .base import validate
 from .model_card import ModelCard
 from .parallelism import check_parallelism
@@ -160,22 +161,6 @@ def parse_override(text: str) -> tuple[str, Any]:
         return path, safe_load(value)
     except yaml.YAMLError:
         return path, value
-
-
-def split_path(path: str) -> list[str]:
-    """'fabric.links[8].latency_us' -> ['fabric', 'links', '8', 'latency_us'] (also accepts 'links.8')."""
-    keys: list[str] = []
-    for part in path.split("."):
-        while "[" in part and part.endswith("]"):
-            head, _, rest = part.partition("[")
-            if head:
-                keys.append(head)
-            index, _, tail = rest.partition("]")
-            keys.append(index)
-            part = tail
-        if part:
-            keys.append(part)
-    return keys
 
 
 def _index(node: list, key: str, file: str, where: str) -> int:

@@ -149,9 +149,15 @@ def _moe_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kernel]:
     return kernels
 
 
+# A small element-wise kernel (norm, residual add, activation, rotary, copy) is taken to read two activation tensors
+# of T x hidden and write one (a residual add reads x and the residual, writes their sum): a modelling assumption,
+# not a measurement; these kernels are floor-bound at decode sizes, where it does not matter.
+SMALL_KERNEL_TENSORS = 3
+
+
 def _segment(kernels: list[Kernel], launches: int, T: int, card: ModelCard, collective: str | None, coll_bytes: int) -> Segment:
     small = max(0, launches - len(kernels))
-    small_bytes = 3.0 * T * card.hidden_size * BYTES_PER_VALUE[card.activation_dtype]
+    small_bytes = SMALL_KERNEL_TENSORS * T * card.hidden_size * BYTES_PER_VALUE[card.activation_dtype]
     return Segment(tuple(kernels), small, small_bytes, collective, coll_bytes)
 
 

@@ -191,7 +191,9 @@ class BurstyModel(RegimeModel):
 class NgramContextModel(RegimeModel):
     """Copy stretches whose onset, and novel-text hits, grow as the history (prompt + generated) fills the cache."""
 
-    MATCH_IN_COPY = 12  # tokens an n-gram lookup matches inside a repeated stretch (SGLang's max match window)
+    # tokens an n-gram lookup matches inside a repeated stretch: SGLang's longest match window
+    # (speculative_ngram_max_match_window_size, 12 by default; docs/sources.md)
+    MATCH_IN_COPY = 12
 
     def __init__(self, config: NgramContextAcceptance, typical_seen: float = 0.0):
         super().__init__(config.copying, config.novel, typical_seen)
