@@ -68,10 +68,14 @@ def window_figures(result):
 
 
 def test_ngram_long_generation_accept_rises_with_spikes_late():
+    """docs/reference.md: accept rises with the generated length, spikes of 3.4, 3.2, 2.7 at 5-6K tokens, and the
+    8K generation still runs at 15-31 tok/s (issue 10: 15-35, no 512-token window above 4.5)."""
     r = simulator.run(NGRAM_LONG)
     windows, late = window_figures(r)
     assert np.mean(windows[-4:]) > np.mean(windows[:4])  # the last 2K tokens vs the first 2K
     assert max(late) >= 2.7
+    assert max(windows) <= 4.5
+    assert 15 <= r.throughput_tok_s <= 35
     assert r.throughput_tok_s < r.baseline_tok_s
 
 
@@ -82,7 +86,8 @@ def test_ngram_long_behaviour_holds_across_seeds():
         windows, late = window_figures(simulator.run(NGRAM_LONG, seed=seed, baseline=False))
         rises += np.mean(windows[-4:]) > np.mean(windows[:4])
         spikes += max(late) >= 2.7
-    assert rises >= 7 and spikes >= 6, (rises, spikes)
+        assert max(windows) <= 4.5, (seed, windows)  # a window all copying accepts ~3.5, never the tree's 7
+    assert rises >= 7 and spikes >= 5, (rises, spikes)
 
 
 def test_hybrid_is_never_much_worse_than_plain_decode():
