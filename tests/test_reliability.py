@@ -282,3 +282,47 @@ def test_k_ary_tree_error_is_short(capsys):
     line = one_line_exit_2(capsys, [EAGLE3, "--set", "speculation.verify=tree", "--set",
                                     "speculation.tree={kind: k_ary, k: 64, depth: 255}"])
     assert "about 10^" in line and len(line) < 300
+
+
+# -- 6. long runs show progress with the time left -------------------------------------------------------------------
+class _Terminal:
+    """stderr as a terminal, recorded."""
+
+    def __init__(self):
+        self.text = ""
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+def test_a_long_run_shows_progress_and_time_left_on_stderr(monkeypatch):
+    import simulator.results.progress as progress
+    from simulator.results.run import resolve, run
+
+    terminal = _Terminal()
+    monkeypatch.setattr(progress.sys, "stderr", terminal)
+    monkeypatch.setattr(progress, "POLL_S", 0.01)
+    scenario = resolve(EAGLE3, {"workload__requests": 1, "workload__output_tokens": 512, "fidelity": "layer"})
+    plain = run(scenario, baseline=False)
+    with progress.shown(scenario, runs=1, enabled=True):
+        shown = run(scenario, baseline=False)
+    assert "512/512" in terminal.text and "tok/s" in terminal.text and "<" in terminal.text  # done, rate, left
+    assert shown.throughput_tok_s == plain.throughput_tok_s  # polling from a thread changes nothing
+    assert not progress.engine.ON_START
+
+
+def test_a_long_run_without_a_terminal_gets_one_line_estimate(monkeypatch, capsys):
+    import simulator.results.progress as progress
+    from simulator.results.run import resolve
+
+    scenario = resolve(EAGLE3, {"workload__output_tokens": 2048, "fidelity": "link"})
+    with progress.shown(scenario, runs=2):
+        pass
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "about 32,768 tokens to simulate, roughly" in err

@@ -40,8 +40,12 @@ def main(argv: list[str]) -> int:
     if args.fidelity:
         overrides.append(f"fidelity={args.fidelity}")
     scenario = resolve(args.scenario, set_args=overrides)
-    check_work(scenario, args.max_work, runs=1 if args.no_baseline else 2)
-    result = run(scenario, baseline=not args.no_baseline)
+    runs = 1 if args.no_baseline else 2
+    check_work(scenario, args.max_work, runs=runs)
+    from ..results.progress import shown
+
+    with shown(scenario, runs):  # long runs: progress and time left on stderr
+        result = run(scenario, baseline=not args.no_baseline)
     text = {"table": to_table, "json": to_json, "csv": to_csv}[args.format](result)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if args.steps_log:

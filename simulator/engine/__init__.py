@@ -9,6 +9,7 @@ from .machine import Machine
 from .server import Server
 
 FIDELITIES = ("fast", "layer", "link")
+ON_START: list = []  # callables given each new Server before it runs: a progress display polls it (results/progress)
 
 
 def simulate(scenario: Scenario, machine: Machine | None = None, seed: int | None = None, fidelity: str | None = None,
@@ -24,6 +25,8 @@ def simulate(scenario: Scenario, machine: Machine | None = None, seed: int | Non
     env = simpy.Environment()
     server = Server(env, machine, scenario.spec.seed if seed is None else seed, fidelity, speculate, on_pass, max_steps)
     env.process(server.run())
+    for hook in ON_START:
+        hook(server)
     env.run()
     return server
 
