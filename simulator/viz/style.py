@@ -1,0 +1,33 @@
+"""What every figure shares: matplotlib loaded lazily with the Agg backend, atomic saving, category colours."""
+from __future__ import annotations
+
+import os
+
+DPI = 100
+CATEGORY_COLORS = {"compute": "#4c72b0", "memory": "#55a868", "launch": "#c44e52", "allreduce_transfer": "#8172b2",
+                   "allreduce_wait": "#ccb974", "draft": "#64b5cd", "other": "#999999"}
+CATEGORY_LABELS = {"compute": "compute", "memory": "memory", "launch": "launch (GPU waits for host)",
+                   "allreduce_transfer": "all-reduce transfer", "allreduce_wait": "all-reduce wait",
+                   "draft": "drafting", "other": "other (scheduler, sync)"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: str) -> str:
+    from ..results.files import atomic_write
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # API callers; the CLI checked it before
+    try:
+        with atomic_write(path, "wb") as handle:  # a failed write keeps the previous figure
+            fig.savefig(handle, dpi=DPI, format="svg" if path.lower().endswith(".svg") else "png",
+                        bbox_inches="tight")
+    finally:
+        _pyplot().close(fig)
+    return path
