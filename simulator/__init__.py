@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__all__ = ["run", "load_scenario", "Scenario", "ConfigError", "Result"]
+from .config.version import __version__
+
+__all__ = ["run", "load_scenario", "Scenario", "ConfigError", "Result", "__version__"]
 _WHERE = {"run": ".results.run", "load_scenario": ".config", "Scenario": ".config", "ConfigError": ".config.errors",
           "Result": ".results.summary"}
 

@@ -41,12 +41,18 @@ def ok_rows(path: str) -> dict[str, dict]:
     return {r["point_id"]: r for r in read_results(path) if r["status"] == "ok"}
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    """Sweeps write their default results file into the current directory: make that the test's own folder."""
+    monkeypatch.chdir(tmp_path)
+
+
 def test_grid_sweep_on_two_workers_matches_single_runs(tmp_path):
     from simulator.results.run import run
 
     path = write_sweep(tmp_path)
     report = run_sweep(path, workers=2, progress=False, chunk_size=2)
-    out = tmp_path / "grid.results.csv"  # default: next to the sweep file, named after it
+    out = tmp_path / "grid.results.csv"  # default: in the current directory, named after the sweep
     assert report.out == str(out) and (report.num_points, report.num_ok, report.num_failed) == (8, 8, 0)
     rows = read_results(str(out))
     assert list(rows[0]) == ["point_id", *GRID, *METRICS, "status", "error", "check"]
@@ -85,7 +91,8 @@ def test_killed_sweep_resumes_with_only_the_missing_points(tmp_path):
     path = write_sweep(tmp_path, "kill", axes=axes, set={"workload.requests": 1, "workload.output_tokens": 512})
     out = tmp_path / "kill.results.csv"
     proc = subprocess.Popen([sys.executable, "-m", "simulator", "sweep", path, "--workers", "2", "--chunk", "1"],
-                            cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": ROOT}, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         if out.exists() and out.read_bytes().count(b"\n") >= 5:  # header and 4 rows
@@ -167,7 +174,7 @@ def test_point_id_is_a_stable_hash_of_the_overrides():
 def test_the_shipped_example_sweep_loads():
     sweep = load_sweep(os.path.join(ROOT, "scenarios", "sweep_link.yaml"))
     assert sweep.scenario_path == scenario_path("pcie8_eagle3.yaml") and len(points(sweep)) == 16
-    assert sweep.default_out == os.path.join(ROOT, "scenarios", "sweep_link.results.csv")
+    assert sweep.default_out == os.path.join(os.getcwd(), "sweep_link.results.csv")  # never inside the package
 
 
 @pytest.mark.parametrize("fields, where", [

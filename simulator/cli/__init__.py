@@ -1,61 +1,154 @@
-"""Command line: `python -m simulator SCENARIO.yaml` runs a scenario; other verbs are subcommands.
+"""Command line: `specsim COMMAND [options]` (or `python -m simulator ...`); `specsim SCENARIO [options]` means `run`.
 
-Exit status: 0 success, 2 configuration error (one line on stderr), 1 internal error.
+argparse subparsers, one module per command; each module has `configure(parser)`, `main(args)` and `EXAMPLES`.
+Results go to stdout; progress and notes go through the `specsim` logger to stderr (-q: warnings only, -v: debug).
+Exit status: 0 success, 2 a user's mistake (one line on stderr), 1 an internal error (--debug for the traceback),
+130 interrupted.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
+import importlib
+import logging
 import os
 import sys
 import traceback
 
 from ..config.errors import ConfigError
+from ..config.version import __version__
 
+log = logging.getLogger("specsim")
+
+# name -> (module, one-line help), in the order `specsim --help` lists them
 COMMANDS = {
     "run": ("run", "simulate one scenario and its no-speculation baseline"),
+    "compare": ("compare", "scenarios (or variants of one) side by side, with common random numbers"),
+    "breakeven": ("breakeven", "the accept length speculation needs, per chain / tree and verify mode"),
+    "plan": ("plan", "one lever at a time: what each change does to throughput, ranked"),
+    "sweep": ("sweep", "run a scenario over a grid, zip or random sample of config values"),
     "collective": ("collective", "predicted time of one collective on a topology"),
+    "tree": ("tree", "the best token tree for a positional acceptance vector"),
     "calibrate": ("calibrate", "fit named parameters to measured figures"),
     "validate": ("validate", "published measurements against the simulator, with the error of each"),
     "bench": ("bench", "simulated tokens per wall-second of each fidelity"),
-    "tree": ("tree", "the best token tree for a positional acceptance vector"),
-    "sweep": ("sweep", "run a scenario over a grid, zip or random sample of config values"),
-    "plots": ("plots", "regenerate the figures in plots/"),
-    "breakeven": ("breakeven", "the accept length speculation needs, per chain / tree and verify mode"),
-    "compare": ("compare", "scenarios (or variants of one) side by side, with common random numbers"),
-    "plan": ("plan", "one lever at a time: what each change does to throughput, ranked"),
+    "plots": ("plots", "regenerate the README's figures (into ./plots by default)"),
+    "list": ("listing", "the shipped and local topologies, models or scenarios, by name"),
+    "schema": ("schema", "the configuration reference: every key, type, unit, default and allowed values"),
     "kernels": ("kernels", "shape-aware roofline vs the measured kernel database: error per GPU and kernel family"),
 }
 
+EXAMPLES = """examples:
+  specsim run pcie8_ngram                       a shipped scenario by name (or a path to a YAML file)
+  specsim pcie8_eagle3 --set runtime.cuda_graph_verify=true --format json
+  specsim list scenarios                        what can be named
+  specsim plan pcie8_eagle3                     what would make speculation pay
+  specsim COMMAND --help                        a command's options and examples
+"""
 
-def _usage() -> str:
-    lines = ["usage: python -m simulator SCENARIO.yaml [options]", "       python -m simulator COMMAND [options]", "",
-             "commands:"]
-    lines += [f"  {name:<11} {help_text}" for name, (_, help_text) in COMMANDS.items()]
-    lines.append("\n'python -m simulator COMMAND --help' for a command's options.")
-    return "\n".join(lines)
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports usage mistakes as configuration errors (exit 2, one line)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise ConfigError("command line", self.prog, message)
+
+
+def _common() -> ArgumentParser:
+    """-v / -q / --debug, accepted before or after the command (SUPPRESS: a subcommand does not reset them)."""
+    p = ArgumentParser(add_help=False)
+    p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="more detail on stderr")
+    p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                   help="only warnings and errors on stderr (no progress)")
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="print the traceback of an internal error")
+    return p
+
+
+def build_parser() -> ArgumentParser:
+    common = _common()
+    p = ArgumentParser(prog="specsim", parents=[common], epilog=EXAMPLES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Discrete-event simulator of multi-GPU LLM inference with speculative decoding.")
+    p.add_argument("--version", action="version", version=f"specsim {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        doc = (module.__doc__ or help_text).strip().split("\n\n")[0]
+        sp = sub.add_parser(name, parents=[common], help=help_text, description=doc,
+                            epilog="examples:\n" + module.EXAMPLES.strip("\n"),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.configure(sp)
+        sp.set_defaults(handler=module.main)
+    return p
+
+
+def _with_command(argv: list[str]) -> list[str]:
+    """`specsim SCENARIO ...` -> `specsim run SCENARIO ...` (the historical form); a near-miss command is an error."""
+    for i, token in enumerate(argv):
+        if token.startswith("-"):
+            continue
+        if token in COMMANDS:
+            return argv
+        looks_like_file = token.endswith((".yaml", ".yml")) or os.sep in token or os.path.exists(token)
+        if not looks_like_file:
+            from ..config.catalog import names
+
+            scenarios = names("scenario")
+            if token not in scenarios:
+                close = difflib.get_close_matches(token, [*COMMANDS, *scenarios], n=1, cutoff=0.6)
+                raise ConfigError("command line", token, "unknown command, and no scenario has this name" +
+                                  (f"; did you mean {close[0]!r}?" if close else ""),
+                                  ", ".join(COMMANDS) + ", or a scenario file or name (specsim list scenarios)")
+        return argv[:i] + ["run"] + argv[i:]
+    return argv
+
+
+def _setup_logging(args) -> None:
+    level = logging.WARNING if getattr(args, "quiet", False) else \
+        logging.DEBUG if getattr(args, "verbose", 0) else logging.INFO
+    log.handlers[:] = []
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    log.setLevel(level)
+    log.propagate = False
+
+
+def show_progress() -> bool:
+    """Whether progress bars are wanted: not with -q (tqdm itself stays quiet where stderr is not a terminal)."""
+    return log.getEffectiveLevel() <= logging.INFO
+
+
+def progress(iterable=None, **kwargs):
+    """A tqdm progress bar on stderr that -q silences and a pipe does not garble (no bar where not a terminal)."""
+    from tqdm import tqdm
+
+    disable = None if show_progress() else True
+    return tqdm(iterable, file=sys.stderr, disable=disable, leave=False, dynamic_ncols=True, **kwargs)
+
+
+def note(bar, text: str) -> None:
+    """Say what a progress bar is working on: in the bar on a terminal, as a log line where there is no bar."""
+    if getattr(bar, "disable", True):
+        log.info("%s", text)
+    else:
+        bar.set_postfix_str(text)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
-        return 0 if argv else 2
-    command = argv[0]
-    if command not in COMMANDS:
-        if command.endswith((".yaml", ".yml")) or os.path.exists(command):
-            command, argv = "run", argv
-        else:
-            print(f"specsim: unknown command {command!r} (allowed: {', '.join(COMMANDS)}, or a scenario .yaml)",
-                  file=sys.stderr)
-            return 2
-    else:
-        argv = argv[1:]
-    module_name = COMMANDS[command][0]
     debug = "--debug" in argv
-    argv = [a for a in argv if a != "--debug"]
     try:
-        module = __import__(f"{__name__}.{module_name}", fromlist=["main"])
-        return int(module.main(argv) or 0)
+        if not argv:
+            build_parser().print_help(sys.stderr)
+            return 2
+        args = build_parser().parse_args(_with_command(argv))
+        _setup_logging(args)
+        if not getattr(args, "command", None):
+            build_parser().print_help(sys.stderr)
+            return 2
+        return int(args.handler(args) or 0)
     except ConfigError as exc:
         print(exc.line(), file=sys.stderr)
         return 2
@@ -64,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else 0
     except Exception as exc:  # an internal error: say so in one line, the traceback on request
         if debug:
             traceback.print_exc()
@@ -72,9 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def scenario_options(p: "ArgumentParser", formats=("table", "json"), fidelity: bool = True) -> None:
-    """The options every scenario command shares: the file, --format, --set, --seed (and --fidelity)."""
-    p.add_argument("scenario", help="scenario YAML file")
+def scenario_options(p: ArgumentParser, formats=("table", "json"), fidelity: bool = True) -> None:
+    """The options every scenario command shares: the scenario, --format, --set, --seed (and --fidelity)."""
+    p.add_argument("scenario", help="scenario: a YAML file, or the name of a shipped one (specsim list scenarios)")
     p.add_argument("--format", choices=formats, default=formats[0])
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value",
                    help="override any scenario, topology (topology.*) or model (model.*) field; repeatable")
@@ -90,8 +185,11 @@ def limit_options(p: "ArgumentParser") -> None:
                    "(default 2e7, a few minutes; requests x (output tokens + prefill chunks) x fidelity weight)")
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports usage mistakes as configuration errors (exit 2, one line)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise ConfigError("command line", self.prog, message)
+def overrides_of(args) -> list[str]:
+    """--set overrides plus --seed and --fidelity as overrides, in that order."""
+    out = list(getattr(args, "overrides", []) or [])
+    if getattr(args, "seed", None) is not None:
+        out.append(f"seed={args.seed}")
+    if getattr(args, "fidelity", None):
+        out.append(f"fidelity={args.fidelity}")
+    return out

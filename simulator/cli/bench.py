@@ -1,51 +1,60 @@
-"""`python -m simulator bench`: simulated tokens per wall-second for the reference scenarios at each fidelity."""
+"""Benchmark the simulator: simulated tokens per wall-second for the reference scenarios at each fidelity, each
+figure the best and median of several runs, paired with a bare SimPy loop timed in the same process."""
 from __future__ import annotations
 
+import logging
 import os
-import sys
 
-from . import ArgumentParser
+log = logging.getLogger("specsim")
+
+EXAMPLES = """
+  specsim bench                                    the reference scenarios, every fidelity
+  specsim bench pcie8_eagle3 --fidelity fast --tokens 2048,8192 --repeat 3
+"""
 
 
-def main(argv: list[str]) -> int:
-    from ..experiments.bench import DEFAULT_REPEATS, DEFAULT_TOKENS, REFERENCE_SCENARIOS, measure
+def configure(p) -> None:
+    from ..experiments.bench import DEFAULT_REPEATS, DEFAULT_TOKENS
 
-    p = ArgumentParser(prog="python -m simulator bench", description="Benchmark the simulator's speed.")
-    p.add_argument("scenarios", nargs="*", help="scenario files (default: the reference scenarios that exist)")
+    p.add_argument("scenarios", nargs="*", help="scenario files or names (default: the reference scenarios)")
     p.add_argument("--fidelity", action="append", choices=tuple(DEFAULT_TOKENS), help="repeatable; default: all")
     p.add_argument("--tokens", help="comma-separated generated-token counts (default per fidelity)")
     p.add_argument("--repeat", type=int, metavar="N",
                    help=f"runs per figure (default {', '.join(f'{k} {v}' for k, v in DEFAULT_REPEATS.items())})")
-    args = p.parse_args(argv)
+
+
+def main(args) -> int:
+    from ..config.catalog import locate
+    from ..config.errors import ConfigError
+    from ..experiments.bench import DEFAULT_REPEATS, DEFAULT_TOKENS, REFERENCE_SCENARIOS, measure
+    from . import note, progress
+
     tokens_asked = _tokens(args.tokens) if args.tokens else None  # a mistake stops here, before any run
     if args.repeat is not None and args.repeat < 1:
-        from ..config.errors import ConfigError
-
         raise ConfigError("command line", "--repeat", f"{args.repeat} runs", ">= 1")
-    scenarios = args.scenarios or [s for s in REFERENCE_SCENARIOS if os.path.exists(s)]
-    fidelities = list(args.fidelity or DEFAULT_TOKENS)
+    scenarios = [locate(s, "scenario") for s in (args.scenarios or REFERENCE_SCENARIOS)]
+    jobs = []
+    for scenario in scenarios:
+        for fidelity in list(args.fidelity or DEFAULT_TOKENS):
+            counts = tokens_asked or DEFAULT_TOKENS[fidelity]
+            jobs += [(scenario, fidelity, t) for t in ([None, *counts] if fidelity == "fast" and not args.tokens
+                                                        else counts)]
     print("simulated tokens per wall-second, speculative run only, each run from cold per-shape caches (a fresh seed);")
     print("'shipped' runs the scenario's own workload, the other rows one request of that many tokens. best and")
     print("median over the runs; 'x SimPy': the median over runs of the run's tokens per wall-second divided by the")
     print("timeouts per wall-second of a bare SimPy loop (one timeout per step) timed right after it in this process")
     print(f"{'scenario':<30} {'fidelity':<8} {'workload':>9} {'tokens':>7} {'runs':>4} {'best tok/s':>11} "
           f"{'median tok/s':>12} {'x real time':>11} {'SimPy steps/s':>13} {'x SimPy':>8}")
-    seed = 1000
-    for scenario in scenarios:
-        for fidelity in fidelities:
-            counts = tokens_asked or DEFAULT_TOKENS[fidelity]
-            if fidelity == "fast" and not args.tokens:
-                counts = [None, *counts]
-            repeats = args.repeat or DEFAULT_REPEATS[fidelity]
-            for tokens in counts:
-                seed += 100
-                print(f"  running {os.path.basename(scenario)} {fidelity} {tokens}...", end="\r", file=sys.stderr,
-                      flush=True)
-                row = measure(scenario, fidelity, tokens, seed, repeats)
-                label = "shipped" if tokens is None else "1 request"
-                print(f"{os.path.basename(scenario):<30} {fidelity:<8} {label:>9} {row.tokens:>7} {repeats:>4} "
-                      f"{row.best_tok_s:>11,.0f} {row.median_tok_s:>12,.0f} {row.faster_than_real_time:>11,.0f} "
-                      f"{row.floor_median:>13,.0f} {row.floor_ratio:>8.3f}", flush=True)
+    bar = progress(jobs, desc="bench", unit="figure")
+    for i, (scenario, fidelity, tokens) in enumerate(bar, start=1):
+        name = os.path.splitext(os.path.basename(scenario))[0]
+        note(bar, f"bench: {name} {fidelity} {tokens or 'shipped'}")
+        repeats = args.repeat or DEFAULT_REPEATS[fidelity]
+        row = measure(scenario, fidelity, tokens, 1000 + 100 * i, repeats)
+        label = "shipped" if tokens is None else "1 request"
+        print(f"{name:<30} {fidelity:<8} {label:>9} {row.tokens:>7} {repeats:>4} "
+              f"{row.best_tok_s:>11,.0f} {row.median_tok_s:>12,.0f} {row.faster_than_real_time:>11,.0f} "
+              f"{row.floor_median:>13,.0f} {row.floor_ratio:>8.3f}", flush=True)
     return 0
 
 

@@ -1,17 +1,24 @@
-"""`python -m simulator breakeven SCENARIO.yaml`: the accept length speculation needs, per chain / tree and verify mode."""
+"""Break-even accept lengths for chains of 1..8 drafts and token trees, eager and CUDA-graph verify, from the
+machine's pass costs at the workload's typical context.
+"""
 from __future__ import annotations
 
 import json
-import sys
+import logging
 
 from ..config.errors import ConfigError
-from . import ArgumentParser, scenario_options
+from . import overrides_of, scenario_options
+
+log = logging.getLogger("specsim")
+
+EXAMPLES = """
+  specsim breakeven pcie8_eagle3                   chains and trees, eager and CUDA-graph verify
+  specsim breakeven pcie8_eagle3 --check           and the full simulation of the scenario's own set-up
+  specsim breakeven pcie8_ngram --trees 8,16 --plot map.png
+"""
 
 
-def parser() -> ArgumentParser:
-    p = ArgumentParser(prog="python -m simulator breakeven",
-                       description="Break-even accept lengths for chains of 1..8 drafts and token trees, eager and "
-                       "CUDA-graph verify, from the machine's pass costs at the workload's mean context.")
+def configure(p) -> None:
     scenario_options(p, fidelity=False)
     p.add_argument("--trees", default="4,8,16,32", metavar="N,N,...",
                    help="tree sizes in draft tokens (the root adds one verified token); default 4,8,16,32")
@@ -19,7 +26,6 @@ def parser() -> ArgumentParser:
     p.add_argument("--check", action="store_true",
                    help="also run the full simulation of the scenario's own configuration and compare")
     p.add_argument("--plot", metavar="OUT.png", help="map of throughput over accept length and verify cost")
-    return p
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -32,16 +38,14 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+def main(args) -> int:
     if not 1 <= args.max_chain <= 16:
         raise ConfigError("command line", "--max-chain", f"{args.max_chain}", "1..16")
     trees = _sizes(args.trees)
     from ..results.run import resolve, run
     from ..analysis.breakeven import breakeven_table
 
-    overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
-    scenario = resolve(args.scenario, None, overrides)
+    scenario = resolve(args.scenario, None, overrides_of(args))
     from ..results.files import check_outputs
     from ..results.limits import check_work
 
@@ -50,7 +54,7 @@ def main(argv: list[str]) -> int:
     table = breakeven_table(scenario, tuple(range(1, args.max_chain + 1)), trees)
     check = None
     if args.check and table.own is not None:
-        print("breakeven: full simulation of the scenario's own configuration", file=sys.stderr)
+        log.info("breakeven: full simulation of the scenario's own configuration")
         result = run(scenario)
         check = {"full_run": result.breakeven_accept_len, "table": table.with_drafting(table.own_cost()),
                  "mean_accept_len": result.mean_accept_len, "speedup": result.speedup}
@@ -138,4 +142,4 @@ def plot(table, path: str) -> None:
         point = (own.expected_accept_len, table.own_cost().verify_ms)
     breakeven_map(accept_lens, verify_ms, throughput_map(table, accept_lens, verify_ms), table.baseline_tok_s,
                   point=point, title=f"{table.scenario}: throughput (tok/s) vs accept length and verify cost", path=path)
-    print(f"plot: {path}", file=sys.stderr)
+    log.info("plot: %s", path)

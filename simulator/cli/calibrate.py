@@ -1,27 +1,32 @@
-"""`python -m simulator calibrate SCENARIO.yaml --measured MEASURED.yaml --fit path1,path2`: fit parameters."""
+"""Fit named parameters of a scenario (or its topology / model card) to measured figures, with uncertainties and
+residuals (scipy's least squares).
+"""
 from __future__ import annotations
 
-import sys
+EXAMPLES = """
+  specsim calibrate pcie8_eagle3 --measured scenarios/measured/reference.yaml \\
+      --fit topology.host.eager_launch_us,topology.fabric.shm_hop_latency_us
+"""
 
-from . import ArgumentParser
 
-
-def main(argv: list[str]) -> int:
-    p = ArgumentParser(prog="python -m simulator calibrate", description="Fit named parameters to measurements.")
-    p.add_argument("scenario")
+def configure(p) -> None:
+    p.add_argument("scenario", help="scenario YAML file or name")
     p.add_argument("--measured", required=True, help="YAML file of measured figures")
     p.add_argument("--fit", required=True, help="comma-separated dotted parameter paths to fit")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value")
-    args = p.parse_args(argv)
+
+
+def main(args) -> int:
     from ..analysis.calibrate import calibrate
+    from . import progress
 
     names = [n.strip() for n in args.fit.split(",") if n.strip()]
+    with progress(desc="calibrate", unit="evaluation") as bar:
+        def on_evaluation(i, x, chi2):
+            bar.update(1)
+            bar.set_postfix(chi2=f"{chi2:.4f}")
 
-    def progress(i, x, chi2):
-        print(f"\r  evaluation {i:3d}  chi2 {chi2:10.4f}", end="", file=sys.stderr, flush=True)
-
-    fit = calibrate(args.scenario, args.measured, names, args.overrides, progress=progress)
-    print(file=sys.stderr)
+        fit = calibrate(args.scenario, args.measured, names, args.overrides, progress=on_evaluation)
     print(f"fit {'converged' if fit.success else 'did not converge'} ({fit.message}); chi2 = {2 * fit.cost:.3f}")
     print(f"  {'parameter':<45} {'start':>10} {'fitted':>10} {'+-':>8}")
     for name, s, v, e in zip(fit.names, fit.start, fit.values, fit.sigmas):

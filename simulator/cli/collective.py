@@ -26,7 +26,7 @@ def parse_size(text: str, option: str = "--bytes") -> int:
 
 
 def configure(p) -> None:
-    p.add_argument("topology", help="topology YAML file")
+    p.add_argument("topology", help="topology YAML file, or the name of a shipped one (specsim list topologies)")
     p.add_argument("--op", choices=("allreduce", "allgather"), default="allreduce")
     p.add_argument("--bytes", help="one message size in bytes per rank (8, 14336, 14KB, 1G)")
     p.add_argument("-b", "--minbytes", help="sweep: smallest size (nccl-tests -b)")
@@ -65,10 +65,11 @@ def sizes(args) -> list[int]:
 def _load(args):
     from ..config.base import validate
     from ..config.errors import ConfigError
-    from ..config.loader import parse_override, read_yaml, set_path
+    from ..config.catalog import read_kind
+    from ..config.loader import parse_override, set_path
     from ..config.topology import Topology
 
-    data = read_yaml(args.topology)
+    args.topology, data = read_kind(args.topology, "topology")  # a name or a path; a scenario is named as such
     if not isinstance(data, dict):
         raise ConfigError(args.topology, "<root>", "expected a mapping for the topology")
     for text in args.overrides:

@@ -1,28 +1,32 @@
-"""`python -m simulator compare A.yaml B.yaml ...`: scenarios, or variants of one, side by side on common random numbers.
+"""Scenarios, or variants of one, side by side on common random numbers.
 
 Every run uses the same seed (the first scenario's, or --seed), so the acceptance draws are identical wherever the
 speculation set-up is: a difference between columns comes from the change, not from noise.
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
+import logging
 import os
 import re
-import sys
 
 from ..config.errors import ConfigError
-from . import ArgumentParser, limit_options
+from . import limit_options
+
+log = logging.getLogger("specsim")
+
+EXAMPLES = """
+  specsim compare pcie8_eagle3 nvlink8_h200_eagle3          two machines, same seed
+  specsim compare pcie8_eagle3 --variant "graph: runtime.cuda_graph_verify=true" --plot bars.png
+  specsim compare pcie8_eagle3 pcie8_tree --format csv       one row per run, fixed columns
+"""
 
 # a new override starts where whitespace, ';' or ',' is followed by a dotted key and '='
 _OVERRIDE_START = re.compile(r"[\s;,]+(?=[A-Za-z_][\w.\[\]]*\s*=)")
 
 
-def parser() -> ArgumentParser:
-    p = ArgumentParser(prog="python -m simulator compare",
-                       description="Simulate scenarios (or variants of one) with the same seed and show them side by side.")
-    p.add_argument("scenarios", nargs="+", metavar="SCENARIO.yaml", help="scenario YAML files")
+def configure(p) -> None:
+    p.add_argument("scenarios", nargs="+", metavar="SCENARIO", help="scenario YAML files or names")
     p.add_argument("--variant", action="append", default=[], metavar='"LABEL: path=value [path=value ...]"',
                    help="a variant of each scenario: a label and one or more dotted overrides (paths relative to the "
                    "scenario file's folder); repeatable")
@@ -33,7 +37,6 @@ def parser() -> ArgumentParser:
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.add_argument("--plot", metavar="OUT.png", help="grouped bars: throughput and baseline per run")
     limit_options(p)
-    return p
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -62,8 +65,9 @@ def runs_of(args) -> list[tuple[str, str, list[str]]]:
     return runs
 
 
-def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+def main(args) -> int:
+    from . import note, progress
+
     runs = runs_of(args)
     from ..results.run import resolve, run
 
@@ -76,11 +80,13 @@ def main(argv: list[str]) -> int:
     for scenario in scenarios:
         check_work(scenario, args.max_work)
     rows = []
-    for i, ((label, _, _), scenario) in enumerate(zip(runs, scenarios), start=1):
-        print(f"compare: [{i}/{len(runs)}] {label}", file=sys.stderr)
+    bar = progress(list(zip(runs, scenarios)), desc="compare", unit="run")
+    for i, ((label, _, _), scenario) in enumerate(bar, start=1):
+        note(bar, f"compare: [{i}/{len(runs)}] {label}")
         rows.append(summary(label, run(scenario)))
-    text = {"table": to_table, "json": lambda r: json.dumps(r, indent=2), "csv": to_csv}[args.format](rows)
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    text = {"table": to_table, "json": lambda r: json.dumps([{k: v for k, v in x.items() if k != "result"} for x in r],
+                                                             indent=2), "csv": to_csv}[args.format](rows)
+    print(text.rstrip("\n"))
     if args.plot:
         plot(rows, args.plot)
     return 0
@@ -94,7 +100,8 @@ def summary(label: str, result) -> dict:
             "verify_ms": mean("verify"), "draft_ms": mean("draft"), "step_ms": mean("step"),
             "baseline_decode_ms": mean("baseline_decode"), "breakeven_accept_len": result.breakeven_accept_len,
             "breakdown_ms_per_token": dict(result.breakdown_ms_per_token),
-            "accept_len_hist": dict(result.accept_len_hist)}
+            "accept_len_hist": dict(result.accept_len_hist), "provenance": result.extra.get("provenance"),
+            "result": result}
 
 
 ROWS = (("throughput (tok/s)", "throughput_tok_s", 1), ("baseline (tok/s)", "baseline_tok_s", 1),
@@ -118,15 +125,10 @@ def to_table(rows: list[dict]) -> str:
 
 
 def to_csv(rows: list[dict]) -> str:
-    from ..results.report import flatten
+    """One row per run: a label, then the same fixed columns as `specsim run --format csv`."""
+    from ..results.report import CSV_COLUMNS, csv_row, write_csv
 
-    flat = [flatten(r) for r in rows]
-    fields = list(dict.fromkeys(k for row in flat for k in row))
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields)
-    writer.writeheader()
-    writer.writerows(flat)
-    return buffer.getvalue()
+    return write_csv([{"label": r["label"], **csv_row(r["result"])} for r in rows], ("label", *CSV_COLUMNS))
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -137,4 +139,4 @@ def plot(rows: list[dict], path: str) -> None:
     grouped_bars([r["label"] for r in rows],
                  {"speculative": [r["throughput_tok_s"] for r in rows], "plain decode": [r["baseline_tok_s"] for r in rows]},
                  ylabel="tokens/s", title="throughput, speculative vs plain decode (same seed)", path=path)
-    print(f"plot: {path}", file=sys.stderr)
+    log.info("plot: %s", path)

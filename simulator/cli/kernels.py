@@ -1,4 +1,4 @@
-"""`python -m simulator kernels [TOPOLOGY.yaml ...] [--fit]`: the shape-aware roofline against the measured kernels.
+"""The shape-aware roofline against NVIDIA's measured kernel database, per GPU and kernel family.
 
 Per GPU and kernel family: the median and 90th percentile of |roofline / measured - 1| over a deterministic sample
 of the measured database's rows, for the roofline with datasheet efficiencies and with the topology's fitted ones.
@@ -11,9 +11,10 @@ import glob
 import json
 import os
 
-from . import ArgumentParser
-
-SHIPPED = os.path.join(os.path.dirname(__file__), "..", "..", "topologies")
+EXAMPLES = """
+  specsim kernels                                  every shipped topology with a kernel database
+  specsim kernels nvlink8_h200 --fit               refit the efficiencies, printed as YAML
+"""
 
 
 def _load(path: str):
@@ -48,21 +49,24 @@ def error_table(specs: dict, params: dict, samples: int) -> list[dict]:
     return rows
 
 
-def main(argv: list[str]) -> int:
-    p = ArgumentParser(prog="python -m simulator kernels",
-                       description="Shape-aware roofline vs NVIDIA's measured kernel database, per GPU and family.")
-    p.add_argument("topologies", nargs="*", help="topology YAML files (default: the shipped ones with a kernel_database)")
+def configure(p) -> None:
+    p.add_argument("topologies", nargs="*", help="topology YAML files or names (default: the shipped ones with a "
+                   "kernel_database)")
     p.add_argument("--fit", action="store_true", help="refit the efficiencies per GPU family and print them as YAML")
     p.add_argument("--samples", type=int, default=1500, help="database rows sampled per GPU and family (default 1500)")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    args = p.parse_args(argv)
+
+
+def main(args) -> int:
+    from ..config.catalog import data_dir, locate
     from ..config.errors import ConfigError
     from ..kernels import fit, measured
 
     if measured.data_root() is None:
         raise ConfigError("command line", "kernels", "aiconfigurator-core is not installed",
                           "pip install 'specsim[measured]'")
-    paths = args.topologies or sorted(glob.glob(os.path.join(SHIPPED, "*.yaml")))
+    paths = [locate(t, "topology") for t in args.topologies] or \
+        sorted(glob.glob(os.path.join(data_dir("topology"), "*.yaml")))
     specs = {}
     for path in paths:
         gpu = _load(path).gpu

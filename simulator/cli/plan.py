@@ -1,39 +1,39 @@
-"""`python -m simulator plan SCENARIO.yaml`: one lever at a time, what each change does to throughput, ranked.
+"""Simulate the scenario with one change at a time (NVLink, CUDA-graph verify, all-reduce options, memory
+bandwidth, a better drafter, chain/tree, draft length) and rank the changes by throughput.
 
-The levers are declared in one list, `simulator.planning.LEVERS`.
+The levers are declared in one list, `simulator.analysis.planning.LEVERS`.
 """
 from __future__ import annotations
 
 import json
-import sys
+import logging
 
 from ..config.errors import ConfigError
-from . import ArgumentParser, scenario_options
+from . import overrides_of, scenario_options
+
+log = logging.getLogger("specsim")
+
+EXAMPLES = """
+  specsim plan pcie8_eagle3                        every lever, ranked
+  specsim plan pcie8_ngram --format json
+  specsim plan pcie8_eagle3 --plot tornado.png
+"""
 
 
-def parser() -> ArgumentParser:
-    p = ArgumentParser(prog="python -m simulator plan",
-                       description="Simulate the scenario with one change at a time (NVLink, CUDA-graph verify, "
-                       "all-reduce options, memory bandwidth, a better drafter, chain/tree, draft length) and rank "
-                       "the changes by throughput.")
+def configure(p) -> None:
     scenario_options(p, fidelity=True)
     p.add_argument("--plot", metavar="OUT.png", help="tornado chart of the levers' throughput")
-    return p
 
 
-def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+def main(args) -> int:
     from ..analysis.planning import plan_levers
-
-    overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else []) + \
-        ([f"fidelity={args.fidelity}"] if args.fidelity else [])
     from ..results.files import check_outputs
     from ..results.limits import check_work
     from ..results.run import resolve
 
     check_outputs(args)
-    check_work(resolve(args.scenario, None, overrides), args.max_work)
-    plan = plan_levers(args.scenario, overrides, progress=lambda text: print(text, file=sys.stderr))
+    check_work(resolve(args.scenario, None, overrides_of(args)), args.max_work)
+    plan = plan_levers(args.scenario, overrides_of(args), progress=lambda text: log.info("%s", text))
     if args.format == "json":
         print(json.dumps(to_dict(plan), indent=2, default=str))
     else:
@@ -86,4 +86,4 @@ def plot(plan, path: str) -> None:
     tornado([(o.name, o.throughput_tok_s) for o in plan.ranked], baseline_value=plan.today.baseline_tok_s,
             current_value=plan.today.throughput_tok_s, xlabel="speculative throughput (tok/s)",
             title=f"{plan.scenario}: one change at a time", path=path)
-    print(f"plot: {path}", file=sys.stderr)
+    log.info("plot: %s", path)

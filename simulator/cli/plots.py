@@ -1,35 +1,38 @@
-"""`python -m simulator plots [--out plots/] [--quick]`: regenerate the figures README shows (the recipes are in
+"""Regenerate the figures the README shows, into ./plots (or --out) under the current directory (the recipes are in
 simulator/viz/recipes.py; this module only reads the arguments). Progress goes to stderr.
 """
 from __future__ import annotations
 
-import os
-import sys
+import logging
 import time
 
-from . import ArgumentParser
+log = logging.getLogger("specsim")
 
-from ..viz.recipes import ROOT, Figures
+EXAMPLES = """
+  specsim plots                                    every figure into ./plots (about 15 s)
+  specsim plots --out figs --quick                 thin sweeps and short requests, for a quick look
+"""
 
 
-def parser() -> ArgumentParser:
-    p = ArgumentParser(prog="python -m simulator plots", description="Regenerate the figures in plots/.")
-    p.add_argument("--out", default=os.path.join(ROOT, "plots"), help="folder for the figures (default plots/)")
+def configure(p) -> None:
+    p.add_argument("--out", default="plots", help="folder for the figures (default: ./plots, made if missing)")
     p.add_argument("--quick", action="store_true", help="short requests and thin sweeps (for tests)")
-    return p
 
 
-def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+def main(args) -> int:
     from ..results.files import check_outputs
+    from ..viz.recipes import Figures
+    from . import note, progress
 
     check_outputs(args, files=(), folders=("out",))  # made if missing, refused if a file or not writable
     figures = Figures(args.out, args.quick)
     started = time.perf_counter()
     items = figures.all()
-    for i, (name, make) in enumerate(items, 1):
+    bar = progress(items, desc="plots", unit="figure")
+    for i, (name, make) in enumerate(bar, start=1):
+        note(bar, f"[{i}/{len(items)}] {name}")
         t = time.perf_counter()
         path = make()
-        print(f"[{i}/{len(items)}] {name}: {path} ({time.perf_counter() - t:.1f} s)", file=sys.stderr)
-    print(f"{len(items)} figures in {args.out} ({time.perf_counter() - started:.1f} s)", file=sys.stderr)
+        log.debug("%s: %s (%.1f s)", name, path, time.perf_counter() - t)
+    log.info("%d figures in %s (%.1f s)", len(items), args.out, time.perf_counter() - started)
     return 0

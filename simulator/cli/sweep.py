@@ -1,30 +1,40 @@
-"""`python -m simulator sweep SWEEP.yaml`: run a sweep's points in parallel, rows streamed to a resumable CSV."""
+"""Run a sweep of a scenario over config paths, its points in parallel, rows streamed to a resumable CSV; a rerun
+skips the points that already have an ok row.
+"""
 from __future__ import annotations
 
+import logging
 import sys
 
 from ..config.errors import ConfigError
-from . import ArgumentParser, limit_options
+from . import limit_options
+
+log = logging.getLogger("specsim")
+
+EXAMPLES = """
+  specsim sweep sweep_link                         a shipped sweep by name -> ./sweep_link.results.csv
+  specsim sweep my_sweep.yaml --workers 4 --out results.csv
+  specsim sweep my_sweep.yaml --dask tcp://scheduler:8786
+"""
 
 
-def parser() -> ArgumentParser:
-    p = ArgumentParser(prog="python -m simulator sweep", description="Run a sweep of a scenario over config paths; "
-                       "a rerun skips the points that already have an ok row.")
-    p.add_argument("sweep", help="sweep YAML file")
+def configure(p) -> None:
+    p.add_argument("sweep", help="sweep YAML file, or the name of a shipped one")
     p.add_argument("--workers", type=int, metavar="N", help="local worker processes (default: the number of CPUs)")
     p.add_argument("--dask", metavar="tcp://HOST:PORT", help="run on this Dask scheduler instead of local processes")
-    p.add_argument("--out", metavar="RESULTS.csv", help="results file (default: <sweep name>.results.csv next to "
-                   "the sweep file)")
+    p.add_argument("--out", metavar="RESULTS.csv", help="results file (default: <sweep name>.results.csv in the "
+                   "current directory)")
     p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override every point's fidelity")
     p.add_argument("--chunk", type=int, metavar="N", help="points per task sent to a worker (default: automatic)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal anyway)")
     p.add_argument("--max-points", type=int, metavar="N", help="refuse sweeps of more than N points (default 100000)")
     limit_options(p)
-    return p
 
 
-def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+def main(args) -> int:
+    from . import show_progress
+    from ..config.catalog import locate
+
     from ..results.files import check_output_file
     from ..results.limits import check_workers
 
@@ -37,12 +47,13 @@ def main(argv: list[str]) -> int:
     from ..experiments.sweep import Terminated, run_sweep
 
     try:
-        report = run_sweep(args.sweep, workers=args.workers, dask_address=args.dask, out=args.out,
-                           fidelity=args.fidelity, progress=False if args.no_progress else None,
+        report = run_sweep(locate(args.sweep, "scenario"), workers=args.workers, dask_address=args.dask,
+                           out=args.out, fidelity=args.fidelity,
+                           progress=False if args.no_progress or not show_progress() else None,
                            chunk_size=args.chunk, max_points=args.max_points, max_work=args.max_work)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the workers are stopped, finished rows are kept
         signal_name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
         print(f"sweep: stopped by {signal_name}; finished rows are kept, rerun to resume", file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
-    print(report.line(), file=sys.stderr)
+    log.info("%s", report.line())
     return 0

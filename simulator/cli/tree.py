@@ -1,15 +1,16 @@
-"""`python -m simulator tree --accept P1,P2,... --size N`: the best token tree for a positional acceptance vector."""
+"""Optimal token tree (Sequoia's dynamic program) for a positional acceptance vector."""
 from __future__ import annotations
 
 import json
 import math
 
-from . import ArgumentParser
+EXAMPLES = """
+  specsim tree --accept 0.6,0.2,0.1 --size 9              the best 9-node tree (root included)
+  specsim tree --accept 0.75,0.33 --size 16 --max-depth 4 --format json
+"""
 
 
-def main(argv: list[str]) -> int:
-    p = ArgumentParser(prog="python -m simulator tree",
-                       description="Optimal token tree (Sequoia's dynamic program) for positional acceptance.")
+def configure(p) -> None:
     p.add_argument("--accept", required=True,
                    help="P1,P2,...: P_k is the chance that the k-th ranked child of an accepted node is accepted")
     p.add_argument("--size", type=int, required=True, help="tokens in the verify pass, the root included")
@@ -18,7 +19,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--max-size", type=int, default=256, metavar="N",
                    help="refuse sizes above N (default 256: the program costs ~ depth x size^2 x the number of "
                         "probabilities, 256 runs in well under a second)")
-    args = p.parse_args(argv)
+
+
+def main(args) -> int:
     from ..analysis.analytic import chain_expected_tokens, optimal_tree
     from ..config.errors import ConfigError
 

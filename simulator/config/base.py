@@ -10,10 +10,11 @@ from .errors import ConfigError
 
 
 class Strict(BaseModel):
-    """Frozen, no unknown keys, finite numbers: a typo in a YAML file is an error, not a silently ignored key; a
-    boolean is not a number (pydantic would read `tp: true` as 1)."""
+    """Frozen, no unknown keys, finite numbers, strict types: a typo in a YAML file is an error, not a silently
+    ignored key; `"yes"` is not a boolean, `"1000"` not a number, and a boolean not a number (pydantic would read
+    `tp: true` as 1); an int is still accepted where a float is expected."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -38,6 +39,11 @@ def _accepts_bool(annotation: Any) -> bool:
     return any(_accepts_bool(a) for a in get_args(annotation))
 
 
+INTERNAL_TAGS = ("function-", "constrained-", "tagged-union", "lax-or-strict", "json-or-python", "nullable",
+                 "model-fields", "default", "union")
+SCALAR_TAGS = ("int", "float", "str", "bool", "none", "list", "dict", "tuple")
+
+
 def _dotted(loc: tuple, root: type[BaseModel] | None = None) -> str:  # noqa: C901
     """A pydantic error location as a user's key path (discriminator tags and validator names dropped)."""
     parts: list[str] = []
@@ -47,8 +53,8 @@ def _dotted(loc: tuple, root: type[BaseModel] | None = None) -> str:  # noqa: C9
             parts.append(f"[{item}]")
             continue
         text = str(item)
-        if text.startswith(("function-", "constrained-")) or text.endswith("]") or text in _PLAIN_TYPES:
-            continue
+        if text.startswith(INTERNAL_TAGS) or text.endswith("]") or text in SCALAR_TAGS:
+            continue  # pydantic's names for union branches and validators, not the user's keys
         model = _as_model(current) if current is not None else None
         if model is None and current is not None:
             tagged = [m for m in _members(current) if _tag(m) == item]
@@ -148,16 +154,41 @@ def _allowed(error: dict, root: type[BaseModel]) -> str | None:
     return None
 
 
-_PLAIN_TYPES = ("int", "float", "str", "bool")  # a union member's name in an error location, not a key
 _TYPE_ERRORS = ("int_type", "float_type", "bool_type", "string_type", "model_attributes_type", "model_type",
                 "dict_type", "list_type")
 
 
 def _best_error(errors: list[dict]) -> dict:
     """The error to report: a union (a number or a {kind: ...} mapping) reports one error per member, and the
-    member the user meant is the one whose type matched; its error is the real problem."""
+    member the user meant is the one whose type matched; its error is the real problem (the deepest, if several)."""
     meant = [e for e in errors if e["type"] not in _TYPE_ERRORS]
-    return meant[0] if meant else errors[0]
+    return max(meant or errors[:1], key=lambda e: len(e["loc"]))
+
+
+def _problem(error: dict, model: type[BaseModel]) -> tuple[str, str | None]:
+    """(what is wrong, what is allowed) in the user's words, with the closest allowed word where one is near."""
+    import difflib
+
+    kind = error["type"]
+    allowed = _allowed(error, model)
+    given = error.get("input")
+    if kind == "extra_forbidden":
+        owner = _model_at(model, error["loc"])
+        close = difflib.get_close_matches(str(error["loc"][-1]), list(owner.model_fields) if owner else [], n=1)
+        return "unknown key" + (f"; did you mean {close[0]!r}?" if close else ""), allowed
+    if kind == "missing":
+        return "required key is missing", allowed
+    if kind in ("literal_error", "union_tag_invalid", "enum"):
+        word = (error.get("ctx") or {}).get("tag") if kind == "union_tag_invalid" else given
+        choices = [c.strip(" '") for c in str(allowed or "").replace(" or ", ", ").split(",")]
+        close = difflib.get_close_matches(str(word), choices, n=1)
+        head = f"unknown kind {word!r}" if kind == "union_tag_invalid" else f"{word!r} is not allowed"
+        return head + (f"; did you mean {close[0]!r}?" if close else ""), ", ".join(c for c in choices if c)
+    problem = error["msg"].removeprefix("Value error, ")
+    if given is not None and not isinstance(given, (dict, list, tuple)):
+        shown = repr(given)
+        problem = f"{problem}, got {shown[:57] + '...' if len(shown) > 60 else shown}"
+    return problem, allowed
 
 
 def validate(model: type[BaseModel], data: Any, file: str | None, prefix: str = ""):
@@ -166,22 +197,8 @@ def validate(model: type[BaseModel], data: Any, file: str | None, prefix: str = 
         return model.model_validate(data)
     except ValidationError as exc:
         error = _best_error(exc.errors(include_url=False))
-        loc = error["loc"]
-        path = _dotted(loc, model) or "(the whole file)"
+        path = _dotted(error["loc"], model) or "(the whole file)"
         if prefix:
             path = f"{prefix}.{path}" if path else prefix
-        kind = error["type"]
-        if kind == "extra_forbidden":
-            problem = "unknown key"
-        elif kind == "missing":
-            problem = "required key is missing"
-        elif kind == "union_tag_invalid":
-            problem = f"unknown kind {(error.get('ctx') or {}).get('tag')!r}"
-        else:
-            problem = error["msg"].removeprefix("Value error, ")
-            if "input" in error and not isinstance(error["input"], (dict, list, tuple)):
-                shown = repr(error["input"])
-                if len(shown) > 60:
-                    shown = shown[:57] + "..."
-                problem = f"{problem}, got {shown}"
-        raise ConfigError(file, path, problem, _allowed(error, model)) from None
+        problem, allowed = _problem(error, model)
+        raise ConfigError(file, path, problem, allowed) from None

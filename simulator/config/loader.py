@@ -4,11 +4,13 @@ from __future__ import annotations
 import copy
 import functools
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 import yaml
 
+from .catalog import read_kind
 from .errors import ConfigError
 from .paths import split_path  # noqa: F401  (re-exported: the one reading of a dotted path)
 from .base import validate
@@ -27,6 +29,9 @@ class Scenario:
     model: ModelCard
     source: str = "<inline>"
     draft_model: ModelCard | None = None
+    # provenance, not configuration (two scenarios that run the same are equal whatever files they came from):
+    files: Mapping[str, str] = field(default_factory=dict, compare=False)  # topology / model -> the file read
+    overrides: tuple[tuple[str, Any], ...] = field(default=(), compare=False)  # every override applied, in order
 
     @property
     def name(self) -> str:
@@ -48,11 +53,19 @@ class Scenario:
             raw["speculation"]["draft_model"]["model"] = self.draft_model.model_dump(mode="json")
         for path, value in overrides.items():
             set_path(raw, path, value, self.source)
-        return build(raw, self.source, os.path.dirname(self.source) if os.path.isfile(self.source) else ".")
+        rebuilt = build(raw, self.source, os.path.dirname(self.source) if os.path.isfile(self.source) else ".")
+        files = {**self.files, **{k: v for k, v in rebuilt.files.items() if not v.startswith(self.source)}}
+        return replace(rebuilt, files=files, overrides=self.overrides + tuple(overrides.items()))
 
 
 # libyaml's implementation of the safe loader when present (same safe subset as yaml.safe_load, ~10x faster)
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class _SAFE_LOADER(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # noqa: N801
+    """The safe loader, reading 1e6 and 2E-3 as numbers as YAML 1.2 does (YAML 1.1 wants a dot: 1.0e6)."""
+
+
+_SAFE_LOADER.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 _FILE_CACHE_SIZE = 256  # parsed files kept (by path, modification time and size); a run reads a handful
 MAX_FILE_BYTES = 10_000_000
 MAX_VALUES = 100_000  # values a document may expand to through aliases (shipped files hold a few hundred)
@@ -197,8 +210,7 @@ def set_path(data: dict, path: str, value: Any, file: str) -> None:
 def _load_part(value: Any, key: str, scenario_file: str, base_dir: str) -> tuple[Any, str]:
     """A referenced file's content (or an inline mapping) and the name to report errors against."""
     if isinstance(value, str):
-        path = os.path.normpath(os.path.join(base_dir, value))
-        data = read_yaml(path, key, referrer=scenario_file)
+        path, data = read_kind(value, "topology" if key == "topology" else "model", scenario_file, base_dir)
         return data, path
     if isinstance(value, dict):
         return value, f"{scenario_file} ({key})"
@@ -206,6 +218,7 @@ def _load_part(value: Any, key: str, scenario_file: str, base_dir: str) -> tuple
 
 
 def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any]] = ()) -> Scenario:
+    overrides = list(overrides)
     if not isinstance(raw, dict):
         raise ConfigError(file, "<root>", "expected a mapping of scenario keys", "name, topology, model, parallelism, ...")
     raw = copy.deepcopy(raw)
@@ -219,9 +232,10 @@ def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any
     for key in ("topology", "model"):
         if key not in raw:
             raise ConfigError(file, key, "required key is missing")
-    parts = {}
+    parts, files = {}, {}
     for key, model in (("topology", Topology), ("model", ModelCard)):
         data, name = _load_part(raw[key], key, file, base_dir)
+        files[key] = name
         if not isinstance(data, dict):
             raise ConfigError(name, "<root>", f"expected a mapping for the {key}")
         data = copy.deepcopy(data)
@@ -239,14 +253,14 @@ def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any
         draft_cfg["model"] = name if isinstance(draft_cfg["model"], str) else "<inline>"
     spec = validate(ScenarioSpec, raw, file)
     scenario = Scenario(spec=spec, topology=parts["topology"], model=parts["model"], source=file,
-                        draft_model=draft_card)
+                        draft_model=draft_card, files=files, overrides=tuple(overrides))
     check(scenario)
     return scenario
 
 
 def load_scenario(path: str, overrides: Iterable[str | tuple[str, Any]] = ()) -> Scenario:
     parsed = [parse_override(o) if isinstance(o, str) else o for o in overrides]
-    raw = read_yaml(path)
+    path, raw = read_kind(str(path), "scenario")  # a path, or the name of a shipped or user scenario
     return build(raw, path, os.path.dirname(os.path.abspath(path)), parsed)
 
 

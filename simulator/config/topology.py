@@ -71,7 +71,7 @@ class FabricNode(Strict):
 
 
 class FabricLink(Strict):
-    between: tuple[str, str] = Field(description="The two node names this link joins")
+    between: tuple[str, str] = Field(strict=False, description="The two node names this link joins")
     kind: Literal["pcie", "nvlink", "socket", "network"] = Field(
         description="pcie | nvlink | socket (UPI/xGMI between CPU sockets) | network (a NIC's port to a switch or NIC)")
     bandwidth_GBps: Rate = Field(description="Bandwidth per direction")

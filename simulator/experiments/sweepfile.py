@@ -64,7 +64,7 @@ class Sweep:
 
     @property
     def default_out(self) -> str:
-        return os.path.join(os.path.dirname(os.path.abspath(self.file)), f"{self.name}.results.csv")
+        return os.path.abspath(f"{self.name}.results.csv")  # the current directory, never beside a shipped sweep
 
 
 class Point(NamedTuple):

@@ -44,13 +44,95 @@ def to_json(result: Result) -> str:
     return json.dumps(finite(result.to_dict()), indent=2, allow_nan=False)
 
 
-def to_csv(result: Result) -> str:
-    row = flatten(result.to_dict())
+# The CSV columns, the same for every scenario: nested sections with their fixed sub-keys (a missing section, e.g.
+# the verify statistics of a run without speculation, leaves its cells empty). Histograms, windows and other
+# variable-length parts are in the long form (`--format csv-long`) and the JSON.
+STEP_STATS = ("mean", "p50", "p99")
+PERCENTILES = ("mean", "p50", "p90", "p99")
+ALLREDUCE = ("bytes", "algorithm", "protocol", "time_us", "latency_us", "algbw_GBps", "busbw_GBps")
+LOAD = {**{k: PERCENTILES for k in ("ttft_ms", "tpot_ms", "queue_ms")}, "request_throughput_rps": None,
+        "goodput_rps": None, "slo_attainment": None, "target": ("ttft_ms", "tpot_ms"), "kv_peak_tokens": None,
+        "kv_capacity_tokens": None, "kv_peak_fraction": None, "preemptions": None, "mean_batch": None,
+        "max_waiting": None}
+PROVENANCE = ("specsim_version", "scenario", "scenario_file", "topology", "topology_file", "model", "model_file",
+              "overrides", "seed", "fidelity", "kernel_source", "description")
+CSV_SHAPE: dict[str, Any] = {
+    "scenario": None, "fidelity": None, "seed": None, "throughput_tok_s": None, "baseline_tok_s": None,
+    "speedup": None, "mean_accept_len": None, "breakeven_accept_len": None, "tokens": None, "sim_time_s": None,
+    "wall_time_s": None, "tpot_ms": None, "ttft_ms": None,
+    "step_ms": {k: STEP_STATS for k in ("decode", "verify", "draft", "step", "baseline_decode")},
+    "breakdown_ms_per_token": BREAKDOWN,
+    "allreduce_per_pass": None,
+    "allreduce_ms_per_pass": {k: ("rank_mean", "profiled_rank") for k in ("verify", "decode")},
+    "allreduce_choice": {k: ALLREDUCE for k in ("decode", "verify")},
+    "speculation": ("method", "draft_tokens", "verify", "expected_accept_len"),
+    "graph_verify": None, "eager_verify": None,
+    "policy": ("kind", "steps", "speculative_share"),
+    "what_if": {"cuda_graph_verify": ("verify_ms", "breakeven_accept_len", "speedup_at_this_accept_len")},
+    "load": LOAD, "baseline_load": LOAD,
+    "provenance": PROVENANCE,
+}
+
+
+def _columns(shape: Any, prefix: str = "") -> list[str]:
+    if shape is None:
+        return [prefix.rstrip(".")]
+    if isinstance(shape, tuple):
+        return [f"{prefix}{k}" for k in shape]
+    return [c for key, sub in shape.items() for c in _columns(sub, f"{prefix}{key}.")]
+
+
+CSV_COLUMNS = tuple(_columns(CSV_SHAPE))
+
+
+def _cells(result: Result) -> dict[str, Any]:
+    """The result's JSON, finite, with the override list joined by '; ' (one cell)."""
+    data = finite(result.to_dict())
+    prov = data.get("provenance") or {}
+    data["provenance"] = {**prov, "overrides": "; ".join(prov.get("overrides") or [])}
+    return data
+
+
+def csv_row(result: Result) -> dict[str, Any]:
+    """The result as one row of CSV_COLUMNS."""
+    flat = flatten(_cells(result))
+    return {column: flat.get(column, "") for column in CSV_COLUMNS}
+
+
+def write_csv(rows: list[dict[str, Any]], columns) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(row))
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
-    writer.writerow(row)
+    writer.writerows([{k: ("" if v is None else v) for k, v in row.items()} for row in rows])
     return buffer.getvalue()
+
+
+def to_csv(result: Result) -> str:
+    """One row under the fixed header CSV_COLUMNS."""
+    return write_csv([csv_row(result)], CSV_COLUMNS)
+
+
+def long_rows(result: Result) -> list[dict[str, Any]]:
+    """Every figure of the result as (scenario, quantity, key, value): histograms and windows one row per entry."""
+    data = _cells(result)
+    out = []
+    for name, value in flatten({k: v for k, v in data.items()
+                                if k not in ("accept_len_hist", "accept_len_windows")}).items():
+        out.append({"scenario": result.scenario, "quantity": name, "key": "", "value": value})
+    for length, count in (data.get("accept_len_hist") or {}).items():
+        out.append({"scenario": result.scenario, "quantity": "accept_len_hist", "key": length, "value": count})
+    for window in data.get("accept_len_windows") or []:
+        key = f"{window['start']}-{window['end']}"
+        out.append({"scenario": result.scenario, "quantity": "accept_len_windows.mean_accept_len", "key": key,
+                    "value": window["mean_accept_len"]})
+        out.append({"scenario": result.scenario, "quantity": "accept_len_windows.steps", "key": key,
+                    "value": window["steps"]})
+    return out
+
+
+def to_csv_long(result: Result) -> str:
+    """The long form: columns scenario, quantity, key, value (one row per figure, per histogram bin, per window)."""
+    return write_csv(long_rows(result), ("scenario", "quantity", "key", "value"))
 
 
 def verdict(result: Result) -> list[str]:
@@ -100,9 +182,11 @@ def verdict(result: Result) -> list[str]:
 def to_table(result: Result) -> str:
     r = result
     lines = []
-    lines.append(f"specsim: {r.scenario}")
+    lines.append(f"specsim {r.provenance.get('specsim_version', '')}: {r.scenario}".replace(" :", ":"))
     if r.description:
         lines.append(f"  {r.description}")
+    if r.provenance.get("overrides"):
+        lines.append(f"  overrides: {'; '.join(r.provenance['overrides'])}")
     lines.append(f"fidelity {r.fidelity}, seed {r.seed}, {r.tokens:,} tokens, simulated {r.sim_time_s:,.1f} s "
                  f"in {r.wall_time_s:.2f} s wall")
     lines.append("")
@@ -114,9 +198,13 @@ def to_table(result: Result) -> str:
         lines.append(f"  mean accept length  {r.mean_accept_len:8.2f}" +
                      (f"         (acceptance model's expectation {expected:.2f})" if expected else ""))
         hist = "  ".join(f"{k}:{v}" for k, v in r.accept_len_hist.items())
-        lines.append(f"  accept histogram    {hist}")
+        if hist:
+            lines.append(f"  accept histogram    {hist}")
     s = r.step_ms
-    if spec:
+    if spec and not s.get("verify"):
+        lines.append(f"  verify pass         {'-':>8}      no speculative step ran (the {r.policy.get('kind', '')} "
+                     "policy never chose to speculate)")
+    elif spec:
         lines.append(f"  verify pass         {_fmt(s['verify']['mean']):>8} ms   p50 {_fmt(s['verify']['p50'])}  "
                      f"p99 {_fmt(s['verify']['p99'])}   ({'CUDA graph' if r.graph_verify else 'eager'})")
         lines.append(f"  drafting            {_fmt(s['draft']['mean'], 2):>8} ms   whole step {_fmt(s['step']['mean'])} ms")
@@ -165,3 +253,15 @@ def to_table(result: Result) -> str:
         lines.append("")
         lines.extend("  " + line for line in text)
     return "\n".join(lines)
+
+
+def write_steps(path: str, result: Result) -> None:
+    """Every step of the speculative run as CSV, one row per step."""
+    from ..engine.server import STEP_FIELDS
+    from .files import atomic_write
+
+    with atomic_write(path, newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(STEP_FIELDS)
+        for row in zip(*(result.run.steps[name] for name in STEP_FIELDS)):
+            writer.writerow([f"{v:.6g}" for v in row])

@@ -10,6 +10,7 @@ from .derived import allreduce_choice, breakeven_accept_len, expected_accept_len
 from .summary import (Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, summarize,
                       _stats_ms)
 from ..model.cost import PassShape
+from .provenance import describe, provenance
 from ..config.typical import mean_length
 
 
@@ -84,7 +85,7 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
         speculation={"method": spec.speculation.method, "draft_tokens": spec.speculation.draft_tokens,
                      "verify": spec.speculation.verify,
                      "expected_accept_len": expected_accept_len(scenario, main.slots)},
-        description=spec.description,
+        description=describe(scenario),
         graph_verify=spec.runtime.cuda_graph_verify,
         eager_verify=not spec.runtime.cuda_graph_verify,
         accept_len_windows=accept_windows(main.accept_lengths, main.accept_positions),
@@ -93,6 +94,7 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
         load=load,
         baseline_load=load_metrics(base, spec.workload.target),
         kernels=kernel_report(scenario, machine, main.slots),
+        provenance=provenance(scenario),
         run=main,
         baseline=base,
     )

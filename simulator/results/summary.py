@@ -107,6 +107,7 @@ class Result:
     load: dict[str, Any] = field(default_factory=dict)  # latency percentiles, goodput, queueing, KV use
     baseline_load: dict[str, Any] = field(default_factory=dict)
     kernels: dict[str, Any] = field(default_factory=dict)  # which source timed each kernel family (measured/roofline)
+    provenance: dict[str, Any] = field(default_factory=dict)  # what was run (results/provenance.py)
     run: RunSummary | None = field(default=None, repr=False, compare=False)
     baseline: RunSummary | None = field(default=None, repr=False, compare=False)
 

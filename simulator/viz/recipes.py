@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NVLINK = "../topologies/nvlink8_h200.yaml"  # relative to the scenario files
+NVLINK = "nvlink8_h200"  # a shipped topology, by name
 
 
 def scenario(name: str) -> str:
-    return os.path.join(ROOT, "scenarios", f"{name}.yaml")
+    """A shipped scenario's file, wherever the package is installed."""
+    from ..config.catalog import locate
+
+    return locate(name, "scenario")
 
 
 class Figures:

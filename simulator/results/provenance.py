@@ -1,0 +1,104 @@
+"""What was run: every result names the simulator version, the files and names it read, every override, the seed,
+the fidelity and the kernel-cost source; and a one-line description generated from the resolved configuration
+(so it cannot disagree with what ran, whatever the scenario file's own `description:` says).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ..config.catalog import display_path
+from ..config.loader import Scenario
+from ..config.version import __version__
+
+DRAFTERS = {"eagle3": "EAGLE-3 head", "mtp": "MTP head", "ngram": "n-gram drafter", "draft_model": "draft model"}
+
+
+def _file(path: str | None) -> str | None:
+    if not path or path.startswith("<"):
+        return path
+    return display_path(path) if os.path.isfile(path) else path
+
+
+def override_text(path: str, value: Any) -> str:
+    """'a.b=value' with the value as the user would write it in YAML/JSON."""
+    shown = value if isinstance(value, str) else json.dumps(value, default=str)
+    return f"{path}={shown}"
+
+
+def kernel_source(scenario: Scenario) -> str:
+    """Which source costed the kernels: a configured one where the scenario names it, else the roofline model."""
+    kernels = getattr(scenario.spec, "kernels", None)
+    return str(getattr(kernels, "source", None) or kernels or "roofline")
+
+
+def provenance(scenario: Scenario) -> dict:
+    """The record every output carries (JSON, CSV, trace, figure metadata, sweep rows)."""
+    files = dict(scenario.files)
+    return {
+        "specsim_version": __version__,
+        "scenario": scenario.spec.name,
+        "scenario_file": _file(scenario.source),
+        "topology": scenario.topology.name,
+        "topology_file": _file(files.get("topology")),
+        "model": scenario.model.name,
+        "model_file": _file(files.get("model")),
+        "overrides": [override_text(p, v) for p, v in scenario.overrides],
+        "seed": scenario.spec.seed,
+        "fidelity": scenario.spec.fidelity,
+        "kernel_source": kernel_source(scenario),
+        "description": describe(scenario),
+    }
+
+
+def _tokens(length) -> str:
+    from ..config.typical import mean_length
+
+    mean = mean_length(length)
+    text = f"{mean / 1000:.0f}K" if mean >= 1000 and mean % 1000 < 50 else f"{mean:,.0f}"
+    return text if isinstance(length, int) or getattr(length, "kind", "fixed") == "fixed" else f"~{text} ({length.kind})"
+
+
+def _machine(scenario: Scenario) -> str:
+    topo = scenario.topology
+    fabric = "NVLink" if any(link.kind == "nvlink" for link in topo.fabric.links) else "PCIe"
+    return f"{topo.num_gpus}x {topo.gpu.name} {fabric}, TP{scenario.spec.parallelism.tp}"
+
+
+def _speculation(scenario: Scenario) -> list[str]:
+    spec, runtime = scenario.spec.speculation, scenario.spec.runtime
+    if spec.method == "none":
+        return [f"plain decode ({'CUDA graph' if runtime.cuda_graph_decode else 'eager'}), no speculation"]
+    drafter = DRAFTERS[spec.method]
+    if spec.method == "draft_model" and scenario.draft_model is not None:
+        drafter = f"draft model {scenario.draft_model.name}"
+    tree = {"topk": f"top-{spec.tree.k} tree", "k_ary": f"{spec.tree.k}-ary tree", "optimal": "optimal tree"}
+    shape = f"chain of {spec.draft_tokens}" if spec.verify == "chain" else \
+        f"{tree.get(spec.tree.kind, 'tree')} of {spec.draft_tokens} drafts"
+    parts = [drafter, shape, "CUDA-graph verify" if runtime.cuda_graph_verify else "eager verify"]
+    if scenario.spec.policy.kind != "static":
+        parts.append(f"{scenario.spec.policy.kind} policy")
+    return parts
+
+
+def _workload(scenario: Scenario) -> str:
+    work = scenario.spec.workload
+    arrival = work.arrival.kind
+    if arrival == "trace":
+        text = "requests replayed from a trace"
+    else:
+        text = f"{work.requests} request{'s' if work.requests != 1 else ''} of {_tokens(work.prompt_tokens)} " \
+               f"prompt + {_tokens(work.output_tokens)} output tokens"
+        if arrival in ("poisson", "fixed_rate"):
+            text += f", {arrival.replace('_', ' ')} arrivals at {work.arrival.rate_per_s:g}/s"
+    if work.concurrency > 1:
+        text += f", up to {work.concurrency} at once"
+    if work.kv_overflow == "preempt":
+        text += ", preemption when the KV cache fills"
+    return text
+
+
+def describe(scenario: Scenario) -> str:
+    """'Kimi-K2.5, 8x RTX PRO 6000 Blackwell PCIe, TP8, n-gram drafter, parents tree of 8 drafts, eager verify, ...'"""
+    return ", ".join([scenario.model.name, _machine(scenario), *_speculation(scenario), _workload(scenario)])

@@ -1,0 +1,182 @@
+"""The tool as a user meets it: names for shipped files, provenance in every result, the configuration reference,
+strict types, errors in the user's words (each case with its exit code), fixed CSV columns."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+import pytest
+
+from conftest import ROOT, SCENARIOS, scenario_path
+from simulator.cli import main
+
+SHORT = ["--set", "workload.requests=1", "--set", "workload.output_tokens=64"]
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# -- names ---------------------------------------------------------------------------------------------------------
+def test_names_resolve_from_any_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_cli(capsys, "run", "pcie8_eagle3", "--format", "json", "--no-baseline",
+                           "--set", "topology=nvlink8_h200", *SHORT)
+    assert code == 0
+    prov = json.loads(out)["provenance"]
+    assert prov["topology"] == "nvlink8_h200" and prov["topology_file"] == os.path.join("topologies", "nvlink8_h200.yaml")
+    assert prov["scenario_file"] == os.path.join("scenarios", "pcie8_eagle3.yaml")
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_user_folders_are_searched_after_the_package(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "topologies").mkdir()
+    text = open(os.path.join(ROOT, "topologies", "nvlink8_h200.yaml")).read().replace("name: nvlink8_h200", "name: mine")
+    (tmp_path / "topologies" / "my_box.yaml").write_text(text)
+    code, out, _ = run_cli(capsys, "run", "pcie8_eagle3", "--format", "json", "--no-baseline",
+                           "--set", "topology=my_box", *SHORT)
+    assert code == 0 and json.loads(out)["provenance"]["topology"] == "mine"
+    code, out, _ = run_cli(capsys, "list", "topologies")
+    assert code == 0 and "my_box" in out and "nvlink8_h200" in out
+
+
+@pytest.mark.parametrize("what, expected", [("models", "kimi_k2_5"), ("topologies", "pcie8_rtx_pro_6000"),
+                                             ("scenarios", "pcie8_ngram")])
+def test_list(capsys, what, expected):
+    code, out, _ = run_cli(capsys, "list", what, "--format", "json")
+    assert code == 0 and expected in [e["name"] for e in json.loads(out)]
+
+
+# -- provenance and descriptions ------------------------------------------------------------------------------------
+def test_json_names_overrides_files_version_and_kernel_source(capsys):
+    from simulator.config.version import __version__
+
+    code, out, _ = run_cli(capsys, scenario_path("pcie8_eagle3.yaml"), "--format", "json", "--no-baseline",
+                           "--set", "topology=../topologies/nvlink8_h200.yaml",
+                           "--set", "runtime.cuda_graph_verify=true", "--set", "workload.requests=1")
+    assert code == 0
+    data = json.loads(out)
+    prov = data["provenance"]
+    assert prov["overrides"] == ["topology=../topologies/nvlink8_h200.yaml", "runtime.cuda_graph_verify=true",
+                                 "workload.requests=1"]
+    assert (prov["topology"], prov["model"], prov["specsim_version"]) == ("nvlink8_h200", "Kimi-K2.5", __version__)
+    assert prov["model_file"] == os.path.join("scenarios", "models", "kimi_k2_5.yaml")
+    assert prov["kernel_source"] and prov["seed"] == 0 and prov["fidelity"] == "fast"
+    # the description is the resolved configuration's, not the file's "8x RTX PRO 6000 ... eager verify"
+    assert "H200" in data["description"] and "CUDA-graph verify" in data["description"]
+    assert "RTX PRO" not in data["description"] and "eager" not in data["description"]
+    assert data["description"] == prov["description"]
+
+
+def test_description_follows_the_configuration():
+    from simulator.results.provenance import describe
+    from simulator.results.run import resolve
+
+    plain = describe(resolve(scenario_path("pcie8_eagle3.yaml"), {"speculation__method": "none"}))
+    assert "no speculation" in plain and "EAGLE-3" not in plain
+    tree = describe(resolve(scenario_path("pcie8_eagle3.yaml"), {"speculation__verify": "tree",
+                                                                 "speculation__draft_tokens": 8}))
+    assert "tree of 8 drafts" in tree
+    loaded = describe(resolve(scenario_path("pcie8_eagle3.yaml"), {
+        "workload__arrival": {"kind": "poisson", "rate_per_s": 0.5}, "workload__concurrency": 4,
+        "workload__kv_overflow": "preempt"}))
+    assert "poisson arrivals at 0.5/s" in loaded and "up to 4 at once" in loaded and "preemption" in loaded
+
+
+def test_version(capsys):
+    from simulator.config.version import __version__
+    import simulator
+
+    assert main(["--version"]) == 0 and capsys.readouterr().out.strip() == f"specsim {__version__}"
+    assert simulator.__version__ == __version__
+
+
+# -- the configuration reference ------------------------------------------------------------------------------------
+def test_docs_config_md_is_the_schema_output(capsys):
+    assert main(["schema", "--format", "markdown"]) == 0
+    generated = capsys.readouterr().out
+    with open(os.path.join(ROOT, "docs", "config.md"), encoding="utf-8") as handle:
+        assert generated == handle.read(), "docs/config.md is stale: specsim schema > docs/config.md"
+
+
+def test_schema_covers_the_keys_the_issue_names(capsys):
+    assert main(["schema", "--format", "json"]) == 0
+    keys = {row["key"]: row for section in json.loads(capsys.readouterr().out) for row in section["rows"]}
+    for key in ("workload.arrival (kind: poisson)", "workload.arrival (kind: trace)", "workload.kv_overflow",
+                "workload.output_tokens (kind: lognormal)", "fabric.links[].bandwidth_GBps"):
+        assert key in keys, key
+    assert keys["workload.kv_overflow"]["allowed"] == "queue, preempt"
+    assert keys["fabric.links[].bandwidth_GBps"]["unit"] == "GB/s"
+    assert keys["runtime.cuda_graph_verify"]["default"] == "false"
+
+
+# -- errors: each case with its exit code ----------------------------------------------------------------------------
+EAGLE3 = scenario_path("pcie8_eagle3.yaml")
+CASES = [
+    # (argv, exit code, fragments of the one line)
+    ([EAGLE3, "--set", 'runtime.cuda_graph_verify="yes"'], 2, ["runtime.cuda_graph_verify", "'yes'"]),
+    ([EAGLE3, "--set", 'workload.prompt_tokens="1000"'], 2, ["workload.prompt_tokens", "'1000'"]),
+    ([EAGLE3, "--set", "workload.output_tokens={kind: uniform, low: 100, high: 10}"], 2,
+     ["workload.output_tokens: high is below low"]),
+    ([EAGLE3, "--set", "runtime.cuda_graph_verfy=true"], 2, ["did you mean 'cuda_graph_verify'"]),
+    ([EAGLE3, "--set", "speculation.method=eagle"], 2, ["did you mean 'eagle3'"]),
+    ([EAGLE3, "--set", "workload.arrival={kind: poison, rate_per_s: 1}"], 2, ["did you mean 'poisson'"]),
+    ([EAGLE3, "--set", "topology=nvlink8_h20"], 2, ["no topology named 'nvlink8_h20'", "did you mean 'nvlink8_h200'"]),
+    (["collective", EAGLE3, "--bytes", "100"], 2, ["this is a scenario file, not a topology"]),
+    (["run", os.path.join(ROOT, "topologies", "nvlink8_h200.yaml")], 2, ["this is a topology file, not a scenario"]),
+    (["run", SCENARIOS], 2, ["is a directory, not a scenario file"]),
+    (["brekeven", EAGLE3], 2, ["unknown command", "did you mean 'breakeven'"]),
+    (["pcie8_eagle", "--format", "json"], 2, ["did you mean 'pcie8_eagle3'"]),
+]
+
+
+@pytest.mark.parametrize("argv, code, fragments", CASES, ids=[" ".join(c[0][-3:])[-50:] for c in CASES])
+def test_user_mistakes_exit_2_with_one_line(capsys, argv, code, fragments):
+    got, out, err = run_cli(capsys, *argv)
+    assert got == code and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err and "constrained" not in err, err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def test_no_pydantic_internals_in_messages(capsys):
+    code, _, err = run_cli(capsys, EAGLE3, "--set", "workload.output_tokens={kind: lognormal, median: 1}")
+    assert code == 2 and "constrained" not in err and "tagged-union" not in err
+
+
+def test_goodput_policy_that_never_speculates_reports(capsys):
+    code, out, err = run_cli(capsys, EAGLE3, "--set", "policy.kind=goodput", *SHORT)
+    assert code == 0, err
+    assert "no speculative step ran" in out or "verify pass" in out
+
+
+# -- fixed CSV columns ----------------------------------------------------------------------------------------------
+def test_run_csv_has_one_header_for_every_shipped_scenario(capsys):
+    import yaml
+
+    headers = {}
+    for name in sorted(os.listdir(SCENARIOS)):
+        path = os.path.join(SCENARIOS, name)
+        if not name.endswith(".yaml") or "scenario" in yaml.safe_load(open(path)):
+            continue
+        assert main([path, "--format", "csv", *SHORT]) == 0
+        rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+        assert len(rows) == 2 and len(rows[0]) == len(rows[1])
+        headers[name] = tuple(rows[0])
+    assert len(set(headers.values())) == 1, {k: len(v) for k, v in headers.items()}
+    header = next(iter(headers.values()))
+    assert "provenance.overrides" in header and not any(h.startswith("accept_len_hist") for h in header)
+
+
+def test_csv_long_form_holds_the_histogram(capsys):
+    assert main([EAGLE3, "--format", "csv-long", *SHORT]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    hist = {r["key"]: int(r["value"]) for r in rows if r["quantity"] == "accept_len_hist"}
+    tokens = next(float(r["value"]) for r in rows if r["quantity"] == "tokens")
+    assert sum(int(k) * v for k, v in hist.items()) <= tokens and hist
