@@ -156,7 +156,7 @@ def test_a_huge_workload_is_refused_with_its_estimate(capsys, no_simulation):
 
 
 def test_requests_1e18_is_refused_not_a_memory_error(capsys, no_simulation):
-    line = one_line_exit_2(capsys, [EAGLE3, "--set", "workload.requests=1.0e+18"])
+    line = one_line_exit_2(capsys, [EAGLE3, "--set", "workload.requests=1000000000000000000"])  # an int: types are strict
     assert "too much work" in line
 
 

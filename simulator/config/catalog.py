@@ -91,6 +91,8 @@ def locate(value: str, kind: str, referrer: str | None = None, base_dir: str | N
                               f"a {word} YAML file or name")
         if os.path.isfile(path):
             return path
+        if os.path.exists(path):
+            raise ConfigError(referrer or path, key, f"{path} is not a regular file", f"a {word} YAML file or name")
         stem = os.path.splitext(os.path.basename(value))[0]
         known = names(kind, base_dir)
         hint = suggest(stem, known) if stem not in known else f"; the shipped {word} {stem!r} is {known[stem]}"
