@@ -180,3 +180,45 @@ def test_csv_long_form_holds_the_histogram(capsys):
     hist = {r["key"]: int(r["value"]) for r in rows if r["quantity"] == "accept_len_hist"}
     tokens = next(float(r["value"]) for r in rows if r["quantity"] == "tokens")
     assert sum(int(k) * v for k, v in hist.items()) <= tokens and hist
+
+
+# -- steps.csv ------------------------------------------------------------------------------------------------------
+def test_steps_csv_has_names_and_units(tmp_path, capsys):
+    out = tmp_path / "steps.csv"
+    assert main([EAGLE3, "--steps-log", str(out), "--format", "json", *SHORT]) == 0
+    rows = list(csv.DictReader(open(out)))
+    header = list(rows[0])
+    from simulator.results.stepslog import STEP_COLUMNS
+
+    assert header == [h for h, _, _ in STEP_COLUMNS] and "duration_us" in header and "kind" in header
+    assert {r["kind"] for r in rows} == {"prefill", "speculative"}
+    assert {r["drafter"] for r in rows if r["kind"] == "speculative"} == {"eagle3"}
+    assert {r["drafter"] for r in rows if r["kind"] == "prefill"} == {"none"}
+    parts = ("compute_us", "memory_us", "launch_us", "allreduce_transfer_us", "allreduce_wait_us",
+             "draft_breakdown_us", "other_us")
+    for r in rows:  # the breakdown sums to the step (6 significant digits written)
+        assert sum(float(r[p]) for p in parts) == pytest.approx(float(r["duration_us"]), rel=1e-4)
+
+
+# -- one definition per quantity ------------------------------------------------------------------------------------
+def test_breakeven_command_and_run_agree(capsys):
+    from simulator.analysis.breakeven import breakeven_table
+    from simulator.results.run import resolve, run
+
+    scenario = resolve(EAGLE3)
+    result = run(scenario)
+    table = breakeven_table(scenario)
+    # the plain decode step: the same quantity (a mean over the generation's contexts) as the run's
+    assert table.decode_step_ms == pytest.approx(result.step_ms["baseline_decode"]["mean"], rel=1e-3)
+    assert table.with_drafting(table.own_cost()) == pytest.approx(result.breakeven_accept_len, rel=5e-3)
+    assert main(["breakeven", EAGLE3, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert "baseline_tok_s" not in data and data["decode_tok_s"] == pytest.approx(1e3 / table.decode_step_ms)
+
+
+def test_the_same_verify_gets_the_same_why(capsys):
+    whys = {}
+    for name in ("pcie8_eagle3.yaml", "pcie8_hybrid.yaml"):
+        assert main([scenario_path(name)]) == 0
+        whys[name] = next(line for line in capsys.readouterr().out.splitlines() if "why:" in line)
+    assert all("mostly waiting" in line for line in whys.values()), whys

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..config import Scenario
-from ..config.typical import typical_context
+from ..config.typical import mean_length
 from ..engine.costs import draft_passes, step_overhead_us, verify_pass
 from ..engine.machine import Machine, context_anchors
 from ..model.cost import PassShape
@@ -28,13 +28,30 @@ GENERIC_TABLE = dict(probs=[0.7], sibling_decay=0.5)
 
 
 # -- break-even ------------------------------------------------------------------------------------------------
-def _pass_us(machine: Machine, part: str, shape: PassShape, graph: bool, seed: int) -> float:
-    """Mean pass time at shape.context, blended between anchor contexts exactly as the fast engine does."""
-    low, high, weight = context_anchors(shape.context)
-    at = lambda c: float(machine.samples(part, PassShape(shape.tokens, shape.batch, c, shape.tree, shape.verify),  # noqa: E731
-                                         graph, seed)[:, 0].mean())
-    a = at(low)
-    return a if weight == 0.0 else a + (at(high) - a) * weight
+def _pass_us(machine: Machine, part: str, shape: PassShape, graph: bool, seed: int, contexts) -> float:
+    """Mean pass time over `contexts`, each blended between anchor contexts exactly as the fast engine does (so the
+    table's figures are the same quantities a run reports: means over the contexts its steps see)."""
+    means: dict[int, float] = {}
+
+    def at(c: int) -> float:
+        if c not in means:
+            sample = machine.samples(part, PassShape(shape.tokens, shape.batch, c, shape.tree, shape.verify), graph,
+                                     seed)
+            means[c] = float(sample[:, 0].mean())
+        return means[c]
+
+    total = 0.0
+    for context in contexts:
+        low, high, weight = context_anchors(context)
+        total += at(low) if weight == 0.0 else at(low) + (at(high) - at(low)) * weight
+    return total / len(contexts)
+
+
+def step_contexts(workload, batch: int, points: int = 32) -> list[int]:
+    """The contexts a step sees over a generation, evenly spread (the server costs a step at the batch's sum):
+    the mean prompt plus 0.5/points ... (points - 0.5)/points of the mean output."""
+    prompt, output = mean_length(workload.prompt_tokens), mean_length(workload.output_tokens)
+    return [int(batch * (prompt + (k + 0.5) / points * output)) for k in range(points)]
 
 
 @dataclass(frozen=True)
@@ -70,7 +87,8 @@ class BreakevenTable:
     note: str = ""
 
     @property
-    def baseline_tok_s(self) -> float:
+    def decode_tok_s(self) -> float:
+        """Tokens per second while plain decode steps run (prefill excluded, unlike a run's baseline_tok_s)."""
         return self.batch * 1e3 / self.decode_step_ms
 
     def verify_only(self, cost: StepCost) -> float:
@@ -95,7 +113,8 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
     host = scenario.topology.host
     work = spec.workload
     batch = work.concurrency
-    context = batch * typical_context(work)  # the server costs a step at the batch's summed context
+    contexts = step_contexts(work, batch)
+    context = int(sum(contexts) / len(contexts))  # the mean, for the report
     seed = spec.seed
     setup = build_speculation(scenario)
     note = ""
@@ -115,10 +134,9 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
 
     def cost(tree: Tree, graph: bool) -> StepCost:
         main = verify_pass(tree, batch, graph)
-        verify = _pass_us(machine, "target", replace(main.shape, context=context), graph, seed)
+        verify = _pass_us(machine, "target", main.shape, graph, seed, contexts)
         draft = drafter.host_us(tree, batch) + sum(
-            _pass_us(machine, d.part, replace(d.shape, context=context), d.graph, seed)
-            for d in draft_passes(drafter, tree, batch))
+            _pass_us(machine, d.part, d.shape, d.graph, seed, contexts) for d in draft_passes(drafter, tree, batch))
         return StepCost(verify / 1e3, draft / 1e3, step_overhead_us(host, spec.runtime, speculating=True) / 1e3)
 
     def row(label: str, tree: Tree) -> BreakevenRow:
@@ -129,7 +147,7 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
     rows += [row(f"tree {n}", Tree.optimal(table(n), n + 1)) for n in trees]
     if own_tree is not None and not any(r.is_own for r in rows):
         rows.insert(0, row(f"own {spec.speculation.verify} {own_tree.num_drafts}", own_tree))
-    decode = _pass_us(machine, "target", PassShape(1, batch, context), spec.runtime.cuda_graph_decode, seed)
+    decode = _pass_us(machine, "target", PassShape(1, batch), spec.runtime.cuda_graph_decode, seed, contexts)
     decode_other = step_overhead_us(host, spec.runtime, speculating=False)
     return BreakevenTable(spec.name, method, batch, context, (decode + decode_other) / 1e3,
                           spec.runtime.cuda_graph_verify, rows, note)

@@ -74,7 +74,7 @@ def _cost(table, cost) -> dict:
 
 def to_dict(table, check=None) -> dict:
     out = {"scenario": table.scenario, "drafter": table.method, "batch": table.batch, "context": table.context,
-           "decode_step_ms": table.decode_step_ms, "baseline_tok_s": table.baseline_tok_s,
+           "decode_step_ms": table.decode_step_ms, "decode_tok_s": table.decode_tok_s,
            "own_verify": "graph" if table.own_graph_verify else "eager",
            "rows": [{"shape": r.label, "drafts": r.tree.num_drafts, "verify_tokens": r.tree.size, "depth": r.tree.depth,
                      "parents": list(r.tree.parents), "expected_accept_len": r.expected_accept_len, "own": r.is_own,
@@ -90,7 +90,8 @@ def to_table(table, check=None) -> str:
     f2 = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
     lines = [f"break-even accept length: {table.scenario} ({table.method} drafting, batch {table.batch}, "
              f"mean context {table.context:,} tokens)",
-             f"plain decode step {table.decode_step_ms:.2f} ms ({table.baseline_tok_s:.1f} tok/s). Speculation pays "
+             f"plain decode step {table.decode_step_ms:.2f} ms ({table.decode_tok_s:.1f} tok/s while decoding; a run's "
+             "baseline throughput also counts prefill). Speculation pays "
              "when the accept length (bonus token included) exceeds the break-even.",
              "  verify-only   = verify pass / plain decode step (docs/reference.md's rule)",
              "  with drafting = (verify pass + drafting + per-step host work) / plain decode step",
@@ -140,6 +141,6 @@ def plot(table, path: str) -> None:
     point = None
     if own is not None and own.expected_accept_len is not None:
         point = (own.expected_accept_len, table.own_cost().verify_ms)
-    breakeven_map(accept_lens, verify_ms, throughput_map(table, accept_lens, verify_ms), table.baseline_tok_s,
+    breakeven_map(accept_lens, verify_ms, throughput_map(table, accept_lens, verify_ms), table.decode_tok_s,
                   point=point, title=f"{table.scenario}: throughput (tok/s) vs accept length and verify cost", path=path)
     log.info("plot: %s", path)

@@ -83,7 +83,7 @@ def plot(plan, path: str) -> None:
         from ..viz.figures import tornado
     except ImportError as exc:
         raise ConfigError("command line", "--plot", f"plotting is unavailable: {exc}", "install matplotlib") from None
-    tornado([(o.name, o.throughput_tok_s) for o in plan.ranked], baseline_value=plan.today.baseline_tok_s,
+    tornado([(o.name, o.throughput_tok_s, o.pays) for o in plan.ranked], baseline_value=plan.today.baseline_tok_s,
             current_value=plan.today.throughput_tok_s, xlabel="speculative throughput (tok/s)",
             title=f"{plan.scenario}: one change at a time", path=path)
     log.info("plot: %s", path)

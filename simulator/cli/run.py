@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from ..config.errors import ConfigError
 from . import overrides_of, scenario_options
 
 log = logging.getLogger("specsim")
@@ -25,17 +26,29 @@ def configure(p) -> None:
     p.add_argument("--no-baseline", action="store_true", help="skip the no-speculation baseline run")
     p.add_argument("--trace", metavar="OUT.json",
                    help="write a Chrome/Perfetto trace of the first steps, re-simulated at layer fidelity")
-    p.add_argument("--trace-steps", type=int, default=20, metavar="N", help="steps the trace covers (default 20)")
+    p.add_argument("--trace-steps", type=int, default=20, metavar="N",
+                   help="steps the trace covers (default 20, at most 200); a .json.gz path is gzipped")
     p.add_argument("--plot", metavar="OUT.png", help="write a summary figure of the run (PNG, or SVG for .svg)")
 
 
+def trace_limit() -> int:
+    from ..results.trace import MAX_STEPS
+
+    return MAX_STEPS
+
+
 def main(args) -> int:
-    from ..results.report import to_csv, to_csv_long, to_json, to_table, write_steps
+    from ..results.report import to_csv, to_csv_long, to_json, to_table
+    from ..results.stepslog import write_steps
     from ..results.files import check_outputs
     from ..results.limits import check_work
     from ..results.run import resolve, run
 
     check_outputs(args)  # before any simulation: a bad output path costs one line, not a run
+    if args.trace and not 1 <= args.trace_steps <= trace_limit():
+        raise ConfigError("command line", "--trace-steps", f"{args.trace_steps} steps",
+                          f"1..{trace_limit()}: a trace is for a close look at a few steps (about 0.5 MB per step on "
+                          "8 ranks; write .json.gz for a tenth of that)")
     scenario = resolve(args.scenario, set_args=overrides_of(args))
     runs = 1 if args.no_baseline else 2
     check_work(scenario, args.max_work, runs=runs)

@@ -63,7 +63,7 @@ CSV_SHAPE: dict[str, Any] = {
     "step_ms": {k: STEP_STATS for k in ("decode", "verify", "draft", "step", "baseline_decode")},
     "breakdown_ms_per_token": BREAKDOWN,
     "allreduce_per_pass": None,
-    "allreduce_ms_per_pass": {k: ("rank_mean", "profiled_rank") for k in ("verify", "decode")},
+    "allreduce_ms_per_pass": {k: ("rank_mean", "profiled_rank", "transfer", "wait") for k in ("verify", "decode")},
     "allreduce_choice": {k: ALLREDUCE for k in ("decode", "verify")},
     "speculation": ("method", "draft_tokens", "verify", "expected_accept_len"),
     "graph_verify": None, "eager_verify": None,
@@ -156,7 +156,8 @@ def verdict(result: Result) -> list[str]:
     if verify and vstep:
         share = verify["rank_mean"] / vstep
         choice = result.allreduce_choice.get("verify") or result.allreduce_choice["decode"]
-        waiting = bd["allreduce_wait"] > bd["allreduce_transfer"]
+        # the verify steps' own split (not the whole run's, which plain decode steps would dilute)
+        waiting = verify.get("wait", bd["allreduce_wait"]) > verify.get("transfer", bd["allreduce_transfer"])
         cause = ("mostly waiting at the barrier for the slowest rank's host to launch its kernels"
                  + (" eagerly" if result.eager_verify else "")) if waiting else \
             (f"mostly transfer: {result.allreduce_per_pass} all-reduces of "
@@ -254,14 +255,3 @@ def to_table(result: Result) -> str:
         lines.extend("  " + line for line in text)
     return "\n".join(lines)
 
-
-def write_steps(path: str, result: Result) -> None:
-    """Every step of the speculative run as CSV, one row per step."""
-    from ..engine.server import STEP_FIELDS
-    from .files import atomic_write
-
-    with atomic_write(path, newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(STEP_FIELDS)
-        for row in zip(*(result.run.steps[name] for name in STEP_FIELDS)):
-            writer.writerow([f"{v:.6g}" for v in row])

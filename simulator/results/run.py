@@ -56,7 +56,9 @@ def _allreduce_ms(main) -> dict:
     for name, mask in (("verify", main.spec_steps), ("decode", main.decode_steps)):
         if mask.any():
             out[name] = {"rank_mean": float(main.steps["allreduce_only"][mask].mean()) / 1e3,
-                         "profiled_rank": float(main.steps["allreduce_profile"][mask].mean()) / 1e3}
+                         "profiled_rank": float(main.steps["allreduce_profile"][mask].mean()) / 1e3,
+                         "transfer": float(main.steps["allreduce_transfer"][mask].mean()) / 1e3,
+                         "wait": float(main.steps["allreduce_wait"][mask].mean()) / 1e3}
     return out
 
 

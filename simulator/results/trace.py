@@ -24,6 +24,8 @@ from typing import Any
 from ..engine.records import KIND_SPEC, STEP_KIND_NAMES, StepColumns
 from ..engine.timeline import CATEGORIES
 
+MIN_SPAN_US = 1e-3  # shorter gaps are rounding noise, not idle time
+MAX_STEPS = 200  # a trace is for looking at a few steps closely; ~0.5 MB per step on 8 ranks (uncompressed)
 STEPS_PID = 0
 HOST_TID, GPU_TID = 1, 2
 STEP_TID, COUNTER_TID = 1, 2
@@ -40,7 +42,9 @@ def segment_name(k: int, num_segments: int) -> str:
 
 
 def _span(name: str, cat: str, pid: int, tid: int, start: float, duration: float, args: dict | None = None) -> dict:
-    event = {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": start, "dur": duration}
+    # times to the nanosecond (3 decimals of a microsecond): the simulation's own resolution, and half the bytes
+    event = {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": round(start, 3),
+             "dur": round(duration, 3)}
     if args:
         event["args"] = args
     return event
@@ -80,13 +84,13 @@ def pass_events(spec, plan, result: dict, pass_index: int) -> list[dict]:
         previous = begin
         for k in range(num_segments):
             work_start = arrive_r[k] - gpu_us[k]
-            if work_start > previous:
+            if work_start - previous >= MIN_SPAN_US:
                 events.append(_span("launch-bound idle", cat, pid, GPU_TID, previous, work_start - previous))
             events.append(_span(names[k], cat, pid, GPU_TID, work_start, gpu_us[k],
                                 pass_args if k == 0 else None))
             collective = "all-reduce" if is_ar[k] else ("all-gather" if coll_us[k] > 0 else "barrier")
             wait = c_start[k] - arrive_r[k]
-            if wait > 0:
+            if wait >= MIN_SPAN_US:
                 events.append(_span("wait", collective, pid, GPU_TID, arrive_r[k], wait, {"segment": names[k]}))
             if coll_us[k] > 0:
                 events.append(_span("transfer", collective, pid, GPU_TID, c_start[k], coll_us[k],
@@ -117,7 +121,7 @@ def step_events(steps: StepColumns) -> list[dict]:
         if kind == KIND_SPEC:
             counter["accept_len"] = tokens / batch if batch else 0.0
         events.append({"name": "accepted tokens", "cat": "step", "ph": "C", "pid": STEPS_PID, "tid": COUNTER_TID,
-                       "ts": end, "args": counter})
+                       "ts": round(end, 3), "args": counter})
     return events
 
 
@@ -126,6 +130,8 @@ def record(scenario, steps: int = 20, seed: int | None = None) -> dict[str, Any]
     from .run import resolve
     from ..engine import simulate
     from .summary import step_table
+
+    from .provenance import provenance
 
     scenario = resolve(scenario)
     passes: list[dict] = []
@@ -153,14 +159,22 @@ def record(scenario, steps: int = 20, seed: int | None = None) -> dict[str, Any]
         "traceEvents": meta + events,
         "displayTimeUnit": "ms",
         "otherData": {"scenario": spec.name, "seed": spec.seed if seed is None else seed, "fidelity": "layer",
-                      "steps": len(server.log), "ranks": ranks, "passes": passes},
+                      "steps": len(server.log), "ranks": ranks, "passes": passes,
+                      "provenance": provenance(scenario)},
     }
 
 
 def write(trace: dict, path: str) -> str:
-    """Write a trace as compact JSON; returns the path."""
+    """Write a trace as compact JSON, gzipped when the path ends in .gz (Perfetto opens both); returns the path."""
     from .files import atomic_write
 
-    with atomic_write(path) as handle:  # a failed write keeps the previous file
-        handle.write(json.dumps(trace, separators=(",", ":")))  # dumps: one C-encoder call, faster than dump
+    text = json.dumps(trace, separators=(",", ":"))  # dumps: one C-encoder call, faster than dump
+    if path.endswith(".gz"):
+        import gzip
+
+        with atomic_write(path, mode="wb") as handle:  # a failed write keeps the previous file
+            handle.write(gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0))
+        return path
+    with atomic_write(path) as handle:
+        handle.write(text)
     return path

@@ -58,8 +58,14 @@ def _grouped(ax, labels: Sequence[str], series: dict[str, list[float]], fmt: str
 def grouped_bars(labels: Sequence[str], series: dict[str, list[float]], ylabel: str, title: str, path: str) -> str:
     """Bars in groups: one group per label, one bar per series, each bar labelled with its value."""
     plt = _pyplot()
+    import textwrap
+
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(labels) * max(2, len(series))), 4.5))
-    _grouped(ax, labels, series)
+    _grouped(ax, [textwrap.fill(label, 18) for label in labels], series)
+    if any(len(label) > 12 for label in labels):  # long labels would run into each other
+        ax.tick_params(axis="x", labelrotation=25)
+        for text in ax.get_xticklabels():
+            text.set_horizontalalignment("right")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if len(series) > 1:
@@ -67,17 +73,21 @@ def grouped_bars(labels: Sequence[str], series: dict[str, list[float]], ylabel: 
     return _save(fig, path)
 
 
-def tornado(levers: list[tuple[str, float]], baseline_value: float, current_value: float, xlabel: str, title: str,
+def tornado(levers: list[tuple], baseline_value: float, current_value: float, xlabel: str, title: str,
             path: str) -> str:
-    """Bars from the current value to each lever's value, the largest change on top; a line at the baseline."""
+    """Bars from the current value to each lever's value, the largest change on top; a line at the baseline.
+
+    A lever is (name, value) or (name, value, pays): with `pays` (speculation beats plain decode on the changed
+    machine) a bar is green when it pays and red when not, whatever its direction; without, green means higher."""
     plt = _pyplot()
     ranked = sorted(levers, key=lambda lever: abs(lever[1] - current_value))
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(ranked) + 1.8))
-    for i, (name, value) in enumerate(ranked):
-        color = "#55a868" if value >= current_value else "#c44e52"
+    for i, (name, value, *pays) in enumerate(ranked):
+        good = pays[0] if pays else value >= current_value
+        color = "#55a868" if good else "#c44e52"
         ax.barh(i, value - current_value, left=current_value, color=color, height=0.6)
         ax.text(value, i, f" {value:.3g} ", va="center", ha="left" if value >= current_value else "right", fontsize=9)
-    ax.set_yticks(range(len(ranked)), [name for name, _ in ranked])
+    ax.set_yticks(range(len(ranked)), [lever[0] for lever in ranked])
     ax.axvline(current_value, color="black", linewidth=1.2, label=f"this scenario {current_value:.3g}")
     ax.axvline(baseline_value, color="#c44e52", linestyle="--", linewidth=1.2, label=f"baseline {baseline_value:.3g}")
     ax.set_xlabel(xlabel)
@@ -180,32 +190,27 @@ def chain_vs_tree(chain: list, tree: list, title: str = "", path: str = "chain_v
 
 
 def speedup_vs_concurrency(rows: list[dict], title: str = "", path: str = "speedup_vs_concurrency.png") -> str:
-    """Speculative and plain throughput and the speedup over concurrency (rows: concurrency, throughput_tok_s,
+    """Speculative and plain throughput, the speedup, and the accept lengths (mean and break-even) over concurrency,
+    one panel each so no line shares an axis it does not belong on (rows: concurrency, throughput_tok_s,
     baseline_tok_s, speedup, breakeven_accept_len, mean_accept_len)."""
     plt = _pyplot()
     rows = sorted(rows, key=lambda r: r["concurrency"])
     c = [r["concurrency"] for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(14, 4.2), layout="constrained")
     left.plot(c, [r["throughput_tok_s"] for r in rows], marker="o", label="speculative")
     left.plot(c, [r["baseline_tok_s"] for r in rows], marker="s", label="plain decode")
-    left.set_xscale("log", base=2)
-    left.set_xlabel("concurrency (requests in the batch)")
     left.set_ylabel("throughput (tok/s)")
-    left.legend()
-    left.grid(alpha=0.3)
-    right.plot(c, [r["speedup"] for r in rows], marker="o", color="#c0392b", label="speedup")
-    right.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-    right.set_xscale("log", base=2)
-    right.set_xlabel("concurrency (requests in the batch)")
-    right.set_ylabel("speedup over plain decode")
-    twin = right.twinx()
-    twin.plot(c, [r["breakeven_accept_len"] for r in rows], marker="^", color="#2c3e50", label="break-even accept")
-    twin.plot(c, [r["mean_accept_len"] for r in rows], linestyle=":", color="#2c3e50", label="mean accept")
-    twin.set_ylabel("accept length")
-    handles = right.get_legend_handles_labels()
-    more = twin.get_legend_handles_labels()
-    right.legend(handles[0] + more[0], handles[1] + more[1], loc="upper right", fontsize=8)
-    right.grid(alpha=0.3)
+    middle.plot(c, [r["speedup"] for r in rows], marker="o", color="#c0392b", label="speedup")
+    middle.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="1.0: no gain")
+    middle.set_ylabel("speedup over plain decode")
+    right.plot(c, [r["breakeven_accept_len"] for r in rows], marker="^", color="#2c3e50", label="break-even")
+    right.plot(c, [r["mean_accept_len"] for r in rows], marker="o", linestyle=":", color="#16a085", label="mean")
+    right.set_ylabel("accept length (tokens per step)")
+    for ax in (left, middle, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency (requests in the batch)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
     fig.suptitle(title or "speedup under load")
     return _save(fig, path)
 

@@ -48,7 +48,7 @@ def breakdown_stack(result, title: str = "", path: str = "breakdown.png") -> str
         ax.margins(x=0.25 if len(shown) == 1 else 0.1, y=0.08)
     axes[-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle(title or f"{result.scenario}: where the time goes")
-    return _save(fig, path)
+    return _save(fig, path, result.provenance)
 
 
 def _policy_ema(accept: np.ndarray, is_probe: np.ndarray, alpha: float, probe_alpha: float) -> np.ndarray:
@@ -107,7 +107,7 @@ def hybrid_timeline(result, ema_alpha: float = 0.3, probe_alpha: float = 0.5, hy
     share = result.policy.get("speculative_share")
     extra = f", speculating {share:.0%} of steps" if share is not None else ""
     fig.suptitle(title or f"{result.scenario}: hybrid policy over time{extra} ({result.speedup:.2f}x baseline)")
-    return _save(fig, path)
+    return _save(fig, path, result.provenance)
 
 
 def run_summary(result, path: str = "run.png") -> str:
@@ -153,4 +153,4 @@ def run_summary(result, path: str = "run.png") -> str:
     ax3.set_ylabel("steps x requests")
     ax3.set_title("accept lengths")
     fig.suptitle(f"{result.scenario} ({result.fidelity}, seed {result.seed})")
-    return _save(fig, path)
+    return _save(fig, path, result.provenance)

@@ -20,14 +20,27 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: str) -> str:
+def metadata(svg: bool, provenance: dict | None = None) -> dict:
+    """The file's metadata: which specsim made it and, for a figure of one run, that run's provenance (JSON)."""
+    import json
+
+    from ..config.version import __version__
+
+    out = {"Creator" if svg else "Software": f"specsim {__version__}"}
+    if provenance:
+        out["Description"] = json.dumps(provenance, sort_keys=True)
+    return out
+
+
+def _save(fig, path: str, provenance: dict | None = None) -> str:
     from ..results.files import atomic_write
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # API callers; the CLI checked it before
+    svg = path.lower().endswith(".svg")
     try:
         with atomic_write(path, "wb") as handle:  # a failed write keeps the previous figure
-            fig.savefig(handle, dpi=DPI, format="svg" if path.lower().endswith(".svg") else "png",
-                        bbox_inches="tight")
+            fig.savefig(handle, dpi=DPI, format="svg" if svg else "png", bbox_inches="tight",
+                        metadata=metadata(svg, provenance))
     finally:
         _pyplot().close(fig)
     return path
