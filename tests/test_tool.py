@@ -222,3 +222,23 @@ def test_the_same_verify_gets_the_same_why(capsys):
         assert main([scenario_path(name)]) == 0
         whys[name] = next(line for line in capsys.readouterr().out.splitlines() if "why:" in line)
     assert all("mostly waiting" in line for line in whys.values()), whys
+
+
+def test_every_key_has_a_meaning(capsys):
+    assert main(["schema", "--format", "json"]) == 0
+    missing = [f"{s['title']}: {r['key']}" for s in json.loads(capsys.readouterr().out) for r in s["rows"]
+               if not r["meaning"]]
+    assert missing == []
+
+
+def test_help_and_version_import_no_numerics():
+    """--help and --version stay fast: neither numpy, pydantic, simpy nor yaml is imported for them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, contextlib, io\nfrom simulator.cli import main\nwith contextlib.redirect_stderr(io.StringIO()), "
+            "contextlib.redirect_stdout(io.StringIO()):\n    main(['--help']); main(['run', '--help']); main(['--version'])\n"
+            "print(sorted(m for m in ('numpy', 'pydantic', 'simpy', 'yaml') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

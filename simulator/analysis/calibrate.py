@@ -21,19 +21,19 @@ from ..config.paths import PathNotFound, get_path
 
 
 class Measurement(Strict):
-    name: str
+    name: str = Field(description="What was measured, in words")
     metric: str = Field(description="Dotted path into the result, e.g. step_ms.verify.mean")
-    value: float
+    value: float = Field(description="The measured value (the metric's unit)")
     sigma: PositiveFloat = Field(description="Uncertainty of the measured value (same unit)")
     scenario: str | None = Field(None, description="Scenario file (relative to this file); default: the file's scenario")
     set: dict[str, Any] = Field(default_factory=dict, description="Overrides for this measurement's run")
 
 
 class MeasuredFile(Strict):
-    scenario: str
-    description: str = ""
+    scenario: str = Field(description="The scenario the measurements come from (relative to this file)")
+    description: str = Field("", description="Free text for the reader")
     set: dict[str, Any] = Field(default_factory=dict, description="Overrides for every run (e.g. a shorter workload)")
-    measurements: list[Measurement] = Field(min_length=1)
+    measurements: list[Measurement] = Field(min_length=1, description="The measured figures")
 
 
 @dataclass

@@ -23,20 +23,24 @@ SomeKernels = Annotated[int, Field(gt=0, le=MAX_KERNELS_PER_BLOCK)]
 
 
 class MLAAttention(Strict):
+    """Multi-head latent attention (DeepSeek-V3, Kimi-K2): a compressed KV cache."""
+
     kind: Literal["mla"]
-    num_heads: PositiveInt
+    num_heads: PositiveInt = Field(description="Query heads")
     q_lora_rank: NonNegativeInt = Field(description="0 when queries are projected directly from the hidden state")
-    kv_lora_rank: PositiveInt
-    qk_nope_head_dim: PositiveInt
-    qk_rope_head_dim: PositiveInt
-    v_head_dim: PositiveInt
+    kv_lora_rank: PositiveInt = Field(description="Width of the compressed KV latent (the cached part)")
+    qk_nope_head_dim: PositiveInt = Field(description="Per-head query/key width without rotary embedding")
+    qk_rope_head_dim: PositiveInt = Field(description="Per-head query/key width with rotary embedding (cached once per token)")
+    v_head_dim: PositiveInt = Field(description="Per-head value width")
 
 
 class GQAAttention(Strict):
+    """Grouped-query attention (Llama): num_kv_heads shared by groups of query heads."""
+
     kind: Literal["gqa"]
-    num_heads: PositiveInt
-    num_kv_heads: PositiveInt
-    head_dim: Dim
+    num_heads: PositiveInt = Field(description="Query heads")
+    num_kv_heads: PositiveInt = Field(description="Key/value heads (cached)")
+    head_dim: Dim = Field(description="Width of a head")
 
     @model_validator(mode="after")
     def _groups(self):
@@ -49,10 +53,12 @@ Attention = Annotated[Union[MLAAttention, GQAAttention], Field(discriminator="ki
 
 
 class MoESpec(Strict):
-    num_experts: PositiveInt
-    experts_per_token: PositiveInt
-    num_shared_experts: NonNegativeInt = 0
-    intermediate_size: Dim
+    """The mixture-of-experts block of the MoE layers."""
+
+    num_experts: PositiveInt = Field(description="Routed experts per MoE layer")
+    experts_per_token: PositiveInt = Field(description="Routed experts each token uses (top-k)")
+    num_shared_experts: NonNegativeInt = Field(0, description="Experts every token uses")
+    intermediate_size: Dim = Field(description="Hidden width of one expert's MLP")
     shared_experts_overlap: bool = Field(False, description=(
         "Shared experts run on a second CUDA stream beside the router and routed experts while a CUDA graph is "
         "replayed (SGLang DeepseekV2MoE.forward_normal_dual_stream)"))
@@ -68,13 +74,15 @@ class MoESpec(Strict):
 
 
 class WeightDtypes(Strict):
-    attention: Dtype
-    dense_mlp: Dtype
-    experts: Dtype = "bf16"
-    shared_experts: Dtype = "bf16"
-    router: Dtype = "bf16"
-    embedding: Dtype = "bf16"
-    lm_head: Dtype = "bf16"
+    """Stored dtype of each weight family (int4/fp4 with group scales)."""
+
+    attention: Dtype = Field(description="Attention projections")
+    dense_mlp: Dtype = Field(description="MLP of the dense layers")
+    experts: Dtype = Field("bf16", description="Routed experts")
+    shared_experts: Dtype = Field("bf16", description="Shared experts")
+    router: Dtype = Field("bf16", description="The router (gate)")
+    embedding: Dtype = Field("bf16", description="Token embedding")
+    lm_head: Dtype = Field("bf16", description="Output projection to the vocabulary")
     quant_group_size: NonNegativeInt = Field(0, description="Weights per bf16 scale for int4/fp4 groups (0: no group scales)")
 
 
@@ -98,11 +106,11 @@ class EagerKernels(Strict):
 class DraftHead(Strict):
     """An EAGLE-style draft head: a small decoder running on the same ranks as the target."""
 
-    num_layers: PositiveInt = Field(1, le=MAX_LAYERS)
-    num_heads: PositiveInt
-    num_kv_heads: PositiveInt
-    head_dim: Dim
-    intermediate_size: Dim
+    num_layers: PositiveInt = Field(1, le=MAX_LAYERS, description="Decoder layers of the head")
+    num_heads: PositiveInt = Field(description="Query heads")
+    num_kv_heads: PositiveInt = Field(description="Key/value heads")
+    head_dim: Dim = Field(description="Width of a head")
+    intermediate_size: Dim = Field(description="Hidden width of its MLP")
     draft_vocab_size: Dim = Field(description="Tokens the head's lm_head scores (EAGLE-3 uses a reduced vocabulary)")
 
     @model_validator(mode="after")
@@ -113,20 +121,20 @@ class DraftHead(Strict):
 
 
 class ModelCard(Strict):
-    name: str
-    num_layers: PositiveInt = Field(le=MAX_LAYERS)
+    name: str = Field(description="The model's name, for reports")
+    num_layers: PositiveInt = Field(le=MAX_LAYERS, description="Decoder layers")
     num_dense_layers: NonNegativeInt = Field(description="Leading layers with a dense MLP; the rest use the MoE block")
-    hidden_size: PositiveInt = Field(le=1 << 20)
-    vocab_size: PositiveInt = Field(le=1 << 24)
-    attention: Attention
-    dense_intermediate_size: Dim
-    moe: Optional[MoESpec] = None
-    weights: WeightDtypes
+    hidden_size: PositiveInt = Field(le=1 << 20, description="Width of the residual stream")
+    vocab_size: PositiveInt = Field(le=1 << 24, description="Tokens in the vocabulary")
+    attention: Attention = Field(description="The attention block: mla or gqa")
+    dense_intermediate_size: Dim = Field(description="Hidden width of a dense layer's MLP")
+    moe: Optional[MoESpec] = Field(None, description="The MoE block (none for a dense model)")
+    weights: WeightDtypes = Field(description="Stored dtype per weight family")
     activation_dtype: Dtype = Field("bf16", description="Compute dtype of weight-only quantised GEMMs and of attention")
-    kv_cache_dtype: Dtype = "bf16"
-    kernels: EagerKernels
+    kv_cache_dtype: Dtype = Field("bf16", description="Dtype of the KV cache")
+    kernels: EagerKernels = Field(description="Kernel launches per block when run eagerly")
     mtp_layers: NonNegativeInt = Field(0, le=MAX_LAYERS, description="Multi-token-prediction modules shipped with the model (each one decoder layer)")
-    draft_head: Optional[DraftHead] = None
+    draft_head: Optional[DraftHead] = Field(None, description="An EAGLE-style draft head shipped with the model")
 
     @model_validator(mode="after")
     def _layers(self):

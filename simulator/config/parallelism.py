@@ -25,6 +25,8 @@ from .errors import ConfigError
 
 
 class Parallelism(Strict):
+    """How the model is split over GPUs: tp, dp, ep, pp, dp_attention and the placement."""
+
     tp: PositiveInt = Field(description="Tensor-parallel degree: ranks that share every layer (SGLang --tp)")
     dp: PositiveInt = Field(1, description="Data parallelism: replicas, or attention groups with dp_attention (SGLang --dp)")
     ep: PositiveInt = Field(1, description="Expert-parallel degree inside the tp ranks (SGLang --ep-size; vLLM --enable-expert-parallel: ep = tp)")

@@ -22,7 +22,7 @@ class HybridPolicy(Strict):
     hysteresis keeps it from flapping; while off it probes now and then to notice when acceptance recovers."""
 
     kind: Literal["hybrid"]
-    estimator: Literal["ema", "window"] = "ema"
+    estimator: Literal["ema", "window"] = Field("ema", description="ema: exponential moving average; window: mean of the last `window` speculative steps")
     ema_alpha: Fraction = Field(0.3, description="Weight of the newest speculative step in the EMA")
     window: PositiveInt = Field(8, description="Speculative steps averaged by the window estimator")
     hysteresis: NonNegativeFloat = Field(0.1, description="Relative margin: off below (1-h) x break-even, on above (1+h)")
@@ -35,19 +35,20 @@ class AdaptiveLengthPolicy(Strict):
     """Pick the draft length from a small set by the recent accept length (SGLang's adaptive speculation)."""
 
     kind: Literal["adaptive_length"]
-    choices: list[Annotated[int, Field(ge=1, le=255)]] = Field(default_factory=lambda: [1, 2, 3, 5], min_length=1)
-    ema_alpha: Fraction = 0.3
+    choices: list[Annotated[int, Field(ge=1, le=255)]] = Field(default_factory=lambda: [1, 2, 3, 5], min_length=1,
+                                                              description="Draft lengths to choose from")
+    ema_alpha: Fraction = Field(0.3, description="Weight of the newest step in the accept-length EMA")
     spare: NonNegativeFloat = Field(1.0, description="Drafts offered beyond the recent accepted count")
 
 
 class FallbackDrafter(Strict):
     """The second drafter of a multi-drafter policy (e.g. a trained head where the n-gram cache has no match)."""
 
-    method: Literal["eagle3", "mtp", "draft_model"]
-    draft_tokens: PositiveInt = Field(3, le=255)
-    verify: Literal["chain", "tree"] = "chain"
-    tree: TreeShape = TreeShape()
-    acceptance: Acceptance
+    method: Literal["eagle3", "mtp", "draft_model"] = Field(description="The fallback drafter")
+    draft_tokens: PositiveInt = Field(3, le=255, description="Its draft tokens per step")
+    verify: Literal["chain", "tree"] = Field("chain", description="Its verify shape: chain or tree")
+    tree: TreeShape = Field(TreeShape(), description="Its tree shape (verify: tree)")
+    acceptance: Acceptance = Field(description="Its acceptance model")
 
 
 class MultiDrafterPolicy(Strict):
@@ -62,11 +63,13 @@ class BatchThresholdPolicy(Strict):
     """Speculate only while the running batch is at most max_batch (vLLM's speculative_disable_by_batch_size)."""
 
     kind: Literal["batch_threshold"]
-    max_batch: PositiveInt
+    max_batch: PositiveInt = Field(description="Largest running batch that still speculates")
 
 
 class BatchRow(Strict):
-    max_batch: PositiveInt
+    """One row of a batch table: the draft length up to a batch size."""
+
+    max_batch: PositiveInt = Field(description="Largest running batch this row covers")
     draft_tokens: int = Field(ge=0, le=255, description="0: plain decode at these batch sizes")
 
 
@@ -74,7 +77,7 @@ class BatchTablePolicy(Strict):
     """Draft length by batch size: the first row whose max_batch covers the running batch."""
 
     kind: Literal["batch_table"]
-    table: list[BatchRow] = Field(min_length=1)
+    table: list[BatchRow] = Field(min_length=1, description="Rows sorted by max_batch")
 
     @model_validator(mode="after")
     def _sorted(self):
@@ -89,7 +92,8 @@ class GoodputPolicy(Strict):
     tokens from the acceptance observed so far, step time from the batch-time model, for every choice incl. 0."""
 
     kind: Literal["goodput"]
-    choices: list[Annotated[int, Field(ge=0, le=255)]] = Field(default_factory=lambda: [0, 1, 2, 3], min_length=1)
+    choices: list[Annotated[int, Field(ge=0, le=255)]] = Field(default_factory=lambda: [0, 1, 2, 3], min_length=1,
+                                                              description="Draft lengths to choose from (0: plain decode)")
     prior_acceptance: Annotated[float, Field(ge=0.0, le=1.0)] = Field(0.6, description="Per-depth acceptance "
                                                                                          "assumed before any is seen")
     prior_weight: NonNegativeFloat = Field(4.0, description="Pseudo-observations the prior is worth")

@@ -15,6 +15,8 @@ ALLREDUCE_CHOICES = ("auto", "nccl", "nccl_ring", "nccl_tree", "nvls", "one_shot
 
 
 class Runtime(Strict):
+    """How the serving engine runs the passes: CUDA graphs, the all-reduce algorithm, fusions, memory share."""
+
     cuda_graph_decode: bool = Field(True, description="Plain decode passes replay a captured CUDA graph")
     cuda_graph_verify: bool = Field(False, description="Verify passes replay a captured CUDA graph (else eager)")
     cuda_graph_draft: bool = Field(True, description="Draft-head passes replay a captured CUDA graph")
@@ -29,14 +31,14 @@ class Runtime(Strict):
 
 
 class ScenarioSpec(Strict):
-    name: str
-    description: str = ""
+    name: str = Field(description="The scenario's name, used in reports and as its catalog name")
+    description: str = Field("", description="Free text for the reader (results carry a description generated from the configuration)")
     topology: Union[str, dict[str, Any]] = Field(description="Path to a topology YAML (relative to this file) or an inline mapping")
     model: Union[str, dict[str, Any]] = Field(description="Path to a model card YAML (relative to this file) or an inline mapping")
     parallelism: Parallelism
     runtime: Runtime = Runtime()
     workload: Workload = Workload()
     speculation: Speculation = Speculation()
-    policy: Policy = StaticPolicy(kind="static")
-    seed: NonNegativeInt = 0
-    fidelity: Literal["fast", "layer", "link"] = "fast"
+    policy: Policy = Field(StaticPolicy(kind="static"), description="When to speculate and with what: static, hybrid, adaptive_length, multi_drafter, batch_threshold, batch_table, goodput")
+    seed: NonNegativeInt = Field(0, description="Seed of every random stream (acceptance, host jitter, arrivals, lengths)")
+    fidelity: Literal["fast", "layer", "link"] = Field("fast", description="fast: memoised pass costs; layer: every pass per rank; link: flows on the fabric's links")

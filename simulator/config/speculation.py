@@ -14,7 +14,7 @@ class IIDAcceptance(Strict):
     """Every draft token accepted with the same probability, whatever its depth or rank."""
 
     kind: Literal["iid"]
-    alpha: Probability
+    alpha: Probability = Field(description="Acceptance probability of every draft token")
 
 
 class PositionalAcceptance(Strict):
@@ -22,7 +22,7 @@ class PositionalAcceptance(Strict):
     probability probs[d-1] * sibling_decay^(rank-1)."""
 
     kind: Literal["positional"]
-    probs: list[Probability] = Field(min_length=1)
+    probs: list[Probability] = Field(min_length=1, description="probs[d-1]: a depth-d draft accepted given its parent was")
     sibling_decay: Probability = Field(1.0, description="Factor per sibling rank on a tree (1: every sibling alike)")
     repeat_last: bool = Field(False, description="Depths beyond the list reuse its last probability (else 0)")
 
@@ -31,18 +31,18 @@ class Regime(Strict):
     """Acceptance inside one regime of a regime-switching model."""
 
     probs: list[Probability] = Field(min_length=1, description="Per-depth acceptance in this regime (the last repeats)")
-    sibling_decay: Probability = 1.0
+    sibling_decay: Probability = Field(1.0, description="Factor per sibling rank on a tree (1: every sibling alike)")
 
 
 class BurstyAcceptance(Strict):
     """A Markov-modulated regime model: stretches of easy (repetitive) text and of novel text, per request."""
 
     kind: Literal["bursty"]
-    easy: Regime
-    hard: Regime
+    easy: Regime = Field(description="Acceptance inside easy (repetitive) stretches")
+    hard: Regime = Field(description="Acceptance inside hard (novel) stretches")
     mean_easy_tokens: float = Field(ge=1.0, description="Mean length of an easy stretch, in generated tokens")
     mean_hard_tokens: float = Field(ge=1.0, description="Mean length of a hard stretch, in generated tokens")
-    start_easy: bool = False
+    start_easy: bool = Field(False, description="Each request starts in an easy stretch")
 
 
 class NgramContextAcceptance(Strict):
@@ -58,8 +58,8 @@ class NgramContextAcceptance(Strict):
     warmup_tokens: float = Field(ge=1.0, description="History length over which the cache fills (e-folding, tokens)")
     mean_copy_tokens: float = Field(ge=1.0, description="Mean length of a repeated stretch, in generated tokens")
     novel_gain: NonNegativeFloat = Field(0.0, description="Relative rise of novel-text acceptance once the cache is full")
-    copying: Regime
-    novel: Regime
+    copying: Regime = Field(description="Acceptance while the text repeats something in the cache")
+    novel: Regime = Field(description="Acceptance in novel text")
 
 
 class TraceAcceptance(Strict):
@@ -77,7 +77,7 @@ Acceptance = Annotated[Union[IIDAcceptance, PositionalAcceptance, BurstyAcceptan
 class TreeShape(Strict):
     """The verify tree. Size counts the root: `draft_tokens` drafts make a tree of draft_tokens + 1 nodes."""
 
-    kind: Literal["chain", "topk", "k_ary", "parents", "optimal"] = "optimal"
+    kind: Literal["chain", "topk", "k_ary", "parents", "optimal"] = Field("optimal", description="chain, topk (k per depth), k_ary, parents (explicit) or optimal (Sequoia's program for the acceptance)")
     k: PositiveInt = Field(2, le=64, description="topk: nodes kept per depth; k_ary: children per node")
     depth: Optional[PositiveInt] = Field(None, le=255, description="topk / k_ary depth; optimal: maximum depth")
     parents: Optional[list[int]] = Field(None, max_length=256, description="parents: the explicit tree (root -1)")
@@ -97,13 +97,15 @@ class DraftModel(Strict):
 
 
 class Speculation(Strict):
-    method: Literal["none", "eagle3", "mtp", "draft_model", "ngram"] = "none"
+    """The drafter, the verify shape (chain or token tree) and the acceptance model."""
+
+    method: Literal["none", "eagle3", "mtp", "draft_model", "ngram"] = Field("none", description="The drafter: none (plain decode), eagle3, mtp, draft_model or ngram")
     draft_tokens: PositiveInt = Field(3, le=255, description="Draft tokens verified per step (tree: nodes besides the root)")
-    verify: Literal["chain", "tree"] = "chain"
-    tree: TreeShape = TreeShape()
-    acceptance: Optional[Acceptance] = None
-    ngram: NgramDrafter = NgramDrafter()
-    draft_model: Optional[DraftModel] = None
+    verify: Literal["chain", "tree"] = Field("chain", description="Verify the drafts as a chain or as a token tree")
+    tree: TreeShape = Field(TreeShape(), description="The verify tree's shape (verify: tree)")
+    acceptance: Optional[Acceptance] = Field(None, description="How many drafts survive verification: iid, positional, bursty, ngram_context or trace")
+    ngram: NgramDrafter = Field(NgramDrafter(), description="The n-gram drafter's host costs")
+    draft_model: Optional[DraftModel] = Field(None, description="The draft model (method: draft_model)")
 
     @model_validator(mode="after")
     def _consistent(self):

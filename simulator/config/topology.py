@@ -29,6 +29,8 @@ class KernelEfficiency(Strict):
 
 
 class GPUSpec(Strict):
+    """One GPU model: memory, bandwidth, peak throughput and the efficiencies reached."""
+
     name: str = Field(description="Marketing name, for reports")
     memory_GB: float = Field(gt=0, le=1e5, description="Device memory per GPU")
     memory_bandwidth_GBps: Rate = Field(description="Peak device-memory bandwidth")
@@ -49,6 +51,8 @@ class GPUSpec(Strict):
 
 
 class HostSpec(Strict):
+    """The host CPU side of each rank: kernel launches, CUDA graphs, scheduler work."""
+
     eager_launch_us: PositiveMicros = Field(description="Mean host time per eagerly launched kernel (framework dispatch + cudaLaunchKernel)")
     launch_jitter_cv: NonNegativeFloat = Field(le=5.0, description="Coefficient of variation of one launch's host time")
     rank_skew_cv: NonNegativeFloat = Field(le=2.0, description="Per-pass spread of host speed between ranks (lognormal sigma)")
@@ -61,7 +65,9 @@ class HostSpec(Strict):
 
 
 class FabricNode(Strict):
-    name: str
+    """A node of the fabric graph."""
+
+    name: str = Field(description="Unique node name, referred to by links and placements")
     kind: Literal["gpu", "cpu", "pcie_switch", "nvswitch", "nic", "switch"] = Field(
         description="gpu | cpu (socket with its root complex) | pcie_switch | nvswitch | nic (an InfiniBand/RoCE "
                     "port) | switch (a network switch between machines, e.g. a leaf or one rail's leaf)")
@@ -71,6 +77,8 @@ class FabricNode(Strict):
 
 
 class FabricLink(Strict):
+    """A link between two fabric nodes."""
+
     between: tuple[str, str] = Field(strict=False, description="The two node names this link joins")
     kind: Literal["pcie", "nvlink", "socket", "network"] = Field(
         description="pcie | nvlink | socket (UPI/xGMI between CPU sockets) | network (a NIC's port to a switch or NIC)")
@@ -88,8 +96,10 @@ class Network(Strict):
 
 
 class Fabric(Strict):
-    nodes: list[FabricNode] = Field(min_length=1)
-    links: list[FabricLink] = Field(default_factory=list)
+    """The graph of GPUs, CPUs, switches and NICs, and the links that join them."""
+
+    nodes: list[FabricNode] = Field(min_length=1, description="GPUs, CPU sockets, PCIe switches, NVSwitches and NICs")
+    links: list[FabricLink] = Field(default_factory=list, description="The links between nodes")
     p2p_level: Literal["nvlink", "pcie_switch", "cpu", "system"] = Field(
         description="Farthest path over which GPUs use peer-to-peer (as NCCL_P2P_LEVEL: NVL, PXB, PHB, SYS); farther pairs go through host memory")
     shm_hop_latency_us: Micros = Field(
@@ -137,11 +147,13 @@ def _check_machines(fabric: "Fabric") -> None:
 
 
 class Topology(Strict):
-    name: str
-    description: str = ""
-    gpu: GPUSpec
-    host: HostSpec
-    fabric: Fabric
+    """A machine (or machines): GPUs, hosts and fabric."""
+
+    name: str = Field(description="The machine's name (also its catalog name)")
+    description: str = Field("", description="Free text for the reader")
+    gpu: GPUSpec = Field(description="The GPU model in every GPU slot")
+    host: HostSpec = Field(description="The host side of every rank")
+    fabric: Fabric = Field(description="How the GPUs are connected")
 
     @property
     def gpu_names(self) -> list[str]:

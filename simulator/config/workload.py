@@ -12,14 +12,18 @@ MAX_SPAN_S = 1e8  # simulated seconds a workload may span: float64 microseconds 
 
 
 class FixedLength(Strict):
+    """Every request the same length."""
+
     kind: Literal["fixed"]
-    value: PositiveInt
+    value: PositiveInt = Field(description="The length (tokens)")
 
 
 class UniformLength(Strict):
+    """Lengths uniform over [low, high]."""
+
     kind: Literal["uniform"]
-    low: PositiveInt
-    high: PositiveInt
+    low: PositiveInt = Field(description="Shortest length (tokens)")
+    high: PositiveInt = Field(description="Longest length (tokens)")
 
     @model_validator(mode="after")
     def _order(self):
@@ -32,27 +36,33 @@ class LognormalLength(Strict):
     """Lengths with a median and a log-space spread, clipped to [1, max]."""
 
     kind: Literal["lognormal"]
-    median: PositiveFloat
+    median: PositiveFloat = Field(description="Median length (tokens)")
     sigma: float = Field(gt=0, le=10.0, description="log-space spread; measured request lengths have 0.5-2, and above "
                          "10 the distribution is a point mass at 1 and one at max")
-    max: PositiveInt
+    max: PositiveInt = Field(description="Longest length kept (tokens)")
 
 
 Length = Union[PositiveInt, Annotated[Union[FixedLength, UniformLength, LognormalLength], Field(discriminator="kind")]]
 
 
 class AllAtOnce(Strict):
+    """Every request arrives at time 0."""
+
     kind: Literal["all_at_once"]
 
 
 class FixedRate(Strict):
+    """Requests arrive at a fixed rate (evenly spaced)."""
+
     kind: Literal["fixed_rate"]
-    rate_per_s: PositiveFloat
+    rate_per_s: PositiveFloat = Field(description="Requests per second")
 
 
 class PoissonArrivals(Strict):
+    """Requests arrive as a Poisson process (exponential gaps)."""
+
     kind: Literal["poisson"]
-    rate_per_s: PositiveFloat
+    rate_per_s: PositiveFloat = Field(description="Mean requests per second")
 
 
 class ArrivalTrace(Strict):
@@ -68,21 +78,23 @@ Arrival = Annotated[Union[AllAtOnce, FixedRate, PoissonArrivals, ArrivalTrace], 
 class LatencyTarget(Strict):
     """A request counts towards goodput when it meets both targets."""
 
-    ttft_ms: PositiveFloat = 2000.0
-    tpot_ms: PositiveFloat = 100.0
+    ttft_ms: PositiveFloat = Field(2000.0, description="Longest time to the first token that meets the target")
+    tpot_ms: PositiveFloat = Field(100.0, description="Longest mean time per output token after the first that meets the target")
 
 
 class Workload(Strict):
+    """The requests to serve: arrivals, prompt and output lengths, batching and the latency target."""
+
     requests: PositiveInt = Field(1, description="Requests to serve (a trace file sets its own)")
-    arrival: Arrival = AllAtOnce(kind="all_at_once")
-    prompt_tokens: Length = 1000
-    output_tokens: Length = 2048
+    arrival: Arrival = Field(AllAtOnce(kind="all_at_once"), description="When requests arrive: all_at_once, fixed_rate, poisson or trace")
+    prompt_tokens: Length = Field(1000, description="Prompt length: tokens, or a distribution (fixed, uniform, lognormal)")
+    output_tokens: Length = Field(2048, description="Generated tokens per request: a number or a distribution (fixed, uniform, lognormal)")
     concurrency: PositiveInt = Field(1, description="Most requests running at once (the decode batch cap)")
     max_prefill_tokens: PositiveInt = Field(8192, description="Prompt tokens per prefill step (chunked prefill)")
     kv_overflow: Literal["queue", "preempt"] = Field(
         "queue", description="queue: admit a request only when its whole KV cache fits; preempt: admit on its prompt, "
                              "evict the newest request when the cache fills (it is recomputed later)")
-    target: LatencyTarget = LatencyTarget()
+    target: LatencyTarget = Field(LatencyTarget(), description="Latency target for goodput")
     seed_offset: int = Field(0, ge=0, description="Varies arrivals and lengths without changing acceptance draws")
 
     @model_validator(mode="after")
