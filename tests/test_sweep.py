@@ -241,8 +241,10 @@ def alive(pid: int) -> bool:
 
 
 def start_sweep(path: str, *extra: str) -> subprocess.Popen:
+    # run in the sweep's folder: the default results file is written to the current directory
     return subprocess.Popen([sys.executable, "-m", "simulator", "sweep", path, "--workers", "2", "--chunk", "1",
-                             *extra], cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             *extra], cwd=os.path.dirname(path), env={**os.environ, "PYTHONPATH": ROOT},
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def wait_for_rows(proc, out, rows: int, timeout_s: float = 90) -> None:
@@ -354,8 +356,8 @@ def test_two_sweeps_on_one_file_never_duplicate_a_point(tmp_path):
     first = start_sweep(path)
     try:
         wait_for_rows(first, out, 1)
-        second = subprocess.run([sys.executable, "-m", "simulator", "sweep", path, "--workers", "1"], cwd=ROOT,
-                                capture_output=True, text=True, timeout=120)
+        second = subprocess.run([sys.executable, "-m", "simulator", "sweep", path, "--workers", "1"], cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=120)
         assert second.returncode == 2 and second.stderr.count("\n") == 1
         assert f"another sweep (process {first.pid}) is writing this results file" in second.stderr
         first.communicate(timeout=120)

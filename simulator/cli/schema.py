@@ -25,7 +25,7 @@ def roots():
     from ..config.model_card import ModelCard
     from ..config.scenario import ScenarioSpec
     from ..config.topology import Topology
-    from ..experiments.sweep import SweepSpec
+    from ..experiments.sweepfile import SweepSpec
 
     return [("Scenario", "A scenario file: which machine and model, how they run, the workload and the speculation.",
              ScenarioSpec),
