@@ -242,3 +242,35 @@ def test_help_and_version_import_no_numerics():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": ROOT})
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# -- sweeps ---------------------------------------------------------------------------------------------------------
+def write_small_sweep(folder, metrics) -> str:
+    import yaml
+
+    path = folder / "small.yaml"
+    path.write_text(yaml.safe_dump({"name": "small", "scenario": EAGLE3, "mode": "grid",
+                                    "axes": {"runtime.cuda_graph_verify": [False, True]},
+                                    "set": {"workload.requests": 1, "workload.output_tokens": 16},
+                                    "metrics": metrics}))
+    return str(path)
+
+
+def test_a_misspelled_sweep_metric_stops_before_any_point(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = write_small_sweep(tmp_path, ["throughput_tok_s", "speedupp"])
+    code, out, err = run_cli(capsys, "sweep", path, "--workers", "1")
+    assert code == 2 and "'speedupp' names no figure" in err and "did you mean 'speedup'" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "small.results.csv").exists()
+
+
+def test_sweep_rows_carry_provenance(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    from simulator.config.version import __version__
+    from simulator.experiments.sweep import read_results
+
+    path = write_small_sweep(tmp_path, ["throughput_tok_s", "step_ms.verify.mean"])
+    assert main(["sweep", path, "--workers", "1"]) == 0
+    rows = read_results(str(tmp_path / "small.results.csv"))
+    assert len(rows) == 2 and {r["provenance.specsim_version"] for r in rows} == {__version__}
+    assert {r["provenance.kernel_source"] for r in rows} == {"roofline"}

@@ -23,6 +23,7 @@ from ..config import Scenario, load_scenario
 from ..config.errors import ConfigError
 from ..results.files import check_output_file
 from ..results.limits import cap_workers, check_points, check_work
+from .metrics import PROVENANCE_COLUMNS, check_metrics
 from .pool import Died, ForkPool, tune_malloc
 from .store import Store, read_results  # noqa: F401  (read_results re-exported for callers)
 from .sweepfile import Point, Sweep, check_axes, load_sweep, num_points, point_id, points  # noqa: F401
@@ -127,19 +128,21 @@ def run_sweep(sweep: Sweep | str, *, workers: int | None = None, dask_address: s
     base = load_scenario(sweep.scenario_path, list(fixed.items()))  # a bad base or `set` stops here, exit 2
     check_axes(sweep, base)
     check_work(base, max_work)
+    check_metrics(base, spec.metrics, sweep.file)  # a misspelled metric stops here, before any point runs
     all_points = points(sweep, fixed)
     client = _dask_client(dask_address) if dask_address else None
     token = uuid.uuid4().hex
     _BASES[token] = base  # forked workers and this process start with the base scenario loaded
     try:
-        with Store(out, ["point_id", *spec.axes, *spec.metrics, "status", "error"]) as store, _stop_on_sigterm():
+        metrics = [*spec.metrics, *PROVENANCE_COLUMNS]  # every row says what produced it
+        with Store(out, ["point_id", *spec.axes, *metrics, "status", "error"]) as store, _stop_on_sigterm():
             todo = [p for p in all_points if p.id not in store.done]
             capacity = sum(client.nthreads().values()) if client else cap_workers(workers, len(todo), _cpus())
             size = chunk_size or max(1, min(16, len(todo) // (4 * capacity)))  # a few chunks per worker: balance
-            tasks = [ChunkTask(token, sweep.scenario_path, fixed, tuple(spec.metrics), tuple(todo[i:i + size]),
+            tasks = [ChunkTask(token, sweep.scenario_path, fixed, tuple(metrics), tuple(todo[i:i + size]),
                                max_work) for i in range(0, len(todo), size)]
             bar = _progress(len(todo), sweep.name, progress)
-            recorder = _Recorder(store, spec.axes, spec.metrics, bar)
+            recorder = _Recorder(store, spec.axes, metrics, bar)
             try:
                 if client is not None:
                     recorder.record_all(_on_dask(client, tasks))
