@@ -33,7 +33,14 @@ def main(args) -> int:
 
     check_outputs(args)
     check_work(resolve(args.scenario, None, overrides_of(args)), args.max_work)
-    plan = plan_levers(args.scenario, overrides_of(args), progress=lambda text: log.info("%s", text))
+    from . import note, progress
+
+    with progress(desc="plan", unit="run") as bar:
+        def said(text: str) -> None:
+            bar.update(1)
+            note(bar, text)
+
+        plan = plan_levers(args.scenario, overrides_of(args), progress=said)
     if args.format == "json":
         print(json.dumps(to_dict(plan), indent=2, default=str))
     else:

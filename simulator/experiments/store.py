@@ -132,6 +132,17 @@ class Store:
         os.fsync(self.fd)
         self._synced_at = time.monotonic()
 
+    def reorder(self, order: dict[str, int]) -> None:
+        """Rewrite the file (atomically) with its rows sorted by `order` of their point ids (unknown ids last)."""
+        self.sync()
+        with open(self.path, "rb") as handle:
+            lines = handle.read().split(b"\n")
+        header, rows = lines[0], [raw for raw in lines[1:] if raw]
+        width = len(self.header)
+        rows.sort(key=lambda raw: order.get(parse(raw, width)[0], len(order)))
+        with atomic_write(self.path, "wb") as handle:
+            handle.write(b"\n".join([header, *rows]) + b"\n")
+
     def close(self) -> None:
         if self.fd >= 0:
             try:

@@ -135,14 +135,16 @@ def run_sweep(sweep: Sweep | str, *, workers: int | None = None, dask_address: s
     _BASES[token] = base  # forked workers and this process start with the base scenario loaded
     try:
         metrics = [*spec.metrics, *PROVENANCE_COLUMNS]  # every row says what produced it
-        with Store(out, ["point_id", *spec.axes, *metrics, "status", "error"]) as store, _stop_on_sigterm():
+        with Store(out, ["point_id", "point", *spec.axes, *metrics, "status", "error"]) as store, \
+                _stop_on_sigterm():
             todo = [p for p in all_points if p.id not in store.done]
             capacity = sum(client.nthreads().values()) if client else cap_workers(workers, len(todo), _cpus())
             size = chunk_size or max(1, min(16, len(todo) // (4 * capacity)))  # a few chunks per worker: balance
             tasks = [ChunkTask(token, sweep.scenario_path, fixed, tuple(metrics), tuple(todo[i:i + size]),
                                max_work) for i in range(0, len(todo), size)]
             bar = _progress(len(todo), sweep.name, progress)
-            recorder = _Recorder(store, spec.axes, metrics, bar)
+            order = {p.id: i for i, p in enumerate(all_points)}  # the point's index in the sweep's own order
+            recorder = _Recorder(store, spec.axes, metrics, bar, order)
             try:
                 if client is not None:
                     recorder.record_all(_on_dask(client, tasks))
@@ -153,6 +155,7 @@ def run_sweep(sweep: Sweep | str, *, workers: int | None = None, dask_address: s
                     _on_processes(tasks, capacity, store.fds, recorder)
             finally:
                 bar.close()
+            store.reorder(order)  # complete: rows in point order, whatever order they finished in
     finally:
         _BASES.pop(token, None)
         if client is not None:
@@ -166,8 +169,8 @@ def run_sweep(sweep: Sweep | str, *, workers: int | None = None, dask_address: s
 class _Recorder:
     """Appends each point's row as its chunk comes back; counts ok and error rows and which metrics had values."""
 
-    def __init__(self, store: Store, axes: dict, metrics: list[str], bar):
-        self.store, self.axes, self.metrics, self.bar = store, list(axes), metrics, bar
+    def __init__(self, store: Store, axes: dict, metrics: list[str], bar, order: dict[str, int]):
+        self.store, self.axes, self.metrics, self.bar, self.order = store, list(axes), metrics, bar, order
         self.counts = {"ok": 0, "error": 0}
         self.filled = [False] * len(metrics)
 
@@ -175,7 +178,8 @@ class _Recorder:
         values = {p.id: p.values for p in task.points}
         for pid, status, error, metrics in rows:
             axes = [values[pid][a] for a in self.axes]
-            self.store.append([pid, *axes, *(metrics or [None] * len(self.metrics)), status, error])
+            self.store.append([pid, self.order[pid], *axes, *(metrics or [None] * len(self.metrics)), status,
+                               error])
             self.counts[status] += 1
             if status == "ok":
                 self.filled = [f or m is not None for f, m in zip(self.filled, metrics)]
