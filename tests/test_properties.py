@@ -289,6 +289,7 @@ def test_squeezed_kv_cache_queues_or_preempts_and_still_serves_every_request(ove
 
 
 def test_multi_drafter_without_speculative_steps_reports_finite_shares():
+    """A multi-drafter run without a speculative step (one output token: the prefill emits it) reports shares of 0."""
     from test_oracles import CARD, GPU, HOST
 
     raw = {"name": "one_token", "topology": topology(pcie_fabric(1, sockets=1), GPU, HOST),
