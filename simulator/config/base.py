@@ -160,9 +160,9 @@ _TYPE_ERRORS = ("int_type", "float_type", "bool_type", "string_type", "model_att
 
 def _best_error(errors: list[dict]) -> dict:
     """The error to report: a union (a number or a {kind: ...} mapping) reports one error per member, and the
-    member the user meant is the one whose type matched; its error is the real problem (the deepest, if several)."""
+    member the user meant is the one whose type matched; its error is the real problem."""
     meant = [e for e in errors if e["type"] not in _TYPE_ERRORS]
-    return max(meant or errors[:1], key=lambda e: len(e["loc"]))
+    return meant[0] if meant else errors[0]
 
 
 def _problem(error: dict, model: type[BaseModel]) -> tuple[str, str | None]:
