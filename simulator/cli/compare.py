@@ -100,7 +100,7 @@ def summary(label: str, result) -> dict:
             "verify_ms": mean("verify"), "draft_ms": mean("draft"), "step_ms": mean("step"),
             "baseline_decode_ms": mean("baseline_decode"), "breakeven_accept_len": result.breakeven_accept_len,
             "breakdown_ms_per_token": dict(result.breakdown_ms_per_token),
-            "accept_len_hist": dict(result.accept_len_hist), "provenance": result.extra.get("provenance"),
+            "accept_len_hist": dict(result.accept_len_hist), "provenance": result.provenance,
             "result": result}
 
 

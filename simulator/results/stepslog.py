@@ -42,7 +42,7 @@ STEP_COLUMNS = (
 
 def drafter_names(result: Result) -> list[str]:
     """Drafter index -> name: the scenario's method first, then a multi-drafter policy's fallback."""
-    shares = (result.extra.get("policy") or {}).get("drafter_share") or {}
+    shares = (result.policy or {}).get("drafter_share") or {}
     return list(shares) or [result.speculation["method"]]
 
 
