@@ -28,9 +28,9 @@ def override_text(path: str, value: Any) -> str:
 
 
 def kernel_source(scenario: Scenario) -> str:
-    """Which source costed the kernels: a configured one where the scenario names it, else the roofline model."""
-    kernels = getattr(scenario.spec, "kernels", None)
-    return str(getattr(kernels, "source", None) or kernels or "roofline")
+    """Which source the scenario asks to cost the kernels (runtime.kernels: measured or roofline; the result's
+    `kernels` section says which source served each kernel family)."""
+    return str(getattr(scenario.spec.runtime, "kernels", None) or "roofline")
 
 
 def provenance(scenario: Scenario) -> dict:
