@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from simulator.viz import figures as plots
+from simulator.results.summary import BREAKDOWN
 from simulator.results.run import run
 from simulator.cli import main as cli_main
 
@@ -22,20 +23,21 @@ def is_png(path) -> bool:
 @pytest.fixture
 def drawn(monkeypatch):
     """The figures saved during a test, kept open for inspection (closed at the end)."""
+    from simulator.viz import run_figures, style
+
     figures = []
-    original = plots._save
 
     def keep(fig, path, provenance=None):
         fig.canvas.draw()  # lay out, so text positions and legends are final
         figures.append(fig)
         with open(path, "wb") as handle:
-            fig.savefig(handle, format="png", metadata=plots.metadata(False, provenance))
+            fig.savefig(handle, format="png", metadata=style.metadata(False, provenance))
         return path
 
-    monkeypatch.setattr(plots, "_save", keep)
+    for module in (plots, run_figures):  # each imported the saver by name
+        monkeypatch.setattr(module, "_save", keep)
     yield figures
-    plots._pyplot().close("all")
-    del original
+    style._pyplot().close("all")
 
 
 def texts(fig) -> str:
@@ -131,7 +133,7 @@ def test_breakdown_stack_totals_are_the_runs(tmp_path, drawn, result):
     per_token = fig.axes[-1]
     assert per_token.get_ylabel() == "ms per generated token"
     spec = result.run.spec_steps
-    total = sum(float(result.run.steps[k][spec].sum()) for k in plots.BREAKDOWN) / \
+    total = sum(float(result.run.steps[k][spec].sum()) for k in BREAKDOWN) / \
         float(result.run.steps["tokens"][spec].sum()) / 1e3
     labels = [t.get_text() for t in per_token.texts]
     assert f"{total:.2f}" in labels
