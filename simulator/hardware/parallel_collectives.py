@@ -10,15 +10,22 @@ every peer, ncclGroupEnd), which is what `all_to_all_us` costs. Ring all-gather 
 tuning model (src/graph/tuning.cc): n - 1 steps, algorithm bandwidth = bus bandwidth x n / (n - 1), over the total
 bytes. The latencies are inputs: the caller takes them from NCCL's tables for the path class it crosses.
 
+All-reduce between machines follows NCCL's tuning model for nNodes > 1 (v2.29.7-1 tuning.cc, tables in
+nccl_tables.py): ring and tree latencies with the network's per-step figures and net overhead, bus bandwidths from
+a channel graph of one channel per NIC at NCCL's inter-node search speeds, the ring Simple plateau.
+
 Assumptions: all flows of a set start at once (no pipelining of chunks, no protocol efficiency below the links'
 bandwidth); routing of MoE tokens is uniform (each token's k experts spread evenly over the EP ranks).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Hashable, Sequence
 
+from . import nccl_tables as T
 from .flows import BYTES_PER_US_PER_GBPS, max_min_rates
 from .interconnect import Fabric
+from .nccl import Option, algo_time_us
 
 
 def fluid_finish_us(routes: Sequence[Sequence[Hashable]], nbytes: Sequence[float],
@@ -119,3 +126,104 @@ def ring_all_reduce(env, network, hops: Sequence, nbytes: float, step_latency_us
             yield env.timeout(step_latency_us)
         yield env.all_of([network.transfer(hop.links, nbytes / n) for hop in hops])
     return env.now
+
+
+# --- NCCL's all-reduce between machines (src/graph/tuning.cc, v2.29.7-1, nNodes > 1) ----------------------------
+
+# src/graph/search.cc: the speeds (GB/s per channel) the channel search tries when there is a network
+SPEED_ARRAY_INTER = {
+    "legacy": (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12),
+    "sm90": (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12),
+    "sm100": (96.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24,
+              0.12),
+}
+# getNetOverhead (tuning.cc): us per network step of a ring, x86 Intel 1.0, AMD 2.0 (x3 for Simple)
+NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
+
+
+@dataclass(frozen=True)
+class NetworkRing:
+    """The ring and tree graphs NCCL builds across machines: one channel per NIC of a machine, each at the fastest
+    search speed the NIC carries (NCCL's search, simplified: every channel crosses one NIC pair), then doubled
+    as ncclTopoDupChannels does."""
+
+    channels: int
+    bw_GBps: float
+
+
+def network_graph(nics_per_machine: int, nic_GBps: float, sm_version: int) -> NetworkRing:
+    key = "sm100" if sm_version >= 100 else "sm90" if sm_version >= 90 else "legacy"
+    speed = next((s for s in SPEED_ARRAY_INTER[key] if s <= nic_GBps + 1e-9), SPEED_ARRAY_INTER[key][-1])
+    channels = nics_per_machine
+    if speed >= T.DUP_MIN_BW and not (sm_version > 80 and speed < T.DUP_SM80_MIN_BW and channels > 4):
+        channels, speed = min(2 * channels, T.MAX_CHANNELS), speed / 2
+    return NetworkRing(channels, speed)
+
+
+def multinode_allreduce_options(ranks: int, machines: int, sm_version: int, intra_hw: str, graph: NetworkRing,
+                                cpu_vendor: str = "intel", ll128: bool = True,
+                                extra_step_latency_us: float = 0.0) -> list[Option]:
+    """ncclTopoTuneModel for AllReduce over `machines` nodes of ranks / machines GPUs each, ring and tree (NVLS
+    tree and CollNet, which need NVLink SHARP or SHARP switches, are left out). extra_step_latency_us: what a step
+    inside a machine adds beyond NCCL's figure (host-memory staging), as in the one-machine model."""
+    a = T.arch(sm_version)
+    col = 1 if machines <= 2 else 2
+    ll_max = T.LL_MAX_BW["ampere" if cpu_vendor == "amd" else "volta"][col]  # rows 0/1 are CPU vendors across nodes
+    nsteps, ppn = 2 * (ranks - 1), ranks // machines
+    inter_steps = 2 * (machines - 1)
+    bus0 = graph.channels * graph.bw_GBps
+    out = []
+    for k, proto in enumerate(T.PROTOCOLS):
+        if proto == "LL128" and not ll128:
+            continue
+        inter_ring = T.HW_LATENCY_US["net"]["tree" if ppn == 1 else "ring"][k]
+        inter_tree = T.HW_LATENCY_US["net"]["tree"][k]
+        overhead = NET_OVERHEAD_US[cpu_vendor] * (3 if proto == "Simple" else 1)
+        intra = max(T.HW_LATENCY_US[intra_hw]["ring"][k] + extra_step_latency_us, overhead)
+        ring_lat = T.BASE_LATENCY_US["ring"][k] + (nsteps - inter_steps) * intra + inter_steps * inter_ring
+        bus = {"LL": min(ll_max, bus0 * T.LL_EFFICIENCY),
+               "LL128": min(bus0 * T.LL128_EFFICIENCY, graph.channels * T.PER_CHANNEL_MAX_RING_LL128_BW[a][col]),
+               "Simple": bus0}[proto]
+        out.append(Option("ring", proto, ring_lat, bus * ranks / nsteps, bus))
+        tree = min(bus0 * T.TREE_ALLREDUCE_EFFICIENCY, graph.channels * T.PER_CHANNEL_MAX_TREE_BW[a][col])
+        tree = {"LL": min(tree / T.TREE_LL_DIVISOR, ll_max),
+                "LL128": min(tree * 120.0 / 128.0, graph.channels * T.PER_CHANNEL_MAX_TREE_LL128_BW[a][col]),
+                "Simple": tree}[proto]
+        tree_step = T.HW_LATENCY_US[intra_hw]["tree"][k] + extra_step_latency_us
+        log_machines = machines.bit_length() - 1  # log2i: floor(log2(nNodes))
+        tree_lat = T.BASE_LATENCY_US["tree"][k] + 2 * ((ppn - 1) * tree_step + log_machines * inter_tree)
+        out.append(Option("tree", proto, tree_lat, tree * 0.5, tree))
+    return out
+
+
+def multinode_time_us(option: Option, nbytes: int, ranks: int, runtime_channels: int, sm_version: int) -> float:
+    """ncclTopoGetAlgoTime across machines: the tree correction, and ring Simple's latency plateau (x1.4 from SM80,
+    x1.9 below) once nbytes / (runtime channels x ranks) reaches 64 B."""
+    latency = option.latency_us
+    if option.algorithm == "ring" and option.protocol == "Simple" and nbytes // (runtime_channels * ranks) >= 64:
+        latency *= 1.4 if sm_version >= 80 else 1.9
+    return algo_time_us(Option(option.algorithm, option.protocol, latency, option.algbw_GBps, option.busbw_GBps),
+                        nbytes)
+
+
+def allreduce_between_machines(fabric: Fabric, ranks: int, nbytes: int, cpu_vendor: str = "intel") -> tuple:
+    """NCCL's choice for an all-reduce over the topology's first `ranks` GPUs, spread evenly over machines: the
+    (option, time_us) of lowest predicted time. The NIC count is one machine's, their bandwidth the network links'
+    slowest; steps inside a machine use its path class (NVLink or PCIe) and add what its routes add (host-memory
+    staging). cpu_vendor picks NCCL's LL bandwidth row and network overhead (the topologies do not name the CPU)."""
+    topology = fabric.topology
+    machine_of, gpus = topology.machine_of, topology.gpu_names[:ranks]
+    machines = sorted({machine_of[g] for g in gpus})
+    per_machine = ranks // len(machines)
+    if any(sum(1 for g in gpus if machine_of[g] == m) != per_machine for m in machines):
+        raise ValueError(f"{ranks} ranks are not spread evenly over the machines {', '.join(machines)}")
+    nics = sum(1 for n in topology.fabric.nodes if n.kind == "nic" and n.machine == machines[0])
+    nic_GBps = min(link.bandwidth_GBps for link in topology.fabric.links if link.kind == "network")
+    sm = topology.gpu.sm_version
+    nvlink = fabric.all_pairs_nvlink(per_machine)
+    extra = max((fabric.latency_us(fabric.hop(i, i + 1)) for i in range(per_machine - 1)), default=0.0)
+    graph = network_graph(nics, nic_GBps, sm)
+    options = multinode_allreduce_options(ranks, len(machines), sm, "nvlink" if nvlink else "pci", graph,
+                                          cpu_vendor, ll128=nvlink, extra_step_latency_us=extra)
+    timed = [(o, multinode_time_us(o, nbytes, ranks, 2 * graph.channels, sm)) for o in options]
+    return min(timed, key=lambda pair: pair[1])
