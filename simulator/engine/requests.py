@@ -5,7 +5,6 @@ timing streams, so changing the workload's shape leaves the acceptance draws of 
 """
 from __future__ import annotations
 
-import csv
 import os
 from dataclasses import dataclass
 
@@ -13,6 +12,7 @@ import numpy as np
 
 from ..config.workload import (MAX_SPAN_S, ArrivalTrace, FixedLength, FixedRate, LognormalLength, PoissonArrivals, UniformLength,
                               Workload)
+from ..config.csv_rows import csv_rows
 from ..config.errors import ConfigError
 from ..config.typical import max_length, mean_length  # noqa: F401  (re-exported)
 
@@ -59,27 +59,15 @@ def read_arrivals(config: ArrivalTrace, base_dir: str, file: str) -> list[tuple[
         raise ConfigError(file, "workload.arrival.file", f"arrival trace not found: {path}")
     rows = []
     allowed = f"0 <= arrival_s <= {MAX_SPAN_S:.0e}, prompt_tokens >= 1, output_tokens >= 1"
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            needed = ("arrival_s", "prompt_tokens", "output_tokens")
-            missing = [c for c in needed if c not in (reader.fieldnames or [])]
-            if missing:
-                raise ConfigError(path, "header", f"missing column(s) {', '.join(missing)}", ", ".join(needed))
-            for line, row in enumerate(reader, start=2):
-                try:
-                    arrival, prompt, output = (float(row["arrival_s"]), int(row["prompt_tokens"]),
-                                               int(row["output_tokens"]))
-                except (TypeError, ValueError):
-                    raise ConfigError(path, f"line {line}", "arrival_s must be a number and the token counts "
-                                      "integers", allowed) from None
-                if not (0 <= arrival <= MAX_SPAN_S and prompt >= 1 and output >= 1):  # NaN fails too
-                    raise ConfigError(path, f"line {line}", f"bad row {row}", allowed)
-                rows.append((arrival, prompt, output))
-    except UnicodeDecodeError as exc:
-        raise ConfigError(path, "<file>", f"not UTF-8 text (byte {exc.start})", "a UTF-8 CSV file") from None
-    except csv.Error as exc:
-        raise ConfigError(path, "<file>", f"not a CSV file: {exc}", "a CSV file with a header row") from None
+    for line, row in csv_rows(path, ("arrival_s", "prompt_tokens", "output_tokens")):
+        try:
+            arrival, prompt, output = float(row["arrival_s"]), int(row["prompt_tokens"]), int(row["output_tokens"])
+        except (TypeError, ValueError):
+            raise ConfigError(path, f"line {line}", "arrival_s must be a number and the token counts integers",
+                              allowed) from None
+        if not (0 <= arrival <= MAX_SPAN_S and prompt >= 1 and output >= 1):  # NaN fails too
+            raise ConfigError(path, f"line {line}", f"bad row {row}", allowed)
+        rows.append((arrival, prompt, output))
     if not rows:
         raise ConfigError(path, "rows", "the arrival trace has no rows", "one row per request")
     return sorted(rows)

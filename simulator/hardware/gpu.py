@@ -7,33 +7,10 @@ gap per kernel node.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
-
-from typing import TYPE_CHECKING
 
 from ..config.topology import GPUSpec, HostSpec
 from .normal import normal_quantile
-
-if TYPE_CHECKING:  # the cost model's Segment, for type hints only: hardware does not depend on model
-    from ..model.cost import Segment
-
-
-@dataclass(frozen=True)
-class SegmentTime:
-    """GPU time of one segment's kernels on one rank, split by what bounds each kernel."""
-
-    compute_us: float
-    memory_us: float
-    last_kernel_us: float
-    num_kernels: int
-    kernel_us: tuple[float, ...] = ()  # the heavy kernels' times in launch order; the small ones follow them
-    small_us: float = 0.0  # each small element-wise kernel's time (num_kernels - len(kernel_us) of them)
-
-    @property
-    def total_us(self) -> float:
-        return self.compute_us + self.memory_us
 
 
 class GPU:
@@ -59,24 +36,6 @@ class GPU:
         compute = flops / self.peak_flops_per_us(dtype)
         memory = nbytes / self.bytes_per_us
         return max(compute, memory, self.floor_us), compute > memory and compute > self.floor_us
-
-    def segment(self, segment: "Segment") -> SegmentTime:
-        """A segment's kernels in launch order (the model's heavy kernels, then its small element-wise ones)."""
-        compute = memory = last = 0.0
-        times = []
-        for kernel in segment.kernels:
-            t, compute_bound = self.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)
-            if compute_bound:
-                compute += t
-            else:
-                memory += t
-            last = t
-            times.append(t)
-        small, _ = self.kernel_us(0.0, segment.small_bytes, "bf16")
-        memory += small * segment.small_kernels
-        if segment.small_kernels:
-            last = small
-        return SegmentTime(compute, memory, last, segment.num_kernels, tuple(times), small)
 
 
 # A segment's launch time is never below this fraction of its mean. A guard, not a measured figure: it keeps the
