@@ -89,7 +89,7 @@ def files(directory: str = DEFAULT_DIR) -> list[str]:
 
 def _collective(case: Case, base: str, path: str) -> float:
     from ..config.topology import Topology
-    from ..hardware.collectives import AllReduce
+    from ..hardware.collectives import AllReduce, allreduce_bus_factor
     from ..hardware.interconnect import Fabric
 
     if case.topology is None or case.bytes is None:
@@ -108,7 +108,7 @@ def _collective(case: Case, base: str, path: str) -> float:
     if case.metric == "time_us":
         return cost.time_us
     if case.metric == "busbw_GBps":
-        return case.bytes / (1000.0 * cost.time_us) * 2 * (ranks - 1) / ranks
+        return case.bytes / (1000.0 * cost.time_us) * allreduce_bus_factor(ranks)
     raise ConfigError(path, f"cases[{case.name}].metric", f"unknown collective metric {case.metric!r}",
                       "time_us, busbw_GBps")
 

@@ -80,7 +80,7 @@ def _load(args):
 
 def rows(topology, ranks: int, op: str, algorithm: str, message_sizes: list[int]) -> list[dict]:
     """One dict per size: nccl-tests' columns (size, time, algbw, busbw) and which algorithm produced it."""
-    from ..hardware.collectives import AllReduce, IMPLEMENTATION_NCCL
+    from ..hardware.collectives import AllReduce, IMPLEMENTATION_NCCL, allreduce_bus_factor
     from ..hardware.interconnect import Fabric
 
     collective = AllReduce(Fabric(topology), ranks, algorithm, topology.gpu.kernel_floor_us)
@@ -91,7 +91,7 @@ def rows(topology, ranks: int, op: str, algorithm: str, message_sizes: list[int]
             # nccl-tests' columns: algbw = size / time, busbw = algbw x 2 (n - 1) / n
             algbw = nbytes / (1000.0 * cost["time_us"]) if cost["time_us"] > 0 else 0.0
             cost.update(model_algbw_GBps=cost["algbw_GBps"], algbw_GBps=algbw,
-                        busbw_GBps=algbw * 2 * (ranks - 1) / ranks)
+                        busbw_GBps=algbw * allreduce_bus_factor(ranks))
             out.append({"op": op, "bytes": nbytes, "ranks": ranks, **cost})
         else:
             time = collective.allgather_us(nbytes // ranks if ranks else nbytes)

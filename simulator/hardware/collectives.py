@@ -78,6 +78,12 @@ class NotPermitted(ValueError):
     """The requested algorithm cannot run on this fabric (e.g. custom all-reduce without peer-to-peer)."""
 
 
+def allreduce_bus_factor(ranks: int) -> float:
+    """nccl-tests' bus bandwidth over algorithm bandwidth for an all-reduce: 2 (n - 1) / n (each byte crosses
+    2 (n - 1) links of a ring of n, spread over n ranks)."""
+    return 2 * (ranks - 1) / ranks if ranks else 0.0
+
+
 class AllReduce:
     """All-reduce among the first `ranks` GPUs of a fabric; `choice` is runtime.allreduce."""
 
@@ -178,7 +184,7 @@ class AllReduce:
         # a flag barrier is a round trip to the peers: twice NCCL's per-step LL latency plus the route's
         flag = 2 * (T.HW_LATENCY_US[cls]["ring"][0] + max(self.fabric.latency_us(h) for h in hops))
         flow_bw = min(self.fabric.concurrent_bandwidth_GBps(hops))  # every rank reads every peer at once
-        bus = 2 * (n - 1) / n
+        bus = allreduce_bus_factor(n)
         out = []
         if forced or nbytes <= CUSTOM_ONE_SHOT_MAX_BYTES:
             # one-shot: a start and an end flag; each rank reads every peer's whole buffer concurrently
