@@ -29,6 +29,18 @@ atexit.register(shutil.rmtree, TRACE_DIR, True)
 
 # --- machines ----------------------------------------------------------------------------------------------------
 
+# A small 2-GPU-class machine and dense model with an EAGLE-3 head, for tests that change a field or two.
+TINY_GPU = {"name": "oracle-gpu", "memory_GB": 80.0, "memory_bandwidth_GBps": 2000.0, "memory_efficiency": 0.8,
+            "peak_TFLOPS": {"bf16": 500.0}, "compute_efficiency": 0.7, "kernel_floor_us": 1.0}
+TINY_HOST = {"eager_launch_us": 10.0, "launch_jitter_cv": 0.5, "rank_skew_cv": 0.1, "graph_launch_us": 20.0,
+            "graph_node_us": 0.5, "step_overhead_us": 150.0, "sync_us": 15.0}
+TINY_CARD = {"name": "oracle-dense", "num_layers": 2, "num_dense_layers": 2, "hidden_size": 512, "vocab_size": 32000,
+            "attention": {"kind": "gqa", "num_heads": 4, "num_kv_heads": 2, "head_dim": 32},
+            "dense_intermediate_size": 1024, "weights": {"attention": "bf16", "dense_mlp": "bf16"},
+            "kernels": {"attention": 7, "dense_mlp": 4, "per_pass": 10, "verify_per_pass": 20, "tree_attention": 4},
+            "draft_head": {"num_heads": 4, "num_kv_heads": 2, "head_dim": 32, "intermediate_size": 1024,
+                            "draft_vocab_size": 32000}}
+
 
 def _gpu_node(i: int) -> dict:
     return {"name": f"gpu{i}", "kind": "gpu"}

@@ -21,18 +21,9 @@ from simulator.engine.server import KIND_DECODE, KIND_PREFILL
 from simulator.model.cost import PassShape
 from simulator.speculation.acceptance import positional_table
 from simulator.speculation.setup import build_speculation
-from strategies import make_scenario, pcie_fabric, topology
+from strategies import TINY_CARD, TINY_GPU, TINY_HOST, make_scenario, pcie_fabric, topology
 
-GPU = {"name": "oracle-gpu", "memory_GB": 80.0, "memory_bandwidth_GBps": 2000.0, "memory_efficiency": 0.8,
-       "peak_TFLOPS": {"bf16": 500.0}, "compute_efficiency": 0.7, "kernel_floor_us": 1.0}
-HOST = {"eager_launch_us": 10.0, "launch_jitter_cv": 0.5, "rank_skew_cv": 0.1, "graph_launch_us": 20.0,
-        "graph_node_us": 0.5, "step_overhead_us": 150.0, "sync_us": 15.0}
-CARD = {"name": "oracle-dense", "num_layers": 2, "num_dense_layers": 2, "hidden_size": 512, "vocab_size": 32000,
-        "attention": {"kind": "gqa", "num_heads": 4, "num_kv_heads": 2, "head_dim": 32},
-        "dense_intermediate_size": 1024, "weights": {"attention": "bf16", "dense_mlp": "bf16"},
-        "kernels": {"attention": 7, "dense_mlp": 4, "per_pass": 10, "verify_per_pass": 20, "tree_attention": 4},
-        "draft_head": {"num_heads": 4, "num_kv_heads": 2, "head_dim": 32, "intermediate_size": 1024,
-                       "draft_vocab_size": 32000}}
+GPU, HOST, CARD = TINY_GPU, TINY_HOST, TINY_CARD
 
 
 def base(acceptance: dict, draft_tokens: int = 3, verify: str = "chain", tree: dict | None = None,

@@ -265,19 +265,27 @@ def kill_group(proc) -> None:
     proc.wait()
 
 
-def test_a_killed_worker_is_replaced_and_its_point_retried(tmp_path):
-    """kill -9 of one worker mid-sweep: the pool is rebuilt, every point ends with exactly one ok row, exit 0."""
-    path = write_sweep(tmp_path, "kill1", axes=LONG_AXES, set=LONG_SET)
-    out = tmp_path / "kill1.results.csv"
+@contextlib.contextmanager
+def long_sweep(tmp_path, name: str, rows: int):
+    """A 40-point sweep with 2 workers in its own session, handed over once `rows` rows are written (with its two
+    worker pids); its whole process group is killed afterwards."""
+    path = write_sweep(tmp_path, name, axes=LONG_AXES, set=LONG_SET)
+    out = tmp_path / f"{name}.results.csv"
     proc = start_sweep(path)
     try:
-        wait_for_rows(proc, out, 3)
+        wait_for_rows(proc, out, rows)
         workers = children_of(proc.pid)
         assert len(workers) == 2
-        os.kill(workers[0], signal.SIGKILL)
-        _, err = proc.communicate(timeout=120)
+        yield path, out, proc, workers
     finally:
         kill_group(proc)
+
+
+def test_a_killed_worker_is_replaced_and_its_point_retried(tmp_path):
+    """kill -9 of one worker mid-sweep: the pool is rebuilt, every point ends with exactly one ok row, exit 0."""
+    with long_sweep(tmp_path, "kill1", 3) as (path, out, proc, workers):
+        os.kill(workers[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     rows = read_results(str(out))
     assert len(rows) == 40 and {r["status"] for r in rows} == {"ok"}
@@ -311,19 +319,11 @@ def test_a_point_that_kills_its_worker_twice_is_an_error_row(tmp_path, monkeypat
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_the_sweep_and_its_workers_within_2_s(tmp_path, signum):
-    path = write_sweep(tmp_path, "term", axes=LONG_AXES, set=LONG_SET)
-    out = tmp_path / "term.results.csv"
-    proc = start_sweep(path)
-    try:
-        wait_for_rows(proc, out, 2)
-        workers = children_of(proc.pid)
-        assert len(workers) == 2
+    with long_sweep(tmp_path, "term", 2) as (_, out, proc, workers):
         os.kill(proc.pid, signum)
         sent = time.monotonic()
         _, err = proc.communicate(timeout=30)  # the pipes close: no worker holds them
         stopped_s = time.monotonic() - sent
-    finally:
-        kill_group(proc)
     assert proc.returncode == (143 if signum == signal.SIGTERM else 130), err.decode()
     assert stopped_s < 2.0 and not [w for w in workers if alive(w)]
     assert err.decode().count("\n") == 1 and "rerun to resume" in err.decode()
@@ -333,38 +333,27 @@ def test_a_signal_stops_the_sweep_and_its_workers_within_2_s(tmp_path, signum):
 
 
 def test_workers_die_with_a_killed_parent(tmp_path):
-    path = write_sweep(tmp_path, "orphan", axes=LONG_AXES, set=LONG_SET)
-    proc = start_sweep(path)
-    try:
-        wait_for_rows(proc, tmp_path / "orphan.results.csv", 1)
-        workers = children_of(proc.pid)
-        assert len(workers) == 2
-        os.kill(proc.pid, signal.SIGKILL)  # the parent alone
-        proc.communicate(timeout=30)  # returns once no worker holds stdout or stderr
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and [w for w in workers if alive(w)]:
-            time.sleep(0.05)
-        assert not [w for w in workers if alive(w)]
-    finally:
-        kill_group(proc)
-        for worker in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker, signal.SIGKILL)
+    with long_sweep(tmp_path, "orphan", 1) as (_, _, proc, workers):
+        try:
+            os.kill(proc.pid, signal.SIGKILL)  # the parent alone
+            proc.communicate(timeout=30)  # returns once no worker holds stdout or stderr
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and [w for w in workers if alive(w)]:
+                time.sleep(0.05)
+            assert not [w for w in workers if alive(w)]
+        finally:
+            for worker in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker, signal.SIGKILL)
 
 
 def test_two_sweeps_on_one_file_never_duplicate_a_point(tmp_path):
-    path = write_sweep(tmp_path, "twice", axes=LONG_AXES, set=LONG_SET)
-    out = tmp_path / "twice.results.csv"
-    first = start_sweep(path)
-    try:
-        wait_for_rows(first, out, 1)
+    with long_sweep(tmp_path, "twice", 1) as (path, out, first, _):
         second = subprocess.run([sys.executable, "-m", "simulator", "sweep", path, "--workers", "1"], cwd=tmp_path,
                                 env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=120)
         assert second.returncode == 2 and second.stderr.count("\n") == 1
         assert f"another sweep (process {first.pid}) is writing this results file" in second.stderr
         first.communicate(timeout=120)
-    finally:
-        kill_group(first)
     assert first.returncode == 0
     rows = read_results(str(out))
     assert len(rows) == 40 and len({r["point_id"] for r in rows}) == 40

@@ -107,7 +107,7 @@ def test_docs_config_md_is_the_schema_output(capsys):
 def test_schema_covers_the_keys_the_issue_names(capsys):
     assert main(["schema", "--format", "json"]) == 0
     keys = {row["key"]: row for section in json.loads(capsys.readouterr().out) for row in section["rows"]}
-    for key in ("workload.arrival (kind: poisson)", "workload.arrival (kind: trace)", "workload.kv_overflow",
+    for key in ("workload.arrival (kind: fixed_rate or poisson)", "workload.arrival (kind: trace)", "workload.kv_overflow",
                 "workload.output_tokens (kind: lognormal)", "fabric.links[].bandwidth_GBps"):
         assert key in keys, key
     assert keys["workload.kv_overflow"]["allowed"] == "queue, preempt"

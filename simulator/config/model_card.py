@@ -34,10 +34,9 @@ class MLAAttention(Strict):
     v_head_dim: PositiveInt = Field(description="Per-head value width")
 
 
-class GQAAttention(Strict):
-    """Grouped-query attention (Llama): num_kv_heads shared by groups of query heads."""
+class GQAHeads(Strict):
+    """Query heads in groups that share key/value heads (the attention of Llama and of EAGLE draft heads)."""
 
-    kind: Literal["gqa"]
     num_heads: PositiveInt = Field(description="Query heads")
     num_kv_heads: PositiveInt = Field(description="Key/value heads (cached)")
     head_dim: Dim = Field(description="Width of a head")
@@ -47,6 +46,12 @@ class GQAAttention(Strict):
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
         return self
+
+
+class GQAAttention(GQAHeads):
+    """Grouped-query attention (Llama): num_kv_heads shared by groups of query heads."""
+
+    kind: Literal["gqa"]
 
 
 Attention = Annotated[Union[MLAAttention, GQAAttention], Field(discriminator="kind")]
@@ -103,21 +108,12 @@ class EagerKernels(Strict):
         "align/sort, activation, top-k sum, activation quantisation): a measured fused-MoE time includes them"))
 
 
-class DraftHead(Strict):
+class DraftHead(GQAHeads):
     """An EAGLE-style draft head: a small decoder running on the same ranks as the target."""
 
     num_layers: PositiveInt = Field(1, le=MAX_LAYERS, description="Decoder layers of the head")
-    num_heads: PositiveInt = Field(description="Query heads")
-    num_kv_heads: PositiveInt = Field(description="Key/value heads")
-    head_dim: Dim = Field(description="Width of a head")
     intermediate_size: Dim = Field(description="Hidden width of its MLP")
     draft_vocab_size: Dim = Field(description="Tokens the head's lm_head scores (EAGLE-3 uses a reduced vocabulary)")
-
-    @model_validator(mode="after")
-    def _groups(self):
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError("num_heads must be a multiple of num_kv_heads")
-        return self
 
 
 class ModelCard(Strict):

@@ -128,7 +128,7 @@ def _models(annotation: Any) -> list[type[BaseModel]]:
 def _kind(model: type[BaseModel]) -> str | None:
     field = model.model_fields.get("kind")
     args = get_args(_strip(field.annotation)[0]) if field is not None else ()
-    return args[0] if len(args) == 1 else None
+    return " or ".join(args) if args else None
 
 
 def _doc(model: type[BaseModel]) -> str:

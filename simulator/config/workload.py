@@ -51,18 +51,15 @@ class AllAtOnce(Strict):
     kind: Literal["all_at_once"]
 
 
-class FixedRate(Strict):
-    """Requests arrive at a fixed rate (evenly spaced)."""
+class RateArrivals(Strict):
+    """Requests arrive at rate_per_s: evenly spaced (fixed_rate) or as a Poisson process with exponential gaps
+    (poisson)."""
 
-    kind: Literal["fixed_rate"]
-    rate_per_s: PositiveFloat = Field(description="Requests per second")
+    kind: Literal["fixed_rate", "poisson"]
+    rate_per_s: PositiveFloat = Field(description="Requests per second (the mean, for poisson)")
 
 
-class PoissonArrivals(Strict):
-    """Requests arrive as a Poisson process (exponential gaps)."""
-
-    kind: Literal["poisson"]
-    rate_per_s: PositiveFloat = Field(description="Mean requests per second")
+FixedRate = PoissonArrivals = RateArrivals  # the two rated kinds share one declaration
 
 
 class ArrivalTrace(Strict):
@@ -72,7 +69,7 @@ class ArrivalTrace(Strict):
     file: str = Field(description="CSV path relative to the scenario file")
 
 
-Arrival = Annotated[Union[AllAtOnce, FixedRate, PoissonArrivals, ArrivalTrace], Field(discriminator="kind")]
+Arrival = Annotated[Union[AllAtOnce, RateArrivals, ArrivalTrace], Field(discriminator="kind")]
 
 
 class LatencyTarget(Strict):

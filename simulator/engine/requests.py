@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config.workload import (MAX_SPAN_S, ArrivalTrace, FixedLength, FixedRate, LognormalLength, PoissonArrivals, UniformLength,
+from ..config.workload import (MAX_SPAN_S, ArrivalTrace, FixedLength, LognormalLength, RateArrivals, UniformLength,
                               Workload)
 from ..config.csv_rows import csv_rows
 from ..config.errors import ConfigError
@@ -83,9 +83,9 @@ def make_requests(workload: Workload, seed: int = 0, base_dir: str = ".", file: 
     n = workload.requests
     prompts = sample_lengths(workload.prompt_tokens, n, rng)
     outputs = sample_lengths(workload.output_tokens, n, rng)
-    if isinstance(arrival, FixedRate):
+    if isinstance(arrival, RateArrivals) and arrival.kind == "fixed_rate":
         times = np.arange(n) / arrival.rate_per_s
-    elif isinstance(arrival, PoissonArrivals):
+    elif isinstance(arrival, RateArrivals):  # poisson
         times = np.cumsum(rng.exponential(1.0 / arrival.rate_per_s, n)) - 0.0
         times -= times[0]
     else:

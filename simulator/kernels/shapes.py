@@ -22,14 +22,20 @@ class Gemm:
 
 
 @dataclass(frozen=True)
-class Attention:
-    """GQA attention of `batch` requests, each with q_len new query tokens over kv_len cached ones (plus its own new
-    tokens under a causal or tree mask); q_len 1 is decode, a few is verify, many is prefill."""
+class _Queries:
+    """`batch` requests, each with q_len new query tokens over kv_len cached ones, `heads` query heads per GPU."""
 
     batch: int
     q_len: int
     kv_len: int
-    heads: int  # query heads per GPU
+    heads: int
+
+
+@dataclass(frozen=True)
+class Attention(_Queries):
+    """GQA attention of `batch` requests, each with q_len new query tokens over kv_len cached ones (plus its own new
+    tokens under a causal or tree mask); q_len 1 is decode, a few is verify, many is prefill."""
+
     kv_heads: int  # KV heads per GPU
     head_dim: int
     kv_dtype: str
@@ -38,13 +44,9 @@ class Attention:
 
 
 @dataclass(frozen=True)
-class MLAttention:
+class MLAttention(_Queries):
     """Multi-head latent attention (DeepSeek / Kimi) over the latent KV cache, `heads` query heads per GPU."""
 
-    batch: int
-    q_len: int
-    kv_len: int
-    heads: int
     kv_dtype: str
     mask: Mask = "causal"
     family = "mla"

@@ -180,20 +180,22 @@ def verdict(result: Result) -> list[str]:
     return lines
 
 
-def to_table(result: Result) -> str:
-    r = result
-    lines = []
-    lines.append(f"specsim {r.provenance.get('specsim_version', '')}: {r.scenario}".replace(" :", ":"))
+def _header_lines(r: Result) -> list[str]:
+    """What was run: version, scenario, description, overrides, fidelity, seed, size."""
+    lines = [f"specsim {r.provenance.get('specsim_version', '')}: {r.scenario}".replace(" :", ":")]
     if r.description:
         lines.append(f"  {r.description}")
     if r.provenance.get("overrides"):
         lines.append(f"  overrides: {'; '.join(r.provenance['overrides'])}")
     lines.append(f"fidelity {r.fidelity}, seed {r.seed}, {r.tokens:,} tokens, simulated {r.sim_time_s:,.1f} s "
                  f"in {r.wall_time_s:.2f} s wall")
-    lines.append("")
-    spec = r.speculation["method"] != "none"
-    lines.append(f"  throughput          {r.throughput_tok_s:8.1f} tok/s" +
-                 (f"   baseline {r.baseline_tok_s:.1f} tok/s   speedup {r.speedup:.2f}x" if spec else ""))
+    return lines + [""]
+
+
+def _speculation_lines(r: Result, spec: bool) -> list[str]:
+    """Throughput, accept lengths and the verify / draft / decode step times."""
+    lines = [f"  throughput          {r.throughput_tok_s:8.1f} tok/s" +
+             (f"   baseline {r.baseline_tok_s:.1f} tok/s   speedup {r.speedup:.2f}x" if spec else "")]
     if spec:
         expected = r.speculation.get("expected_accept_len")
         lines.append(f"  mean accept length  {r.mean_accept_len:8.2f}" +
@@ -211,41 +213,63 @@ def to_table(result: Result) -> str:
         lines.append(f"  drafting            {_fmt(s['draft']['mean'], 2):>8} ms   whole step {_fmt(s['step']['mean'])} ms")
     if s.get("baseline_decode"):
         lines.append(f"  plain decode step   {_fmt(s['baseline_decode']['mean'], 2):>8} ms")
+    return lines
+
+
+def _machine_lines(r: Result) -> list[str]:
+    """All-reduces per pass and their cost, and where kernel times came from."""
     sizes = "; ".join(f"{c['algorithm']}/{c['protocol']} {c['time_us']:.1f} us at {c['bytes']:,} B ({kind})"
                       for kind, c in r.allreduce_choice.items())
-    lines.append(f"  all-reduce          {r.allreduce_per_pass:8d} per pass; {sizes}")
+    lines = [f"  all-reduce          {r.allreduce_per_pass:8d} per pass; {sizes}"]
     for kind, ar in r.allreduce_ms_per_pass.items():
         lines.append(f"    per {kind} pass    {ar['profiled_rank']:8.1f} ms on a typical rank (profile), "
                      f"{ar['rank_mean']:.1f} ms averaged over ranks (transfer + waiting)")
-    kernels = r.kernels
-    if kernels:
-        families = ", ".join(f"{f} {how}" for f, how in kernels["families"].items() if how != "measured")
-        lines.append(f"  kernel times        {kernels['source']}" + (f"; {families}" if families else ""))
-    windows = r.accept_len_windows
+    if r.kernels:
+        families = ", ".join(f"{f} {how}" for f, how in r.kernels["families"].items() if how != "measured")
+        lines.append(f"  kernel times        {r.kernels['source']}" + (f"; {families}" if families else ""))
+    return lines
+
+
+def _policy_lines(r: Result, spec: bool) -> list[str]:
+    """Accept length per window of each request, and how often a dynamic policy speculated."""
+    lines, windows, pol = [], r.accept_len_windows, r.policy
     if spec and len(windows) > 1:
         values = " ".join(f"{w['mean_accept_len']:.2f}" for w in windows)
         lines.append(f"  accept length per {windows[0]['end'] - windows[0]['start']}-token window of each request: "
                      f"{values}")
-    pol = r.policy
     if spec and pol.get("kind", "static") != "static":
         share = f"  policy {pol['kind']}: speculated in {pol['speculative_share']:.0%} of {pol['steps']:,} steps"
         if pol.get("drafter_share"):
             share += " (" + ", ".join(f"{k} {v:.0%}" for k, v in pol["drafter_share"].items()) + ")"
         lines.append(share)
-    load = r.load
-    if load and (load.get("mean_batch", 1) > 1.01 or load.get("kv_peak_fraction", 0) > 0.5 or load.get("preemptions")):
-        def pct(name):
-            v = load.get(name) or {}
-            return f"p50 {v.get('p50', 0):,.1f} / p99 {v.get('p99', 0):,.1f} ms" if v else "-"
-        lines.append(f"  load                {load['request_throughput_rps']:.3f} req/s, mean batch "
-                     f"{load['mean_batch']:.1f}; TTFT {pct('ttft_ms')}; TPOT {pct('tpot_ms')}")
-        lines.append(f"    queueing          {pct('queue_ms')} waiting for a batch slot or KV memory (most waiting "
-                     f"{load['max_waiting']}); KV cache peak {load['kv_peak_tokens']:,} of "
-                     f"{load['kv_capacity_tokens']:,} tokens ({load['kv_peak_fraction']:.0%})"
-                     + (f"; {load['preemptions']} preemptions" if load.get("preemptions") else ""))
-        lines.append(f"    goodput           {load['goodput_rps']:.3f} req/s meet TTFT <= {load['target']['ttft_ms']:g} ms "
-                     f"and TPOT <= {load['target']['tpot_ms']:g} ms ({load['slo_attainment']:.0%} of requests)")
-    lines.append("")
+    return lines
+
+
+def _load_lines(load: dict) -> list[str]:
+    """Latency percentiles, queueing, KV use and goodput, when the run was loaded (batches, KV pressure)."""
+    if not load or not (load.get("mean_batch", 1) > 1.01 or load.get("kv_peak_fraction", 0) > 0.5
+                        or load.get("preemptions")):
+        return []
+
+    def pct(name):
+        v = load.get(name) or {}
+        return f"p50 {v.get('p50', 0):,.1f} / p99 {v.get('p99', 0):,.1f} ms" if v else "-"
+    return [f"  load                {load['request_throughput_rps']:.3f} req/s, mean batch "
+            f"{load['mean_batch']:.1f}; TTFT {pct('ttft_ms')}; TPOT {pct('tpot_ms')}",
+            f"    queueing          {pct('queue_ms')} waiting for a batch slot or KV memory (most waiting "
+            f"{load['max_waiting']}); KV cache peak {load['kv_peak_tokens']:,} of "
+            f"{load['kv_capacity_tokens']:,} tokens ({load['kv_peak_fraction']:.0%})"
+            + (f"; {load['preemptions']} preemptions" if load.get("preemptions") else ""),
+            f"    goodput           {load['goodput_rps']:.3f} req/s meet TTFT <= {load['target']['ttft_ms']:g} ms "
+            f"and TPOT <= {load['target']['tpot_ms']:g} ms ({load['slo_attainment']:.0%} of requests)"]
+
+
+def to_table(result: Result) -> str:
+    """The human-readable report: what was run, the figures, the time per token and the verdict."""
+    r = result
+    spec = r.speculation["method"] != "none"
+    lines = (_header_lines(r) + _speculation_lines(r, spec) + _machine_lines(r) + _policy_lines(r, spec)
+             + _load_lines(r.load) + [""])
     bd = r.breakdown_ms_per_token
     lines.append("  time per token (ms): " + "  ".join(f"{k.replace('allreduce_', 'AR ')} {bd[k]:.2f}" for k in BREAKDOWN)
                  + f"  = {sum(bd.values()):.2f}")

@@ -84,6 +84,8 @@ class Result:
     throughput_tok_s: float
     baseline_tok_s: float
     speedup: float
+    tpot_ms: float
+    ttft_ms: float
     mean_accept_len: float
     accept_len_hist: dict[str, int]
     step_ms: dict[str, Any]
@@ -91,11 +93,9 @@ class Result:
     allreduce_per_pass: int
     allreduce_ms_per_pass: dict[str, Any]
     breakeven_accept_len: float | None
-    tokens: int
     sim_time_s: float
     wall_time_s: float
-    tpot_ms: float
-    ttft_ms: float
+    tokens: int
     allreduce_choice: dict[str, Any]
     speculation: dict[str, Any]
     description: str = ""
