@@ -145,13 +145,13 @@ def test_one_group_inside_one_machine_runs():
     assert result.throughput_tok_s > 0
 
 
-def test_a_group_spanning_machines_is_refused_in_one_line():
+def test_a_group_spanning_machines_runs_on_nccls_model_between_machines():
+    """TP16 over two machines: its all-reduce is NCCL's between machines (no longer refused)."""
     from simulator.engine.machine import Machine
+    from simulator.hardware.multinode import MultiNodeAllReduce
 
-    with pytest.raises(ConfigError) as caught:
-        Machine(_two_node_scenario({"tp": 16}))
-    assert "parallelism.tp: tp=16 spans machines node0, node1" in str(caught.value)
-    assert "allowed: tp up to 8" in str(caught.value)
+    machine = Machine(_two_node_scenario({"tp": 16}))
+    assert isinstance(machine.allreduce, MultiNodeAllReduce) and machine.allreduce.ranks == 16
 
 
 def test_placement_names_the_machines():

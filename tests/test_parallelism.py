@@ -109,19 +109,22 @@ def test_explicit_placement_is_checked():
 
 def test_memory_per_gpu_under_the_split():
     """Kimi-K2.5's INT4 experts need all 8 of these 96 GB GPUs: 2 x TP4 does not fit, nor TP2 x PP2 (its heavier
-    second stage named); DP-attention + EP8 over the same 8 ranks does."""
+    second stage named); DP-attention + EP8 over the same 8 ranks does in 4 attention groups, not in 8 (every rank
+    then holds the whole attention and embedding: 88.3 GB)."""
     refused(lambda: check_memory(scenario(EAGLE3, {"tp": 4, "dp": 2})), "parallelism", "does not fit",
             "GB of weights per GPU at tp=4, dp=2", "allowed: a larger tp or pp")
     refused(lambda: check_memory(scenario(EAGLE3, {"tp": 2, "pp": 2})), "on pipeline stage 1 at tp=2, pp=2")
-    check_memory(scenario(EAGLE3, {"tp": 8, "dp": 8, "dp_attention": True, "ep": 8}))
+    check_memory(scenario(EAGLE3, {"tp": 8, "dp": 4, "dp_attention": True, "ep": 8}))
+    refused(lambda: check_memory(scenario(EAGLE3, {"tp": 8, "dp": 8, "dp_attention": True, "ep": 8})),
+            "88.3 GB of weights per GPU at tp=8, dp=8, ep=8 with dp_attention")
 
 
 def test_a_valid_wider_split_is_refused_by_the_engine_not_simulated_as_one_group(capsys):
-    """Until deployments run, a valid dp/ep/pp split exits 2 with one line instead of simulating one of its groups."""
-    code = main([EAGLE3, "--set", "parallelism.ep=8"])
+    """Until deployments run, valid replicas exit 2 with one line instead of simulating one of their groups."""
+    code = main([LLAMA, "--set", "parallelism.tp=4", "--set", "parallelism.dp=2"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.strip().count("\n") == 0 and "parallelism: ep: 8: the split is valid" in err
+    assert err.strip().count("\n") == 0 and "parallelism.dp: dp=2 replicas: the split is valid" in err
 
 
 # --- placement ---------------------------------------------------------------------------------------------------
@@ -175,12 +178,14 @@ def test_pipeline_stages_share_the_weights():
 
 def test_dp_attention_replicates_attention_across_groups():
     """With dp attention groups, each rank holds 1/(tp/dp) of the attention instead of 1/tp (the target's layers and
-    its EAGLE head's); nothing else moves."""
+    its EAGLE head's) and the whole embedding instead of 1/tp of it (SGLang replicates it under DP-attention);
+    nothing else moves."""
     plain, grouped = (scenario(EAGLE3, {"tp": 8, "dp": dp, "dp_attention": dp > 1, "ep": 8}) for dp in (1, 4))
     extra = 0.0
     for card in (plain.model, draft_head_card(plain.model)):
         extra += card.num_layers * (attention_params(card, 2)[1] - attention_params(card, 8)[1]) * \
             bytes_per_param(card, card.weights.attention)
+        extra += card.vocab_size * card.hidden_size * (1 - 1 / 8) * bytes_per_param(card, card.weights.embedding)
     assert weight_bytes_per_gpu(grouped)[0] - weight_bytes_per_gpu(plain)[0] == pytest.approx(extra, rel=1e-9)
 
 

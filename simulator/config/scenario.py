@@ -12,6 +12,7 @@ from .speculation import Speculation
 from .workload import Workload
 
 ALLREDUCE_CHOICES = ("auto", "nccl", "nccl_ring", "nccl_tree", "nvls", "one_shot", "two_shot")
+EP_BACKENDS = ("auto", "deepep_low_latency", "deepep_normal", "nccl")
 
 
 class Runtime(Strict):
@@ -27,6 +28,10 @@ class Runtime(Strict):
     kernels: Literal["measured", "roofline"] = Field(
         "measured", description="Kernel GPU times: measured (NVIDIA's aiconfigurator-core database, extra specsim[measured], "
         "where it covers the GPU and shape; the roofline elsewhere, said per kernel family) or roofline (every kernel)")
+    ep_backend: Literal[EP_BACKENDS] = Field(  # type: ignore[valid-type]
+        "auto", description="Expert parallelism's dispatch/combine all-to-all: deepep_low_latency, deepep_normal (DeepEP's "
+        "kernels, NVLink inside a machine), nccl (NCCL send/recv groups); auto: SGLang's --deepep-mode auto (low-latency "
+        "for decode and verify, normal for prefill) where the EP ranks share NVLink, else nccl")
     memory_fraction: float = Field(0.9, gt=0, le=1, description="Share of device memory for weights and KV cache (SGLang mem_fraction_static, vLLM gpu_memory_utilization)")
 
 

@@ -19,12 +19,15 @@ import numpy as np
 
 from ..config import Scenario
 from ..config.errors import ConfigError
-from ..hardware.collectives import AllReduce, NotPermitted, StepPlan
+from ..hardware.collectives import NotPermitted
 from ..hardware.gpu import GPU, Host
 from ..hardware.interconnect import Fabric
+from ..hardware.multinode import make_allreduce
 from ..kernels.timer import KernelTimer
 from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
-from .placement import require_single_group
+from ..model.split_layout import Split
+from .placement import replicates_shared_experts, require_simulated, split_memory_budget
+from .split_costs import SplitCollectives
 from .timeline import PassPlan, kernel_lines, sample_passes
 
 FAST_SAMPLES = 64  # passes drawn per shape (stratified) for the fast fidelity: the run-to-run SE of a mean pass ~0.3%
@@ -64,8 +67,12 @@ def at_context(context: int, value_at: Callable[[int], Any]):
 
 
 def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
-    """Weights per GPU (target and draft parts) against the usable device memory; what is left holds the KV cache."""
+    """Weights per GPU (target and draft parts) against the usable device memory; what is left holds the KV cache
+    (under a wider split: placement.split_memory_budget)."""
     from ..model.cards import kv_bytes_per_token_layer, weight_bytes_per_gpu
+
+    if not scenario.spec.parallelism.is_single_group:
+        return split_memory_budget(scenario, cards)
 
     gpu = scenario.topology.gpu
     usable = gpu.memory_GB * 1e9 * scenario.spec.runtime.memory_fraction
@@ -85,7 +92,8 @@ class Machine:
 
     def __init__(self, scenario: Scenario):
         spec = scenario.spec
-        require_single_group(scenario)
+        require_simulated(scenario)
+        self.split = Split.of(spec.parallelism, replicates_shared_experts(scenario))
         self.scenario = scenario
         self.tp = spec.parallelism.tp
         self.runtime = spec.runtime
@@ -95,8 +103,10 @@ class Machine:
         self.kernels = KernelTimer(self.gpu, spec.runtime.kernels)
         try:
             self.fabric = Fabric(scenario.topology)
-            self.allreduce = AllReduce(self.fabric, self.tp, spec.runtime.allreduce, self.gpu.floor_us)
-            self.allgather = AllReduce(self.fabric, self.tp, "nccl", self.gpu.floor_us)
+            self.allreduce = make_allreduce(self.fabric, self.tp, spec.runtime.allreduce, self.gpu.floor_us)
+            self.allgather = make_allreduce(self.fabric, self.tp, "nccl", self.gpu.floor_us)
+            self.collectives = SplitCollectives(self.fabric, spec.parallelism, spec.runtime, self.card, self.allreduce,
+                                                self.allgather, self.gpu.floor_us, scenario.source)
         except NotPermitted as exc:
             raise ConfigError(scenario.source, "runtime.allreduce", str(exc), "auto, nccl, nccl_ring, nccl_tree") from None
         except ValueError as exc:
@@ -111,7 +121,7 @@ class Machine:
         self.memory = memory_budget(scenario, self.cards, self.tp)
         physical = {
             "topology": scenario.topology.model_dump(mode="json"), "model": self.card.model_dump(mode="json"),
-            "tp": self.tp, "runtime": self.runtime.model_dump(mode="json"),
+            "tp": self.tp, "parallelism": spec.parallelism.model_dump(mode="json"), "runtime": self.runtime.model_dump(mode="json"),
             "draft_model": scenario.draft_model.model_dump(mode="json") if scenario.draft_model else None,
         }
         self.key = hashlib.sha1(json.dumps(physical, sort_keys=True).encode()).hexdigest()
@@ -139,25 +149,18 @@ class Machine:
                        label=a.label.replace(f"ctx{low}", f"ctx{shape.context}"))
 
     def _build(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
-        layout = pass_layout(self.cards[part], self.tp, shape, self.runtime.fuse_allreduce_rmsnorm)
+        split = self.split if part == "target" else replace(self.split, pp=1)  # drafts run on the last stage
+        layout = pass_layout(self.cards[part], self.tp, shape, self.runtime.fuse_allreduce_rmsnorm, split)
         node_us = self.scenario.topology.host.graph_node_us if graph else 0.0
         rows, step_plans, kernels = [], [], []
         for s in layout.segments:
             t = self.kernels.segment(s, graph)
             kernels.append((t.kernel_us, t.small_us, t.num_kernels - len(t.kernel_us)))
-            if s.collective == "allreduce":
-                coll = self.allreduce.cost(s.collective_bytes).time_us
-                step_plans.append(self.allreduce.step_plan(s.collective_bytes))
-            elif s.collective == "allgather":
-                coll = self.allgather.allgather_us(s.collective_bytes)
-                ring = self.allgather.step_plan(0)
-                step_plans.append(StepPlan(0.0, 1, ring.hops, 0.0, coll, ring.bandwidth_GBps))
-            else:
-                coll = 0.0
-                step_plans.append(None)
+            coll, steps, is_allreduce = self.collectives.time(s, shape)
+            step_plans.append(steps)
             launches = t.num_kernels + (1 if s.collective else 0)
             gaps = (launches - t.gapless_kernels) * node_us  # a measured op's time includes its node gaps
-            rows.append((launches, t.compute_us, t.memory_us, gaps, t.last_kernel_us, coll, s.collective == "allreduce"))
+            rows.append((launches, t.compute_us, t.memory_us, gaps, t.last_kernel_us, coll, is_allreduce))
         table = np.array(rows, dtype=float)[list(layout.order)]
         positions, suffixes = (a[list(layout.order)] for a in kernel_lines(kernels))
         return PassPlan(

@@ -17,6 +17,7 @@ from ..config.errors import ConfigError
 from ..config.parallelism import Parallelism
 from ..model.cards import attention_params, bytes_per_param
 from ..model.cost import draft_head_card, mtp_card
+from ..model.split_layout import stage_layers
 
 
 @dataclass(frozen=True)
@@ -76,15 +77,17 @@ def place(scenario: Scenario) -> Placement:
     return Placement(par, tuple(ranks))
 
 
-def stage_layers(num_layers: int, pp: int) -> list[range]:
-    """Layer indices of each pipeline stage (SGLang's get_pp_indices without SGLANG_PP_LAYER_PARTITION)."""
-    base, extra = divmod(num_layers, pp)
-    sizes = [base + (1 if stage >= pp - extra else 0) for stage in range(pp)]
-    starts = [sum(sizes[:stage]) for stage in range(pp)]
-    return [range(start, start + size) for start, size in zip(starts, sizes)]
+def replicates_shared_experts(scenario: Scenario) -> bool:
+    """Whether every rank holds the whole shared experts: under DeepEP's dispatch and combine (SGLang builds them
+    with tp_size=1 when the all-to-all backend is DeepEP), which runtime.ep_backend auto takes over NVLink."""
+    par, backend = scenario.spec.parallelism, scenario.spec.runtime.ep_backend
+    if par.ep <= 1:
+        return False
+    nvlink = any(link.kind == "nvlink" for link in scenario.topology.fabric.links)
+    return backend.startswith("deepep") or (backend == "auto" and nvlink)
 
 
-def _layer_bytes(card, par: Parallelism, layer: int) -> float:
+def _layer_bytes(card, par: Parallelism, layer: int, replicated_shared: bool = False) -> float:
     d, w = card.hidden_size, card.weights
     replicated, sharded = attention_params(card, par.attention_tp)
     total = (replicated + sharded) * bytes_per_param(card, w.attention)
@@ -92,16 +95,19 @@ def _layer_bytes(card, par: Parallelism, layer: int) -> float:
         return total + 3 * d * card.dense_intermediate_size / par.tp * bytes_per_param(card, w.dense_mlp)
     m = card.moe
     total += m.num_experts * 3 * d * m.intermediate_size / par.tp * bytes_per_param(card, w.experts)
-    total += m.num_shared_experts * 3 * d * m.intermediate_size / par.tp * bytes_per_param(card, w.shared_experts)
+    shared_split = 1 if replicated_shared else par.tp
+    total += m.num_shared_experts * 3 * d * m.intermediate_size / shared_split * bytes_per_param(card, w.shared_experts)
     return total + d * m.num_experts * bytes_per_param(card, w.router)
 
 
-def stage_weight_bytes(card, par: Parallelism, stage: int, first: bool, last: bool) -> float:
+def stage_weight_bytes(card, par: Parallelism, stage: int, first: bool, last: bool,
+                       replicated_shared: bool = False) -> float:
     """Weights one rank of `stage` holds of `card` (embedding if first, lm_head if last)."""
-    total = sum(_layer_bytes(card, par, layer) for layer in stage_layers(card.num_layers, par.pp)[stage])
+    total = sum(_layer_bytes(card, par, layer, replicated_shared)
+                for layer in stage_layers(card.num_layers, par.pp)[stage])
     vocab = card.vocab_size * card.hidden_size / par.tp
-    if first:
-        total += vocab * bytes_per_param(card, card.weights.embedding)
+    if first:  # replicated under DP-attention (SGLang: VocabParallelEmbedding(enable_tp=not dp_attention))
+        total += vocab * (par.tp if par.dp_attention else 1) * bytes_per_param(card, card.weights.embedding)
     if last:
         total += vocab * bytes_per_param(card, card.weights.lm_head)
     return total
@@ -115,12 +121,13 @@ def weight_bytes_per_gpu(scenario: Scenario) -> list[float]:
              ([mtp_card(card)] if card.mtp_layers else []) + \
              ([scenario.draft_model] if scenario.draft_model is not None else [])
     whole = par.model_copy(update={"pp": 1})
+    shared = replicates_shared_experts(scenario)
     out = []
     for stage in range(par.pp):
         last = stage == par.pp - 1
-        total = stage_weight_bytes(card, par, stage, stage == 0, last)
+        total = stage_weight_bytes(card, par, stage, stage == 0, last, shared)
         if last:
-            total += sum(stage_weight_bytes(draft, whole, 0, True, True) for draft in drafts)
+            total += sum(stage_weight_bytes(draft, whole, 0, True, True, shared) for draft in drafts)
         out.append(total)
     return out
 
@@ -142,21 +149,61 @@ def check_memory(scenario: Scenario) -> list[float]:
     return per_stage
 
 
-def require_single_group(scenario: Scenario) -> None:
-    """The serving loop simulates one TP group on the first tp GPUs. A wider split is checked (placement, memory)
-    and then refused with one line, rather than silently simulated as one of its groups."""
+def require_simulated(scenario: Scenario) -> None:
+    """What one instance's passes can be costed under: a TP group (inside a machine, or spread evenly over
+    machines), DP-attention, expert parallelism with ep = tp, or pipeline stages of TP groups inside machines. The
+    split is checked (placement, memory); a valid split the engine does not simulate yet is one line and exit 2."""
     par, topology = scenario.spec.parallelism, scenario.topology
-    if par.is_single_group:
-        machine_of = topology.machine_of
-        spanned = sorted({machine_of[gpu] for gpu in topology.gpu_names[:par.tp]})
-        if len(spanned) > 1:
-            per_machine = sum(1 for gpu in topology.gpu_names if machine_of[gpu] == spanned[0])
-            raise ConfigError(scenario.source, "parallelism.tp", f"tp={par.tp} spans machines {', '.join(spanned)}: "
-                              "collectives between machines are not simulated yet", f"tp up to {per_machine}")
-        return
-    check_memory(scenario)
-    wider = ", ".join(f"{k}: {getattr(par, k)}" for k in ("dp", "ep", "pp") if getattr(par, k) > 1)
-    wider = ", ".join(x for x in (wider, "dp_attention: true" if par.dp_attention else "",
-                                  "explicit gpus" if par.gpus is not None else "") if x)
-    raise ConfigError(scenario.source, "parallelism", f"{wider}: the split is valid, but this version simulates "
-                      "one tensor-parallel group per machine", "tp alone (dp, ep, pp 1, no dp_attention or gpus)")
+    if not par.is_single_group:
+        check_memory(scenario)
+
+    def refuse(key: str, what: str, allowed: str):
+        raise ConfigError(scenario.source, key, what, allowed)
+
+    if par.dp > 1 and not par.dp_attention:
+        refuse("parallelism.dp", f"dp={par.dp} replicas: the split is valid, but this version simulates one instance",
+               "dp 1, or dp_attention: true")
+    if par.gpus is not None:
+        refuse("parallelism.gpus", "explicit placement is valid, but this version places ranks in the topology's order",
+               "leave gpus out")
+    if 1 < par.ep < par.tp:
+        refuse("parallelism.ep", f"ep={par.ep} < tp={par.tp} (each expert split over tp / ep ranks) is not simulated",
+               f"ep 1 or {par.tp} (every rank an expert rank, as SGLang's DeepEP and vLLM's expert parallelism run)")
+    if par.pp > 1 and (par.dp_attention or par.ep > 1):
+        refuse("parallelism.pp", f"pp={par.pp} with {'dp_attention' if par.dp_attention else 'ep'} is not simulated",
+               "pp with tp alone, or dp_attention / ep without pp")
+    machine_of = topology.machine_of
+    stage = [machine_of[gpu] for gpu in topology.gpu_names[:par.tp]]
+    if len(set(stage)) > 1:
+        per_machine = stage.count(stage[0])
+        if par.dp_attention or par.ep > 1 or par.pp > 1:
+            refuse("parallelism.tp", f"tp={par.tp} spans machines {', '.join(sorted(set(stage)))}: DP-attention, expert "
+                   "and pipeline parallelism are simulated inside one machine's tp ranks", f"tp up to {per_machine}")
+        if any(stage.count(m) != per_machine for m in set(stage)):
+            refuse("parallelism.tp", f"tp={par.tp} spreads unevenly over machines {', '.join(sorted(set(stage)))}",
+                   f"a multiple of {per_machine} that divides the GPUs")
+
+
+
+
+def split_memory_budget(scenario: Scenario, cards: dict) -> dict:
+    """Weights and KV cache per GPU under a wider split: each stage's weights (weight_bytes_per_gpu: the drafts on
+    the last); a token's KV cache on a GPU is its stage's layers' share over the attention group (and the drafts'
+    on the last stage); each DP-attention group caches only its own requests, so the instance holds `groups` x what
+    its most constrained GPU holds."""
+    from ..model.cards import kv_bytes_per_token_layer
+
+    par, card = scenario.spec.parallelism, scenario.model
+    usable = scenario.topology.gpu.memory_GB * 1e9 * scenario.spec.runtime.memory_fraction
+    per_stage = check_memory(scenario)
+    stages = stage_layers(card.num_layers, par.pp)
+    kv_per_layer = kv_bytes_per_token_layer(card, par.attention_tp)
+    drafts = sum(kv_bytes_per_token_layer(c, par.attention_tp) * c.num_layers for name, c in cards.items()
+                 if name != "target")
+    kv = [kv_per_layer * len(layers) + (drafts if s == par.pp - 1 else 0.0) for s, layers in enumerate(stages)]
+    tokens = min(int((usable - w) // k) for w, k in zip(per_stage, kv))
+    groups = par.dp if par.dp_attention else 1
+    heaviest = max(range(par.pp), key=lambda s: per_stage[s])
+    return {"usable_GB": usable / 1e9, "weights_GB": per_stage[heaviest] / 1e9,
+            "kv_GB": (usable - per_stage[heaviest]) / 1e9, "kv_bytes_per_token": max(kv) / groups,
+            "kv_capacity_tokens": tokens * groups}

@@ -206,11 +206,22 @@ def multinode_time_us(option: Option, nbytes: int, ranks: int, runtime_channels:
                         nbytes)
 
 
-def allreduce_between_machines(fabric: Fabric, ranks: int, nbytes: int, cpu_vendor: str = "intel") -> tuple:
-    """NCCL's choice for an all-reduce over the topology's first `ranks` GPUs, spread evenly over machines: the
-    (option, time_us) of lowest predicted time. The NIC count is one machine's, their bandwidth the network links'
-    slowest; steps inside a machine use its path class (NVLink or PCIe) and add what its routes add (host-memory
-    staging). cpu_vendor picks NCCL's LL bandwidth row and network overhead (the topologies do not name the CPU)."""
+@dataclass(frozen=True)
+class MultiNodeSetup:
+    """What NCCL's model needs of ranks spread over machines: machine count, the network ring graph, the path class
+    inside a machine and the latency its routes add to a step."""
+
+    machines: int
+    graph: NetworkRing
+    intra_hw: str
+    extra_step_latency_us: float
+    sm_version: int
+
+
+def multinode_setup(fabric: Fabric, ranks: int) -> MultiNodeSetup:
+    """The topology's first `ranks` GPUs, spread evenly over machines: the NIC count is one machine's, their
+    bandwidth the network links' slowest; steps inside a machine use its path class (NVLink or PCIe) and add what
+    its routes add (host-memory staging)."""
     topology = fabric.topology
     machine_of, gpus = topology.machine_of, topology.gpu_names[:ranks]
     machines = sorted({machine_of[g] for g in gpus})
@@ -222,8 +233,19 @@ def allreduce_between_machines(fabric: Fabric, ranks: int, nbytes: int, cpu_vend
     sm = topology.gpu.sm_version
     nvlink = fabric.all_pairs_nvlink(per_machine)
     extra = max((fabric.latency_us(fabric.hop(i, i + 1)) for i in range(per_machine - 1)), default=0.0)
-    graph = network_graph(nics, nic_GBps, sm)
-    options = multinode_allreduce_options(ranks, len(machines), sm, "nvlink" if nvlink else "pci", graph,
-                                          cpu_vendor, ll128=nvlink, extra_step_latency_us=extra)
-    timed = [(o, multinode_time_us(o, nbytes, ranks, 2 * graph.channels, sm)) for o in options]
-    return min(timed, key=lambda pair: pair[1])
+    return MultiNodeSetup(len(machines), network_graph(nics, nic_GBps, sm), "nvlink" if nvlink else "pci", extra, sm)
+
+
+def multinode_allreduce_timed(fabric: Fabric, ranks: int, nbytes: int, cpu_vendor: str = "intel") -> list[tuple]:
+    """Every (option, time_us) NCCL's model weighs for an all-reduce of nbytes over the first `ranks` GPUs."""
+    m = multinode_setup(fabric, ranks)
+    options = multinode_allreduce_options(ranks, m.machines, m.sm_version, m.intra_hw, m.graph, cpu_vendor,
+                                          ll128=m.intra_hw == "nvlink", extra_step_latency_us=m.extra_step_latency_us)
+    return [(o, multinode_time_us(o, nbytes, ranks, 2 * m.graph.channels, m.sm_version)) for o in options]
+
+
+def allreduce_between_machines(fabric: Fabric, ranks: int, nbytes: int, cpu_vendor: str = "intel") -> tuple:
+    """NCCL's choice for an all-reduce over the topology's first `ranks` GPUs, spread evenly over machines: the
+    (option, time_us) of lowest predicted time (multinode_setup says what is taken from the topology). cpu_vendor
+    picks NCCL's LL bandwidth row and network overhead (the topologies do not name the CPU)."""
+    return min(multinode_allreduce_timed(fabric, ranks, nbytes, cpu_vendor), key=lambda pair: pair[1])

@@ -159,13 +159,13 @@ def _work(shape: KernelShape, num_sms: int) -> tuple[float, float, str, int]:
     if isinstance(shape, MoE):
         w = BYTES.get(shape.dtype, 2.0) + (2.0 / 32 if shape.dtype in ("int4", "fp4") else 0.0)
         inter = shape.inter / shape.tp
-        routed = shape.tokens * shape.topk
-        touched = min(shape.experts, routed) if shape.balanced else \
-            shape.experts * (1.0 - (1.0 - shape.topk / shape.experts) ** shape.tokens)
-        per_expert = shape.tokens * shape.topk / max(touched, 1e-9)
+        routed = shape.tokens * shape.topk / shape.ep  # expert parallelism: this rank's share of the experts
+        touched = (min(shape.experts, routed * shape.ep) if shape.balanced else
+                   shape.experts * (1.0 - (1.0 - shape.topk / shape.experts) ** shape.tokens)) / shape.ep
+        per_expert = routed / max(touched, 1e-9)
         padded = math.ceil(per_expert / MOE_BLOCK_M) * MOE_BLOCK_M
         flops = 2.0 * touched * padded * shape.hidden * 3 * inter
-        nbytes = touched * 3 * shape.hidden * inter * w + shape.tokens * shape.topk * (shape.hidden + 3 * inter) * 2.0
+        nbytes = touched * 3 * shape.hidden * inter * w + routed * (shape.hidden + 3 * inter) * 2.0
         tiles = math.ceil(touched * padded / MOE_BLOCK_M) * math.ceil(2 * inter / TILE_N)
         return flops * shape.share, nbytes * shape.share, _compute_dtype(shape.dtype), math.ceil(tiles * shape.share)
     raise TypeError(f"no roofline for {shape!r}")

@@ -81,6 +81,7 @@ class MoE:
     dtype: str
     share: float = 1.0
     balanced: bool = False  # tokens spread evenly over experts (a benchmark's routing), not drawn uniformly
+    ep: int = 1  # expert parallelism: this rank holds experts / ep of them and gets tokens x topk / ep routed tokens
     family = "moe"
 
 

@@ -49,8 +49,10 @@ class Segment:
     kernels: tuple[Kernel, ...]
     small_kernels: int
     small_bytes: float  # per small kernel
-    collective: str | None  # "allreduce" | "allgather" | None
-    collective_bytes: int  # per rank (input size)
+    collective: str | None  # "allreduce" | "allgather" | "reducescatter" | "dispatch" | "combine" | "sendrecv" | None
+    collective_bytes: int  # per rank (input size; an all-gather's or reduce-scatter's share of one rank)
+    group: str = "tp"  # the ranks it runs among: "tp" (a stage's), "attention" (a DP-attention group's), "ep", "pipeline"
+    collective_tokens: int = 0  # tokens each rank dispatches or combines (expert parallelism's all-to-all)
 
     @property
     def num_kernels(self) -> int:
@@ -121,31 +123,45 @@ def _dense_mlp_kernels(card: ModelCard, tp: int, T: int) -> list[Kernel]:
     return [_gemm("gate_up_proj", T, d, 2 * inter, wb, act, cd, wd), _gemm("down_proj", T, inter, d, wb, act, cd, wd)]
 
 
+def _router_kernel(card: ModelCard, T: int) -> Kernel:
+    w = card.weights
+    return _gemm("router", T, card.hidden_size, card.moe.num_experts, bytes_per_param(card, w.router),
+                 BYTES_PER_VALUE[card.activation_dtype], compute_dtype(card, w.router), w.router)
+
+
 def _moe_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kernel]:
+    return [_router_kernel(card, shape.query_tokens)] + _expert_kernels(card, tp, shape)
+
+
+def _expert_kernels(card: ModelCard, tp: int, shape: PassShape, ep: int = 1, shared_tokens: int | None = None,
+                    shared_tp: int | None = None) -> list[Kernel]:
+    """The routed experts over `shape`'s tokens, each expert split over tp ranks; with expert parallelism (ep > 1)
+    this rank holds experts / ep of them and computes tokens x k / ep routed tokens (uniform routing). The shared
+    experts run on shared_tokens (default: all) split over shared_tp ranks (default: tp)."""
     m, d, w = card.moe, card.hidden_size, card.weights
     act = BYTES_PER_VALUE[card.activation_dtype]
     inter = m.intermediate_size / tp
     T = shape.query_tokens
-    touched = expected_distinct_experts(m.num_experts, m.experts_per_token, shape.tokens, shape.batch, m.routing_locality)
+    touched = expected_distinct_experts(m.num_experts, m.experts_per_token, shape.tokens, shape.batch,
+                                        m.routing_locality) / ep
     wb, cd = bytes_per_param(card, w.experts), compute_dtype(card, w.experts)
-    routed = T * m.experts_per_token
+    routed = T * m.experts_per_token / ep
     # the independently routed tokens that touch as many distinct experts as this pass's (routing locality)
     independent = shape.batch * (1.0 + (shape.tokens - 1) * (1.0 - m.routing_locality))
     fused = lambda share: MoE(round(independent, 3), d, m.intermediate_size, m.experts_per_token,  # noqa: E731
-                              m.num_experts, tp, w.experts, share)
-    kernels = [_gemm("router", T, d, m.num_experts, bytes_per_param(card, w.router), act, compute_dtype(card, w.router),
-                     w.router)]
-    kernels.append(Kernel("experts_gate_up", 2.0 * routed * d * 2 * inter,
-                          touched * d * 2 * inter * wb + routed * (d + 2 * inter) * act, cd, fused(2 / 3),
-                          card.kernels.moe_fused))
-    kernels.append(Kernel("experts_down", 2.0 * routed * inter * d,
-                          touched * inter * d * wb + routed * (inter + d) * act, cd, fused(1 / 3)))
+                              m.num_experts, tp, w.experts, share, ep=ep)
+    kernels = [Kernel("experts_gate_up", 2.0 * routed * d * 2 * inter,
+                      touched * d * 2 * inter * wb + routed * (d + 2 * inter) * act, cd, fused(2 / 3),
+                      card.kernels.moe_fused),
+               Kernel("experts_down", 2.0 * routed * inter * d,
+                      touched * inter * d * wb + routed * (inter + d) * act, cd, fused(1 / 3))]
     if m.num_shared_experts:
-        s_inter = m.num_shared_experts * inter
+        s_inter = m.num_shared_experts * (m.intermediate_size / (tp if shared_tp is None else shared_tp))
+        s_tokens = T if shared_tokens is None else shared_tokens
         sb, sd, sw = bytes_per_param(card, w.shared_experts), compute_dtype(card, w.shared_experts), w.shared_experts
         side = m.shared_experts_overlap
-        kernels += [replace(_gemm("shared_gate_up", T, d, 2 * s_inter, sb, act, sd, sw), side_stream=side),
-                    replace(_gemm("shared_down", T, s_inter, d, sb, act, sd, sw), side_stream=side)]
+        kernels += [replace(_gemm("shared_gate_up", s_tokens, d, 2 * s_inter, sb, act, sd, sw), side_stream=side),
+                    replace(_gemm("shared_down", s_tokens, s_inter, d, sb, act, sd, sw), side_stream=side)]
     return kernels
 
 
@@ -185,8 +201,13 @@ class PassLayout:
     order: tuple[int, ...]
 
 
-def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm: bool = False) -> PassLayout:
-    """The per-rank segments of one forward pass: head, per layer attention + MLP, tail."""
+def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm: bool = False,
+                split=None) -> PassLayout:
+    """The per-rank segments of one forward pass: head, per layer attention + MLP, tail. A wider split (DP-attention,
+    expert or pipeline parallelism: model.split_layout.Split) lays the pass out as split_layout does."""
+    if split is not None and not split.is_plain:
+        from .split_layout import split_pass_layout
+        return split_pass_layout(card, split, shape, fused_allreduce_norm)
     k: EagerKernels = card.kernels
     T = shape.query_tokens
     d = card.hidden_size
