@@ -171,3 +171,12 @@ def test_split_mistakes_are_one_line_and_exit_2(capsys, path, sets, fragment):
     err = capsys.readouterr().err
     assert code == 2 and err.strip().count("\n") == 0 and "Traceback" not in err, err
     assert fragment in err, err
+
+
+def test_the_report_says_what_a_split_moves(capsys):
+    """The table names the split and counts each collective of a decode pass (no all-reduce line when there is none)."""
+    assert main([DSV3, "--set", "workload.output_tokens=64"]) == 0
+    out = capsys.readouterr().out
+    assert "TP8, DP-attention in 8 groups + EP8" in out
+    assert "per decode pass of batch 8: 5 allgather x" in out and "58 dispatch x" in out and "58 combine x" in out
+    assert "all-reduce " not in out

@@ -31,6 +31,29 @@ def allreduce_choice(scenario: Scenario, machine: Machine, slots) -> dict:
     return out
 
 
+def collectives_per_pass(scenario: Scenario, machine: Machine) -> dict:
+    """What a plain decode pass moves under a wider split (DP-attention, expert or pipeline parallelism): per
+    collective kind, how many close its segments and what each takes, at the workload's concurrency and prompt
+    length. Empty for one plain TP group (the all-reduce lines say it all)."""
+    if machine.split.is_plain:
+        return {}
+    w = scenario.spec.workload
+    batch = min(w.concurrency, w.requests)
+    context = typical_context(w) * batch
+    shape = PassShape(1, batch, context)
+    plan = machine.plan("target", shape, scenario.spec.runtime.cuda_graph_decode)
+    layout = pass_layout(machine.card, machine.tp, shape, scenario.spec.runtime.fuse_allreduce_rmsnorm, machine.split)
+    out: dict = {}
+    for kind, us in zip((layout.segments[i].collective for i in layout.order), plan.collective_us.tolist()):
+        if kind is not None:
+            entry = out.setdefault(kind, {"count": 0, "ms_per_pass": 0.0})
+            entry["count"] += 1
+            entry["ms_per_pass"] += us / 1e3
+    for entry in out.values():
+        entry["us_each"] = entry["ms_per_pass"] * 1e3 / entry["count"]
+    return {"batch": batch, "kinds": out}
+
+
 def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | None:
     """Accept length at which speculation matches plain decode: its step time over a plain decode step's at the
     same batch and context (docs/reference.md's accept_len > step_time x baseline_rate, batch by batch).

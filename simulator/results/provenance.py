@@ -63,7 +63,17 @@ def _tokens(length) -> str:
 def _machine(scenario: Scenario) -> str:
     topo = scenario.topology
     fabric = "NVLink" if any(link.kind == "nvlink" for link in topo.fabric.links) else "PCIe"
-    return f"{topo.num_gpus}x {topo.gpu.name} {fabric}, TP{scenario.spec.parallelism.tp}"
+    return f"{topo.num_gpus}x {topo.gpu.name} {fabric}, {_split(scenario.spec.parallelism)}"
+
+
+def _split(par) -> str:
+    """TP8; TP8 x PP2; TP8, DP-attention in 8 groups + EP8."""
+    text = f"TP{par.tp}" + (f" x PP{par.pp}" if par.pp > 1 else "")
+    if par.dp_attention:
+        text += f", DP-attention in {par.dp} groups"
+    elif par.dp > 1:
+        text = f"{par.dp} x {text}"
+    return text + (f" + EP{par.ep}" if par.ep > 1 else "")
 
 
 def _speculation(scenario: Scenario) -> list[str]:

@@ -153,7 +153,7 @@ def verdict(result: Result) -> list[str]:
     total = sum(bd.values())
     verify = result.allreduce_ms_per_pass.get("verify")
     vstep = (result.step_ms.get("verify") or {}).get("mean")
-    if verify and vstep:
+    if verify and vstep and result.allreduce_per_pass:
         share = verify["rank_mean"] / vstep
         choice = result.allreduce_choice.get("verify") or result.allreduce_choice["decode"]
         # the verify steps' own split (not the whole run's, which plain decode steps would dilute)
@@ -220,7 +220,11 @@ def _machine_lines(r: Result) -> list[str]:
     """All-reduces per pass and their cost, and where kernel times came from."""
     sizes = "; ".join(f"{c['algorithm']}/{c['protocol']} {c['time_us']:.1f} us at {c['bytes']:,} B ({kind})"
                       for kind, c in r.allreduce_choice.items())
-    lines = [f"  all-reduce          {r.allreduce_per_pass:8d} per pass; {sizes}"]
+    lines = [f"  all-reduce          {r.allreduce_per_pass:8d} per pass; {sizes}"] if r.allreduce_per_pass or \
+        not r.collectives else []
+    if r.collectives:
+        kinds = ", ".join(f"{c['count']} {kind} x {c['us_each']:.1f} us" for kind, c in r.collectives["kinds"].items())
+        lines.append(f"  collectives         per decode pass of batch {r.collectives['batch']}: {kinds}")
     for kind, ar in r.allreduce_ms_per_pass.items():
         lines.append(f"    per {kind} pass    {ar['profiled_rank']:8.1f} ms on a typical rank (profile), "
                      f"{ar['rank_mean']:.1f} ms averaged over ranks (transfer + waiting)")

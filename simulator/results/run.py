@@ -6,7 +6,7 @@ from typing import Any
 
 from ..config import Scenario, load_scenario
 from ..engine import Machine, simulate
-from .derived import allreduce_choice, breakeven_accept_len, expected_accept_len, policy_summary, what_if
+from .derived import allreduce_choice, breakeven_accept_len, collectives_per_pass, expected_accept_len, policy_summary, what_if
 from .summary import (Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, summarize,
                       _stats_ms)
 from ..model.cost import PassShape
@@ -97,6 +97,7 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
         baseline_load=load_metrics(base, spec.workload.target),
         kernels=kernel_report(scenario, machine, main.slots),
         provenance=provenance(scenario),
+        collectives=collectives_per_pass(scenario, machine),
         run=main,
         baseline=base,
     )
@@ -115,8 +116,9 @@ def kernel_report(scenario: Scenario, machine: Machine, slots) -> dict:
     if slots:
         shapes.append(replace(verify_pass(slots[0].tree, 1, False).shape, context=context))
     kernels = []
-    for card in machine.cards.values():
+    for part, card in machine.cards.items():
+        split = machine.split if part == "target" else replace(machine.split, pp=1)
         for shape in shapes:
-            layout = pass_layout(card, machine.tp, shape, scenario.spec.runtime.fuse_allreduce_rmsnorm)
+            layout = pass_layout(card, machine.tp, shape, scenario.spec.runtime.fuse_allreduce_rmsnorm, split)
             kernels += [k for segment in layout.segments for k in segment.kernels]
     return machine.kernels.report(kernels)

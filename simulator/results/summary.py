@@ -108,6 +108,7 @@ class Result:
     baseline_load: dict[str, Any] = field(default_factory=dict)
     kernels: dict[str, Any] = field(default_factory=dict)  # which source timed each kernel family (measured/roofline)
     provenance: dict[str, Any] = field(default_factory=dict)  # what was run (results/provenance.py)
+    collectives: dict[str, Any] = field(default_factory=dict)  # a wider split's collectives per decode pass
     run: RunSummary | None = field(default=None, repr=False, compare=False)
     baseline: RunSummary | None = field(default=None, repr=False, compare=False)
 
