@@ -199,7 +199,8 @@ class Machine:
         if draws is None:  # standard normals shared by every anchor and machine of this family
             entropy = int.from_bytes(hashlib.sha1(repr(family).encode()).digest()[:8], "little")
             draws = _DRAWS[draws_key] = self.host.draws(np.random.default_rng([seed, entropy]), FAST_SAMPLES,
-                                                        self.tp, plan.num_segments, stratified=True)
+                                                        self.tp, plan.num_segments, stratified=True,
+                                                        launches=not graph)
             if len(_DRAWS) > _SAMPLE_CACHE_SIZE:
                 _DRAWS.pop(next(iter(_DRAWS)))
         result = sample_passes(plan, self.host, None, FAST_SAMPLES, draws)

@@ -44,18 +44,20 @@ class GPU:
 MIN_LAUNCH_FRACTION = 0.1
 
 
-def _latin_hypercube_normals(rng: np.random.Generator, samples: int, dims: int) -> np.ndarray:
-    """A Latin hypercube of standard normals, shape (samples, dims) (McKay, Beckman & Conover 1979).
+def _latin_hypercube_uniforms(rng: np.random.Generator, samples: int, dims: int) -> np.ndarray:
+    """A Latin hypercube of uniforms, shape (dims, samples) (McKay, Beckman & Conover 1979), whose quantiles
+    (normal_quantile, row by row) are standard normals.
 
     In every dimension the samples take each of the n = `samples` equal-probability strata once, in random order, at
     a uniform point within the stratum: u = (stratum + U) / n. Each draw is then exactly standard normal (a midpoint
     per stratum would not be: its variance is below 1, 0.98 at n = 64), and the set's mean has at most n / (n - 1)
-    times the variance of n independent draws' (Owen 1997).
+    times the variance of n independent draws' (Owen 1997). A dimension's normals are the quantiles of its row
+    alone, so a caller that needs some dimensions transforms only those rows (the same values).
     """
     strata = rng.permuted(np.broadcast_to(np.arange(samples), (dims, samples)), axis=1)
     u = (strata + rng.random((dims, samples))) / samples
     edge = 2.0**-53  # (n - 1 + U) / n can round to 1.0: keep the quantile finite
-    return normal_quantile(np.clip(u, edge, 1.0 - edge)).T
+    return np.clip(u, edge, 1.0 - edge)
 
 
 class Host:
@@ -66,17 +68,22 @@ class Host:
 
     @staticmethod
     def draws(rng: np.random.Generator, samples: int, ranks: int, segments: int,
-              stratified: bool = False) -> tuple[np.ndarray, np.ndarray]:
+              stratified: bool = False, launches: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
         """The standard normals a pass needs: per launch segment (samples, ranks, segments), per rank speed.
 
         stratified: a Latin hypercube: in every dimension the samples take each of `samples` equal-probability
         strata once (at a random point within it, in random order), so a small set of passes covers the
         distribution evenly and the mean over the set has a far smaller error than independent draws.
+        launches=False (a CUDA-graph pass, whose launch is one draw per rank): the per-segment normals are left out
+        (None); the per-rank ones are the same values either way, the random stream being consumed alike.
         """
         if not stratified:
             return rng.standard_normal((samples, ranks, segments)), rng.standard_normal((samples, ranks, 1))
-        z = _latin_hypercube_normals(rng, samples, ranks * (segments + 1))
-        return z[:, ranks:].reshape(samples, ranks, segments), z[:, :ranks].reshape(samples, ranks, 1)
+        u = _latin_hypercube_uniforms(rng, samples, ranks * (segments + 1))
+        skew = normal_quantile(u[:ranks]).T.reshape(samples, ranks, 1)
+        if not launches:
+            return None, skew
+        return normal_quantile(u[ranks:]).T.reshape(samples, ranks, segments), skew
 
     def eager_launch_us(self, launches: np.ndarray, rng: np.random.Generator | None, samples: int, ranks: int,
                         draws: tuple | None = None) -> np.ndarray:

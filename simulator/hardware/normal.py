@@ -27,19 +27,38 @@ _OUTER_TAIL = ([2.01033439929228813265e-7, 2.71155556874348757815e-5, 1.24266094
                 5.99832206555887937690e-1, 1.0])
 
 
+def _polyval(coefficients, x: np.ndarray) -> np.ndarray:
+    """numpy.polyval's Horner loop (y = y * x + c from y = 0), in place: the same floats, fewer temporaries."""
+    y = np.full_like(x, coefficients[0])  # 0 * x + c0 for finite x
+    for c in coefficients[1:]:
+        y *= x
+        y += c
+    return y
+
+
 def _ratio(coefficients, x: np.ndarray) -> np.ndarray:
     numerator, denominator = coefficients
-    return np.polyval(numerator, x) / np.polyval(denominator, x)
+    out = _polyval(numerator, x)
+    out /= _polyval(denominator, x)
+    return out
 
 
 def normal_quantile(p: np.ndarray) -> np.ndarray:
-    """x with Phi(x) = p, for p in (0, 1) elementwise."""
+    """x with Phi(x) = p, for p in (0, 1) elementwise (each branch evaluated only where it applies)."""
     p = np.asarray(p, dtype=float)
     q = p - 0.5
     central = np.abs(q) <= 0.425
     x = np.empty_like(p)
-    x[central] = q[central] * _ratio(_CENTRAL, 0.180625 - q[central] ** 2)
+    qc = q[central]
+    x[central] = qc * _ratio(_CENTRAL, 0.180625 - qc ** 2)
     tail = ~central
-    r = np.sqrt(-np.log(np.where(q[tail] <= 0.0, p[tail], 1.0 - p[tail])))
-    x[tail] = np.where(r <= 5.0, _ratio(_INNER_TAIL, r - 1.6), _ratio(_OUTER_TAIL, r - 5.0)) * np.sign(q[tail])
+    qt, pt = q[tail], p[tail]
+    r = np.sqrt(-np.log(np.where(qt <= 0.0, pt, 1.0 - pt)))
+    inner = r <= 5.0
+    out = np.empty_like(r)
+    out[inner] = _ratio(_INNER_TAIL, r[inner] - 1.6)
+    outer = ~inner
+    if outer.any():
+        out[outer] = _ratio(_OUTER_TAIL, r[outer] - 5.0)
+    x[tail] = out * np.sign(qt)
     return x
