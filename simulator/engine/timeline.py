@@ -101,7 +101,7 @@ def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samp
     L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks, draws)
     H = np.cumsum(L, axis=2)
     one = L / plan.launches
-    positions, suffixes = plan.ready_lines
+    positions, suffixes = binding_lines(one, *plan.ready_lines)
     # the latest kernel finish its launches allow: the largest line, one column of lines at a time (the same floats
     # as a max over a fourth axis, without numpy's slow reduction over a short last axis)
     kernels = one * positions[:, 0] + suffixes[:, 0]
@@ -109,6 +109,40 @@ def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samp
         np.maximum(kernels, one * positions[:, j] + suffixes[:, j], out=kernels)
     h = np.maximum(H - L + kernels, H)
     return (h, H) if with_host else h
+
+
+LINE_MARGIN = 1e-9  # a line is dropped only where another exceeds it by this relative margin (rounding is ~1e-16)
+PRUNE_ROWS = 64  # (sample, rank) rows from which pruning pays for itself (one pass of 8 ranks does not)
+
+
+def binding_lines(one: np.ndarray, positions: np.ndarray, suffixes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The lines (position, suffix) per segment that can be the largest at the launch times `one` (..., K) that
+    occur: the same maximum, with fewer columns to evaluate.
+
+    A line is dropped where another exceeds it by LINE_MARGIN (relative) at both ends of the segment's range of
+    `one`. The difference of two lines is linear in `one`, so the other line exceeds it over the whole range, by
+    far more than the rounding of either (all terms are non-negative, so there is no cancellation): the dropped
+    line's value is never the largest float, and the maximum over the kept lines is the same float. Segments keep
+    different numbers of lines; shorter rows repeat a kept line (a repeated value does not change a maximum).
+    """
+    flat = one.reshape(-1, one.shape[-1])
+    if positions.shape[1] < 2 or flat.shape[0] < PRUNE_ROWS:
+        return positions, suffixes
+    lo, hi = flat.min(axis=0), flat.max(axis=0)
+    if not (np.isfinite(hi).all() and lo.min() >= 0.0 and positions.min() >= 0.0 and suffixes.min() >= 0.0):
+        return positions, suffixes  # the argument needs finite, non-negative terms
+    at_lo = lo[:, None] * positions + suffixes  # (K, M) every line at both ends
+    at_hi = hi[:, None] * positions + suffixes
+    beats = ((at_lo[:, :, None] > at_lo[:, None, :] * (1.0 + LINE_MARGIN))
+             & (at_hi[:, :, None] > at_hi[:, None, :] * (1.0 + LINE_MARGIN)))  # [k, i, j]: line i beats line j
+    keep = ~beats.any(axis=1)
+    count = keep.sum(axis=1)
+    width = int(count.max())
+    if width == positions.shape[1]:
+        return positions, suffixes
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :width]  # kept lines first
+    index = np.where(np.arange(width)[None, :] < count[:, None], order, order[:, :1])
+    return np.take_along_axis(positions, index, axis=1), np.take_along_axis(suffixes, index, axis=1)
 
 
 def collective_ends(plan: PassPlan, h: np.ndarray) -> np.ndarray:

@@ -33,33 +33,31 @@ class Walks:
 
     def walk(self, active: list, decision, now: float) -> tuple[int, bool]:
         """Every request walks the verify tree with its own uniforms; returns (tokens emitted, any completed).
-        The hot path (uniform_row inlined: each walk reads its row where it lies in the block)."""
+        The hot path (uniform_row inlined: each walk reads its row where it lies in the block; the model's step
+        walks and moves the regime in one call)."""
         tree, model = decision.tree, self.slots[decision.drafter].acceptance
         depth = tree.depth
         walk_uniforms = depth if depth > WALK_UNIFORMS else WALK_UNIFORMS
-        stateful = model.stateful
         primary = self.primary
-        moving = stateful or primary is not None  # one more uniform for the regime's switch
-        need = walk_uniforms + 1 if moving else walk_uniforms
-        accepted_by, watch = model.accepted, self.watch
+        # the text's regime lives in the primary drafter's model when this drafter's model has none
+        primary = primary if primary is not None and not model.stateful else None
+        need = walk_uniforms + 1 if model.stateful or primary is not None else walk_uniforms
+        step, watch = model.step, self.watch
         lengths, positions = self.lengths, self.positions
         uniforms, at = self._uniforms, self._at
         tokens, done = 0, False
         for request in active:
             if at + need > len(uniforms):
                 uniforms, at = self._rng.random(UNIFORM_BLOCK).tolist(), 0
-            state = request.acceptance_state
-            accepted = accepted_by(tree, state if stateful else None, uniforms, at)
+            generated = request.generated
+            switch = at + walk_uniforms  # read only by a model (or primary) whose regime moves
+            accepted, emitted, state = step(tree, request.acceptance_state, uniforms, at, switch,
+                                            request.output_tokens - generated)
             if watch is not None:
                 watch(depth, accepted)
-            generated = request.generated
-            emitted = min(accepted + 1, request.output_tokens - generated)
             lengths.append(emitted)
             positions.append(generated)
-            if stateful:
-                request.acceptance_state = model.advance(state, emitted, uniforms[at + walk_uniforms])
-            elif primary is not None:  # the text's regime lives in the primary drafter's model
-                request.acceptance_state = primary.advance(state, emitted, uniforms[at + walk_uniforms])
+            request.acceptance_state = state if primary is None else primary.advance(state, emitted, uniforms[switch])
             at += need
             request.generated = generated = generated + emitted
             tokens += emitted

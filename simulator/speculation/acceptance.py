@@ -71,6 +71,14 @@ class AcceptanceModel:
         """Move a request's state on by `emitted` tokens (u: one uniform for regime switches)."""
         return state
 
+    def step(self, tree: Tree, state, uniforms, at: int, switch_at: int, remaining: int):
+        """One request's verify: (drafts accepted, tokens emitted (the bonus included, at most `remaining`), the
+        state after), the walk reading uniforms[at:] and a stateful model's regime switch uniforms[switch_at].
+        The serving loop's hot path: accepted, then advance, in one call (the same values). A stationary model's
+        state does not move (and it reads no switch uniform)."""
+        accepted = self.accepted(tree, state, uniforms, at)
+        return accepted, (accepted + 1 if accepted < remaining else remaining), state
+
     def match_tokens(self, state) -> int:
         """Length of the n-gram cache match the drafter would find (only regime models know it)."""
         return 0
@@ -115,6 +123,11 @@ class RegimeModel(AcceptanceModel):
     def regime_table(self, easy: bool, level: int, depth: int):
         regime = self.regimes[0 if easy else 1]
         return positional_table(self.regime_probs(easy, level), regime.sibling_decay, depth, True)
+
+    def step(self, tree: Tree, state, uniforms, at: int, switch_at: int, remaining: int):
+        accepted = self.accepted(tree, state, uniforms, at)
+        emitted = accepted + 1 if accepted < remaining else remaining
+        return accepted, emitted, self.advance(state, emitted, uniforms[switch_at])
 
     def walker(self, tree: Tree, state) -> Walker:
         easy, seen = state
@@ -229,6 +242,26 @@ class NgramContextModel(RegimeModel):
         if u < 1.0 - (1.0 - per_token) ** emitted:
             easy = not easy
         return (easy, seen + emitted)
+
+    def step(self, tree: Tree, state, uniforms, at: int, switch_at: int, remaining: int):
+        """AcceptanceModel.step with level, walker and advance inlined: the history's fill is computed once for
+        the table level and the switch probability (the same floats as level() and advance())."""
+        easy, seen = state
+        if easy:
+            level, per_token = 0, self._leave
+        else:
+            s3 = (seen / self._warmup) ** 3
+            fill = s3 / (1.0 + s3)
+            level = 0 if self._flat else min(self.LEVELS, int(fill * self.LEVELS + 0.5))
+            per_token = self._repetitiveness * fill
+        walker = self._walkers2.get((tree.parents, easy, level))
+        if walker is None:
+            walker = self.walker(tree, state)
+        accepted = walker(uniforms, at)
+        emitted = accepted + 1 if accepted < remaining else remaining
+        if uniforms[switch_at] < 1.0 - (1.0 - per_token) ** emitted:
+            easy = not easy
+        return accepted, emitted, (easy, seen + emitted)
 
     def regime_probs(self, easy: bool, level: int) -> list[float]:
         if easy:
