@@ -3,7 +3,7 @@
 What each mode moves (SGLang's layer communicator, python/sglang/srt/layers/communicator.py; vLLM's and SGLang's
 pipeline stages):
 - DP-attention (dp groups of a = tp / dp ranks, each serving its own requests; a group's batch is the instance's
-  split evenly, the largest share taken): attention over the group's tokens split over its a ranks (an all-reduce
+  split evenly, the largest share taken, and the blocks after attention compute the instance's tokens): attention over the group's tokens split over its a ranks (an all-reduce
   in the group when a > 1); before the MLP or MoE block an all-gather of every group's tokens over the tp ranks,
   after it a reduce-scatter that hands each group its tokens back; the block itself over all tokens on all tp ranks.
 - Expert parallelism (ep = tp: every rank holds experts / ep whole experts): each rank routes its share of its
@@ -114,8 +114,8 @@ def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bo
         return _pipeline_layout(card, split, micro_batch(shape, split.pp), fused)
     k, d, a = card.kernels, card.hidden_size, split.attention_tp
     act = BYTES_PER_VALUE[card.activation_dtype]
-    group = share(shape, split.groups)
-    everyone = replace(group, batch=group.batch * split.groups, context=group.context * split.groups)
+    group = share(shape, split.groups)  # the largest group's requests: the other groups wait for it
+    everyone = shape  # what the MLP and MoE blocks compute: the instance's tokens, every group's together
     Tg, T_all = group.query_tokens, everyone.query_tokens
     out = _Layout(card)
     emb = Kernel("embedding", 0.0, Tg * d * (act + BYTES_PER_VALUE[card.weights.embedding]), card.activation_dtype)
