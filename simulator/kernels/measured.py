@@ -20,9 +20,11 @@ What we take from which table (SGLang's kernels, the engine the simulator models
   (causal work t (L + t/2)), at least a fresh ctx(q).
 - MLA: generation_mla_perf / context_mla_perf the same way; the absorbed per-head projections from mla_bmm_perf.
 - MoE: moe_perf, the fused expert block (router and all-to-all excluded), `balanced` routing (uniform, as the
-  simulator's routing model), at the token count that touches as many distinct experts as the pass does; under
-  expert parallelism the moe_ep_size rows at one EP rank's tokens (the table's num_tokens is per rank: at one token
-  an EP8 rank of DeepSeek-V3 takes 92 us against TP8's 36, as when its eight routed tokens all land on its experts).
+  simulator's routing model), at the token count that touches as many distinct experts as the pass does. Under
+  expert parallelism the roofline times the experts: the moe_ep_size rows (DeepSeek-V3, H200, fp8_block, EP8) fit
+  no one meaning of num_tokens: 92 us at 1 token is more than one rank's share of the experts 8 tokens touch, and
+  114 us at 4 tokens less than reading the ~20 experts per rank that 32 uniformly routed tokens touch allows at the
+  HBM's peak bandwidth.
 """
 from __future__ import annotations
 
@@ -187,15 +189,15 @@ class MeasuredKernels:
         return None if grid is None else grid((s.tokens, s.heads))
 
     def _moe(self, s: MoE) -> float | None:
-        # expert parallelism: the table's num_tokens are one EP rank's (each rank routes that many; its experts get
-        # num_tokens x topk of the routed tokens, balanced), this shape's tokens every EP rank's together
+        if s.ep > 1:  # the roofline times it: the tables' moe_ep_size rows fit no one token semantics (module doc)
+            return None
         for dtype in MOE_DTYPES.get(s.dtype, ()):
             where = (("moe_dtype", dtype), ("hidden_size", s.hidden), ("inter_size", s.inter), ("topk", s.topk),
-                     ("num_experts", s.experts), ("moe_tp_size", s.tp), ("moe_ep_size", s.ep),
+                     ("num_experts", s.experts), ("moe_tp_size", s.tp), ("moe_ep_size", 1),
                      ("distribution", "balanced"))
             grid = _grid(self.system, "moe", "moe_perf", where, ("num_tokens",), (True,), padded_axis=0)
             if grid is not None:
-                t = grid((max(1.0, s.tokens / s.ep),))
+                t = grid((max(1.0, s.tokens),))
                 return None if t is None else t * s.share
         return None
 
