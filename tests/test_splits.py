@@ -185,3 +185,23 @@ def test_the_report_says_what_a_split_moves(capsys):
     assert "TP8, DP-attention in 8 groups + EP8" in out
     assert "per decode pass of batch 8: 5 allgather x" in out and "58 dispatch x" in out and "58 combine x" in out
     assert "all-reduce " not in out
+
+
+def test_auto_backend_is_low_latency_for_decode_and_normal_for_prefill():
+    """runtime.ep_backend auto over NVLink: DeepEP's low-latency kernels for decode and verify passes, its normal
+    kernels for prefill (SGLang's --deepep-mode auto); the NCCL fallback where the EP ranks lack NVLink."""
+    machine = Machine(load_scenario(DSV3))
+    f = machine.fabric
+    dispatch = next(s for s in pass_layout(machine.card, 8, PassShape(1, 8), False, machine.split).segments
+                    if s.collective == "dispatch")
+    verify = PassShape(4, 8, 0, False, True)
+    for shape, backend in ((PassShape(1, 8), "deepep_low_latency"), (verify, "deepep_low_latency"),
+                           (PassShape(64, 8), "deepep_normal")):
+        us, steps, is_allreduce = machine.collectives.time(dispatch, shape)
+        assert us == pytest.approx(ep_all_to_all_us(f, range(8), BACKENDS[backend], 1, D, E, K, False), rel=1e-12)
+        assert not is_allreduce and steps.steps == 1 and steps.step_latency_us + steps.transfer_us == pytest.approx(us)
+    kimi = Machine(load_scenario(KIMI))
+    seg = next(s for s in pass_layout(kimi.card, 8, PassShape(1, 4), False, kimi.split).segments
+               if s.collective == "dispatch")
+    assert kimi.collectives.time(seg, PassShape(1, 4))[0] == pytest.approx(
+        ep_all_to_all_us(kimi.fabric, range(8), BACKENDS["nccl"], 1, 7168, 384, 8, False), rel=1e-12)

@@ -177,8 +177,9 @@ def require_simulated(scenario: Scenario) -> None:
     if len(set(stage)) > 1:
         per_machine = stage.count(stage[0])
         if par.dp_attention or par.ep > 1 or par.pp > 1:
-            refuse("parallelism.tp", f"tp={par.tp} spans machines {', '.join(sorted(set(stage)))}: DP-attention, expert "
-                   "and pipeline parallelism are simulated inside one machine's tp ranks", f"tp up to {per_machine}")
+            refuse("parallelism.tp", f"tp={par.tp} spans machines {', '.join(sorted(set(stage)))}: DP-attention, "
+                   "expert and pipeline parallelism are simulated inside one machine's tp ranks",
+                   f"tp up to {per_machine}")
         if any(stage.count(m) != per_machine for m in set(stage)):
             refuse("parallelism.tp", f"tp={par.tp} spreads unevenly over machines {', '.join(sorted(set(stage)))}",
                    f"a multiple of {per_machine} that divides the GPUs")

@@ -3,9 +3,10 @@
 What each mode moves (SGLang's layer communicator, python/sglang/srt/layers/communicator.py; vLLM's and SGLang's
 pipeline stages):
 - DP-attention (dp groups of a = tp / dp ranks, each serving its own requests; a group's batch is the instance's
-  split evenly, the largest share taken, and the blocks after attention compute the instance's tokens): attention over the group's tokens split over its a ranks (an all-reduce
-  in the group when a > 1); before the MLP or MoE block an all-gather of every group's tokens over the tp ranks,
-  after it a reduce-scatter that hands each group its tokens back; the block itself over all tokens on all tp ranks.
+  split evenly, the largest share taken, and the blocks after attention compute the instance's tokens): attention
+  over the group's tokens split over its a ranks (an all-reduce in the group when a > 1); before the MLP or MoE
+  block an all-gather of every group's tokens over the tp ranks, after it a reduce-scatter that hands each group
+  its tokens back; the block itself over all tokens on all tp ranks.
 - Expert parallelism (ep = tp: every rank holds experts / ep whole experts): each rank routes its share of its
   attention group's tokens (ceil(T_group / a): a reduce-scatter after attention instead of the all-reduce when
   a > 1, an all-gather after the block), dispatches them to the experts' ranks (an all-to-all), runs its experts on
