@@ -15,7 +15,7 @@ from simulator.config.loader import read_yaml
 from simulator.config.topology import Topology
 from simulator.engine.machine import Machine
 from simulator.hardware import nccl_tables as T
-from simulator.hardware.expert_parallel import BACKENDS, ep_all_to_all_us, p2p_latency_us, stage_send_us
+from simulator.hardware.expert_parallel import BACKENDS, ep_all_to_all_us, ep_latency_us, p2p_latency_us, stage_send_us
 from simulator.hardware.interconnect import Fabric
 from simulator.hardware.parallel_collectives import allreduce_between_machines
 from simulator.model.cost import PassShape, pass_layout
@@ -130,6 +130,22 @@ def test_pipeline_stages_send_at_each_boundary_and_run_micro_batches():
     assert two.gpu_us.sum() == pytest.approx(one.gpu_us.sum())
 
 
+def test_expert_parallelism_over_two_machines_takes_deepeps_internode_latencies():
+    """DeepSeek-V3 as 16 attention groups + EP16 over two H100 machines: DeepEP reaches the ranks (NVLink inside a
+    machine, RDMA between), its two-node latencies apply, and the pair bytes cross the NICs after them."""
+    machine = Machine(load_scenario(DSV3, ["topology=two_node_h100", "parallelism.tp=16", "parallelism.dp=16",
+                                           "parallelism.ep=16"]))
+    f, ll = machine.fabric, BACKENDS["deepep_low_latency"]
+    tokens = 16
+    got = ep_all_to_all_us(f, range(16), ll, tokens, D, E, K, combine=False)
+    nic = min(l.bandwidth_GBps for l in f.topology.fabric.links if l.kind == "network") * 1e3
+    remote = 8 * tokens * K / 16 * D * (1 + 4 / 128)  # what one GPU sends the other machine's 8 ranks
+    assert ep_latency_us(f, range(16), ll, combine=False) == 22.6
+    assert ep_latency_us(f, range(16), ll, combine=True) == 25.9
+    assert got >= 22.6 + remote / nic
+    assert ep_all_to_all_us(f, range(8), ll, tokens, D, E, K, combine=False) < got  # one machine: intranode
+
+
 def test_tp16_all_reduce_is_nccls_model_between_machines():
     machine = Machine(load_scenario(TP16))
     nbytes = 8192 * 2
@@ -164,7 +180,6 @@ def test_dp_attention_groups_multiply_the_kv_capacity():
      "runtime.ep_backend: deepep_low_latency needs NVLink"),
     (PP2, ["parallelism.pp=4"], "parallelism: tp=8 x pp=4 = 32 GPUs"),
     (PP2, ["parallelism.dp_attention=true"], "parallelism.pp: pp=2 with dp_attention"),
-    (TP16, ["parallelism.dp=2", "parallelism.dp_attention=true"], "parallelism.tp: tp=16 spans machines node0, node1"),
     (TP16, ["parallelism.ep=16"], "parallelism.ep: ep=16 but Llama-3.1-70B has no experts"),
     (TP16, ["parallelism.tp=32"], "parallelism.tp: tp=32 does not divide the 16 GPUs"),
 ])

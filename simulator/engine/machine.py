@@ -121,7 +121,8 @@ class Machine:
         self.memory = memory_budget(scenario, self.cards, self.tp)
         physical = {
             "topology": scenario.topology.model_dump(mode="json"), "model": self.card.model_dump(mode="json"),
-            "tp": self.tp, "parallelism": spec.parallelism.model_dump(mode="json"), "runtime": self.runtime.model_dump(mode="json"),
+            "tp": self.tp, "parallelism": spec.parallelism.model_dump(mode="json"),
+            "runtime": self.runtime.model_dump(mode="json"),
             "draft_model": scenario.draft_model.model_dump(mode="json") if scenario.draft_model else None,
         }
         self.key = hashlib.sha1(json.dumps(physical, sort_keys=True).encode()).hexdigest()

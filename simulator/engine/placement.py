@@ -151,7 +151,8 @@ def check_memory(scenario: Scenario) -> list[float]:
 
 def require_simulated(scenario: Scenario) -> None:
     """What one instance's passes can be costed under: a TP group (inside a machine, or spread evenly over
-    machines), DP-attention, expert parallelism with ep = tp, or pipeline stages of TP groups inside machines. The
+    machines), DP-attention, expert parallelism with ep = tp (over one or two machines), or pipeline stages of TP
+    groups inside machines. The
     split is checked (placement, memory); a valid split the engine does not simulate yet is one line and exit 2."""
     par, topology = scenario.spec.parallelism, scenario.topology
     if not par.is_single_group:
@@ -176,10 +177,12 @@ def require_simulated(scenario: Scenario) -> None:
     stage = [machine_of[gpu] for gpu in topology.gpu_names[:par.tp]]
     if len(set(stage)) > 1:
         per_machine = stage.count(stage[0])
-        if par.dp_attention or par.ep > 1 or par.pp > 1:
-            refuse("parallelism.tp", f"tp={par.tp} spans machines {', '.join(sorted(set(stage)))}: DP-attention, "
-                   "expert and pipeline parallelism are simulated inside one machine's tp ranks",
-                   f"tp up to {per_machine}")
+        if par.pp > 1:
+            refuse("parallelism.tp", f"tp={par.tp} spans machines {', '.join(sorted(set(stage)))}: pipeline stages "
+                   "are simulated with each stage's tp ranks inside one machine", f"tp up to {per_machine}")
+        if len(set(stage)) > 2 and par.ep > 1:
+            refuse("parallelism.ep", f"ep={par.ep} spans {len(set(stage))} machines: DeepEP's latencies are known "
+                   "for one or two", f"ep up to {2 * per_machine}")
         if any(stage.count(m) != per_machine for m in set(stage)):
             refuse("parallelism.tp", f"tp={par.tp} spreads unevenly over machines {', '.join(sorted(set(stage)))}",
                    f"a multiple of {per_machine} that divides the GPUs")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..config.errors import ConfigError
 from ..hardware.collectives import StepPlan
-from ..hardware.expert_parallel import ep_all_to_all_us, ep_latency_us, p2p_latency_us, resolve_backend, stage_send_us
+from ..hardware.expert_parallel import (deepep_reaches, ep_all_to_all_us, ep_latency_us, p2p_latency_us,
+                                        resolve_backend, stage_send_us)
 from ..hardware.interconnect import Fabric
 from ..hardware.multinode import make_allreduce
 from ..model.cost import PassShape, Segment
@@ -33,11 +34,11 @@ class SplitCollectives:
             self.allreduce["attention"] = make_allreduce(fabric, a, runtime.allreduce, kernel_floor_us)
             self.gather["attention"] = make_allreduce(fabric, a, "nccl", kernel_floor_us)
         self.ep_ranks = list(range(parallelism.ep))
-        self.nvlink = parallelism.ep > 1 and fabric.all_pairs_nvlink(parallelism.ep)
+        self.nvlink = parallelism.ep > 1 and deepep_reaches(fabric, self.ep_ranks)
         if parallelism.ep > 1 and runtime.ep_backend.startswith("deepep") and not self.nvlink:
             raise ConfigError(source, "runtime.ep_backend", f"{runtime.ep_backend} needs NVLink between the ep="
-                              f"{parallelism.ep} ranks (DeepEP's intranode kernels); this fabric joins them otherwise",
-                              "nccl, or auto")
+                              f"{parallelism.ep} ranks of a machine (DeepEP's intranode kernels) and RDMA between "
+                              "machines; this fabric joins them otherwise", "nccl, or auto")
         self.boundaries = [[(s * tp + i, (s + 1) * tp + i) for i in range(tp)] for s in range(parallelism.pp - 1)]
 
     def time(self, segment: Segment, shape: PassShape) -> tuple[float, StepPlan | None, bool]:

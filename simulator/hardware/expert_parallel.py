@@ -17,10 +17,14 @@ flows started together on the fabric's routes, max-min shared), after a fixed la
   all leave at once) plus what the route adds; the same data set's measured NCCL alltoall of 256 elements on
   8 x H200 took 7.4-11.6 us (model: 7.2), on 8 x RTX PRO 6000 9.5 us (model with the reference's staging: 9.2).
 
+Between machines (EP ranks on two machines, DeepEP's internode kernels over RDMA) the latencies are the same data
+set's two-node figures (SGLang 0.5.6.post2, wideep_deepep_{ll,normal}_perf.parquet, node_num 2, the smallest token
+count measured): low-latency dispatch / combine 22.6 / 25.9 us (2 tokens), normal 26.6 / 49.0 us (1 token).
+
 DeepEP's README (github.com/deepseek-ai/DeepEP, "Performance") reports, on H800, normal kernels at 153 / 158 GB/s
 (NVLink, EP8) and low-latency kernels over RDMA at 77 / 114 us for 128 tokens (EP8): the transfer part here is the
-fabric's, not those figures. DeepEP needs NVLink between the ranks of one machine (README "Requirements"): a fabric
-without it takes `nccl`.
+fabric's, not those figures. DeepEP needs NVLink between the ranks of one machine and RDMA between machines (README
+"Requirements"): a fabric without them takes `nccl`.
 
 Send/recv between pipeline stages: every tp rank sends its copy of the stage's output to the same tp rank of the
 next stage, all at once (parallel_collectives.pipeline_boundary_us), after the same NCCL point-to-point latency.
@@ -45,18 +49,25 @@ class Backend:
     destination rank (True) or once per expert (False)."""
 
     name: str
-    dispatch_latency_us: float | None  # None: NCCL's point-to-point latency on the route
+    dispatch_latency_us: float | None  # inside one machine; None: NCCL's point-to-point latency on the route
     combine_latency_us: float | None
     dispatch_bytes_per_value: float
     combine_bytes_per_value: float
     once_per_rank: bool
+    dispatch_latency_net_us: float | None = None  # EP ranks on two machines
+    combine_latency_net_us: float | None = None
 
 
 BACKENDS = {
-    "deepep_low_latency": Backend("deepep_low_latency", 11.905, 12.557, FP8_WITH_SCALES, BF16, False),
-    "deepep_normal": Backend("deepep_normal", 26.068, 46.860, FP8_WITH_SCALES, BF16, True),
+    "deepep_low_latency": Backend("deepep_low_latency", 11.905, 12.557, FP8_WITH_SCALES, BF16, False, 22.6, 25.9),
+    "deepep_normal": Backend("deepep_normal", 26.068, 46.860, FP8_WITH_SCALES, BF16, True, 26.6, 49.0),
     "nccl": Backend("nccl", None, None, BF16, BF16, False),
 }
+
+
+def deepep_reaches(fabric: Fabric, ranks: Sequence[int]) -> bool:
+    """Whether DeepEP can join these ranks: NVLink inside a machine, the network (RDMA) between machines."""
+    return all(fabric.hop(s, d).over_nvlink or fabric.hop(s, d).net for s in ranks for d in ranks if s != d)
 
 
 def p2p_latency_us(fabric: Fabric, pairs: Sequence[tuple[int, int]]) -> float:
@@ -99,10 +110,12 @@ def ep_all_to_all_us(fabric: Fabric, ranks: Sequence[int], backend: Backend, tok
 
 def ep_latency_us(fabric: Fabric, ranks: Sequence[int], backend: Backend, combine: bool) -> float:
     """The backend's fixed latency of a dispatch or combine among `ranks` (NCCL's p2p latency for the fallback)."""
-    latency = backend.combine_latency_us if combine else backend.dispatch_latency_us
-    if latency is None:
-        latency = p2p_latency_us(fabric, [(s, d) for s in ranks for d in ranks if s != d])
-    return latency
+    pairs = [(s, d) for s in ranks for d in ranks if s != d]
+    if backend.dispatch_latency_us is None:
+        return p2p_latency_us(fabric, pairs)
+    if any(fabric.hop(s, d).net for s, d in pairs):
+        return backend.combine_latency_net_us if combine else backend.dispatch_latency_net_us
+    return backend.combine_latency_us if combine else backend.dispatch_latency_us
 
 
 def stage_send_us(fabric: Fabric, pairs: Sequence[tuple[int, int]], nbytes: float) -> float:
