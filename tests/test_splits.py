@@ -220,3 +220,19 @@ def test_auto_backend_is_low_latency_for_decode_and_normal_for_prefill():
                if s.collective == "dispatch")
     assert kimi.collectives.time(seg, PassShape(1, 4))[0] == pytest.approx(
         ep_all_to_all_us(kimi.fabric, range(8), BACKENDS["nccl"], 1, 7168, 384, 8, False), rel=1e-12)
+
+
+def test_all_gather_between_machines_is_tuning_ccs_ring():
+    """The logits' (and DP-attention's) all-gather over 2 x 8 H100: ring, nsteps 15 of which 1 crosses the network
+    (tuning.cc v2.29.7-1: nInterSteps = nNodes - 1), intra steps max(NVLink step, net overhead 1.0 x3 for Simple),
+    bus bandwidth 8 channels x 48 GB/s (LL: x0.5 capped at llMaxBw 39.0; LL128: x0.92 capped at 8 x 36.7),
+    algorithm bandwidth x 16 / 15."""
+    from simulator.hardware.multinode import multinode_allgather_options
+
+    got = {o.protocol: (o.latency_us, o.algbw_GBps) for o in multinode_allgather_options(fabric("two_node_h100"), 16)}
+    expected = {"LL": (6.6 + 14 * 1.0 + 2.7, 39.0 * 16 / 15),
+                "LL128": (14.0 + 14 * 1.9 + 4.0, min(384 * 0.92, 8 * 36.7) * 16 / 15),
+                "Simple": (8.4 + 14 * 3.4 + 14.0, 384.0 * 16 / 15)}
+    assert set(got) == set(expected)
+    for proto, values in expected.items():
+        assert got[proto] == pytest.approx(values, rel=1e-12), proto
