@@ -120,11 +120,12 @@ def test_memory_per_gpu_under_the_split():
 
 
 def test_a_valid_wider_split_is_refused_by_the_engine_not_simulated_as_one_group(capsys):
-    """Until deployments run, valid replicas exit 2 with one line instead of simulating one of their groups."""
-    code = main([LLAMA, "--set", "parallelism.tp=4", "--set", "parallelism.dp=2"])
+    """A valid split the engine does not cost (experts split over tp / ep ranks) exits 2 with one line instead of
+    simulating something else (dp replicas run: tests/test_deployment.py)."""
+    code = main([EAGLE3, "--set", "parallelism.ep=2"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.strip().count("\n") == 0 and "parallelism.dp: dp=2 replicas: the split is valid" in err
+    assert err.strip().count("\n") == 0 and "parallelism.ep: ep=2 < tp=8" in err
 
 
 # --- placement ---------------------------------------------------------------------------------------------------

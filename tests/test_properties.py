@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import simulator
+from simulator.config.errors import ConfigError
 from simulator.engine import machine as machine_module
 from simulator.engine.server import KIND_DECODE, KIND_PREFILL, KIND_SPEC
 from simulator.config.policy import HybridPolicy
@@ -188,7 +189,12 @@ def _route_flip_case():
 @example(_route_flip_case())
 def test_throughput_never_rises_on_a_slower_machine(case):
     raw, slower, what = case
-    fast, slow = run(raw), run(slower)
+    fast = run(raw)
+    try:
+        slow = run(slower)
+    except ConfigError as exc:  # e.g. a slower NVLink leaves a forced nvls all-reduce without a channel: no machine
+        assume("NCCL's search finds no NVLS channel" not in str(exc))
+        raise
     assert slow.throughput_tok_s <= fast.throughput_tok_s * (1 + REL), (what, fast.throughput_tok_s, slow.throughput_tok_s)
     assert slow.baseline_tok_s <= fast.baseline_tok_s * (1 + REL), (what, fast.baseline_tok_s, slow.baseline_tok_s)
     assert fast.mean_accept_len == slow.mean_accept_len  # acceptance draws do not depend on the machine

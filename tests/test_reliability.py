@@ -36,7 +36,7 @@ def no_simulation(monkeypatch):
         raise AssertionError("simulated before checking the outputs")
 
     monkeypatch.setattr(simulator.results.run, "run", refuse)
-    monkeypatch.setattr(simulator.results.run, "simulate", refuse)
+    monkeypatch.setattr(simulator.results.run, "simulate_deployment", refuse)
 
 
 # -- 1. atomic outputs ---------------------------------------------------------------------------------------------

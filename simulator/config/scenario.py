@@ -6,6 +6,7 @@ from typing import Any, Literal, Union
 from pydantic import Field, NonNegativeInt
 
 from .base import Strict
+from .deployment import Deployment
 from .parallelism import Parallelism
 from .policy import Policy, StaticPolicy
 from .speculation import Speculation
@@ -41,6 +42,7 @@ class ScenarioSpec(Strict):
     topology: Union[str, dict[str, Any]] = Field(description="Path to a topology YAML (relative to this file) or an inline mapping")
     model: Union[str, dict[str, Any]] = Field(description="Path to a model card YAML (relative to this file) or an inline mapping")
     parallelism: Parallelism
+    deployment: Deployment = Field(Deployment(), description="The instances' router (parallelism.dp replicas)")
     runtime: Runtime = Runtime()
     workload: Workload = Workload()
     speculation: Speculation = Speculation()

@@ -12,15 +12,21 @@ FIDELITIES = ("fast", "layer", "link")
 ON_START: list = []  # callables given each new Server before it runs: a progress display polls it (results/progress)
 
 
+def check_fidelity(scenario: Scenario, fidelity: str | None) -> str:
+    """The fidelity to run (the scenario's unless given), or one line if it is not one of FIDELITIES."""
+    fidelity = fidelity or scenario.spec.fidelity
+    if fidelity not in FIDELITIES:
+        raise ConfigError(scenario.source, "fidelity", f"fidelity {fidelity!r} is not available", ", ".join(FIDELITIES))
+    return fidelity
+
+
 def simulate(scenario: Scenario, machine: Machine | None = None, seed: int | None = None, fidelity: str | None = None,
              speculate: bool = True, on_pass=None, max_steps: int | None = None) -> Server:
     """Run the scenario's workload to completion (or max_steps); the server holds the step log and requests.
 
     on_pass(spec, plan, result) sees every pass with its rank timeline (layer fidelity only).
     """
-    fidelity = fidelity or scenario.spec.fidelity
-    if fidelity not in FIDELITIES:
-        raise ConfigError(scenario.source, "fidelity", f"fidelity {fidelity!r} is not available", ", ".join(FIDELITIES))
+    fidelity = check_fidelity(scenario, fidelity)
     machine = machine or Machine(scenario)
     env = simpy.Environment()
     server = Server(env, machine, scenario.spec.seed if seed is None else seed, fidelity, speculate, on_pass, max_steps)
@@ -31,4 +37,4 @@ def simulate(scenario: Scenario, machine: Machine | None = None, seed: int | Non
     return server
 
 
-__all__ = ["Machine", "Server", "simulate", "FIDELITIES"]
+__all__ = ["Machine", "Server", "simulate", "check_fidelity", "FIDELITIES"]

@@ -175,11 +175,12 @@ class LayerStepCosts:
     `on_pass(spec, plan, result)`, when given, receives every pass with its rank timeline (result['_spans']).
     """
 
-    def __init__(self, machine: Machine, rng: np.random.Generator, on_pass=None, links: bool = False, seed: int = 0):
+    def __init__(self, machine: Machine, rng: np.random.Generator, on_pass=None, links: bool = False, seed: int = 0,
+                 network=None):
         self.machine = machine
         self._rng = rng
         self.on_pass = on_pass
-        self.network = LinkNetwork(machine.fabric) if links else None
+        self.network = (network or LinkNetwork(machine.fabric)) if links else None  # shared by a deployment's instances
         self.book = PassBook()
         self._planner = FastStepCosts(machine, seed, np.random.default_rng(seed))
 

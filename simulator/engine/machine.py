@@ -71,7 +71,8 @@ def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
     (under a wider split: placement.split_memory_budget)."""
     from ..model.cards import kv_bytes_per_token_layer, weight_bytes_per_gpu
 
-    if not scenario.spec.parallelism.is_single_group:
+    par = scenario.spec.parallelism
+    if (par.ep, par.pp, par.dp_attention) != (1, 1, False):  # more than a TP group per instance (dp replicas are)
         return split_memory_budget(scenario, cards)
 
     gpu = scenario.topology.gpu
@@ -90,7 +91,8 @@ def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
 class Machine:
     """The hardware and model of a scenario, and the plans of its passes."""
 
-    def __init__(self, scenario: Scenario):
+    def __init__(self, scenario: Scenario, gpus: list[str] | None = None):
+        """gpus: the GPU of each of the instance's ranks (engine.placement); default the topology's first tp."""
         spec = scenario.spec
         require_simulated(scenario)
         self.split = Split.of(spec.parallelism, replicates_shared_experts(scenario))
@@ -102,7 +104,7 @@ class Machine:
         self.host = Host(scenario.topology.host)
         self.kernels = KernelTimer(self.gpu, spec.runtime.kernels)
         try:
-            self.fabric = Fabric(scenario.topology)
+            self.fabric = Fabric(scenario.topology, gpus)
             self.allreduce = make_allreduce(self.fabric, self.tp, spec.runtime.allreduce, self.gpu.floor_us)
             self.allgather = make_allreduce(self.fabric, self.tp, "nccl", self.gpu.floor_us)
             self.collectives = SplitCollectives(self.fabric, spec.parallelism, spec.runtime, self.card, self.allreduce,
@@ -123,6 +125,7 @@ class Machine:
             "topology": scenario.topology.model_dump(mode="json"), "model": self.card.model_dump(mode="json"),
             "tp": self.tp, "parallelism": spec.parallelism.model_dump(mode="json"),
             "runtime": self.runtime.model_dump(mode="json"),
+            **({"gpus": list(gpus)} if gpus else {}),
             "draft_model": scenario.draft_model.model_dump(mode="json") if scenario.draft_model else None,
         }
         self.key = hashlib.sha1(json.dumps(physical, sort_keys=True).encode()).hexdigest()

@@ -152,8 +152,9 @@ def check_memory(scenario: Scenario) -> list[float]:
 def require_simulated(scenario: Scenario) -> None:
     """What one instance's passes can be costed under: a TP group (inside a machine, or spread evenly over
     machines), DP-attention, expert parallelism with ep = tp (over one or two machines), or pipeline stages of TP
-    groups inside machines. The
-    split is checked (placement, memory); a valid split the engine does not simulate yet is one line and exit 2."""
+    groups inside machines; dp replicas of any of these run as a deployment (engine.deployment), each instance on its
+    own GPUs. The split is checked (placement, memory); a valid split the engine does not simulate yet is one line
+    and exit 2."""
     par, topology = scenario.spec.parallelism, scenario.topology
     if not par.is_single_group:
         check_memory(scenario)
@@ -161,12 +162,6 @@ def require_simulated(scenario: Scenario) -> None:
     def refuse(key: str, what: str, allowed: str):
         raise ConfigError(scenario.source, key, what, allowed)
 
-    if par.dp > 1 and not par.dp_attention:
-        refuse("parallelism.dp", f"dp={par.dp} replicas: the split is valid, but this version simulates one instance",
-               "dp 1, or dp_attention: true")
-    if par.gpus is not None:
-        refuse("parallelism.gpus", "explicit placement is valid, but this version places ranks in the topology's order",
-               "leave gpus out")
     if 1 < par.ep < par.tp:
         refuse("parallelism.ep", f"ep={par.ep} < tp={par.tp} (each expert split over tp / ep ranks) is not simulated",
                f"ep 1 or {par.tp} (every rank an expert rank, as SGLang's DeepEP and vLLM's expert parallelism run)")
@@ -174,18 +169,32 @@ def require_simulated(scenario: Scenario) -> None:
         refuse("parallelism.pp", f"pp={par.pp} with {'dp_attention' if par.dp_attention else 'ep'} is not simulated",
                "pp with tp alone, or dp_attention / ep without pp")
     machine_of = topology.machine_of
-    stage = [machine_of[gpu] for gpu in topology.gpu_names[:par.tp]]
-    if len(set(stage)) > 1:
-        per_machine = stage.count(stage[0])
-        if par.pp > 1:
-            refuse("parallelism.tp", f"tp={par.tp} spans machines {', '.join(sorted(set(stage)))}: pipeline stages "
-                   "are simulated with each stage's tp ranks inside one machine", f"tp up to {per_machine}")
-        if len(set(stage)) > 2 and par.ep > 1:
-            refuse("parallelism.ep", f"ep={par.ep} spans {len(set(stage))} machines: DeepEP's latencies are known "
-                   "for one or two", f"ep up to {2 * per_machine}")
-        if any(stage.count(m) != per_machine for m in set(stage)):
-            refuse("parallelism.tp", f"tp={par.tp} spreads unevenly over machines {', '.join(sorted(set(stage)))}",
-                   f"a multiple of {per_machine} that divides the GPUs")
+    for names in instance_gpus(scenario):  # each instance's first stage (dp replicas: engine.deployment)
+        stage = [machine_of[gpu] for gpu in names[:par.tp]]
+        if len(set(stage)) > 1:
+            _check_spread(stage, par, refuse)
+
+
+def _check_spread(stage: list[str], par, refuse) -> None:
+    """A first stage whose tp ranks sit on several machines (`stage`: each rank's machine)."""
+    per_machine = stage.count(stage[0])
+    if par.pp > 1:
+        refuse("parallelism.tp", f"tp={par.tp} spans machines {', '.join(sorted(set(stage)))}: pipeline stages "
+               "are simulated with each stage's tp ranks inside one machine", f"tp up to {per_machine}")
+    if len(set(stage)) > 2 and par.ep > 1:
+        refuse("parallelism.ep", f"ep={par.ep} spans {len(set(stage))} machines: DeepEP's latencies are known "
+               "for one or two", f"ep up to {2 * per_machine}")
+    if any(stage.count(m) != per_machine for m in set(stage)):
+        refuse("parallelism.tp", f"tp={par.tp} spreads unevenly over machines {', '.join(sorted(set(stage)))}",
+               f"a multiple of {per_machine} that divides the GPUs")
+
+
+def instance_gpus(scenario: Scenario) -> list[list[str]]:
+    """The GPU of each rank of each instance, in rank order (stage by stage, tp ranks within a stage)."""
+    out: list[list[str]] = [[] for _ in range(scenario.spec.parallelism.instances)]
+    for rank in place(scenario).ranks:
+        out[rank.instance].append(rank.gpu)
+    return out
 
 
 

@@ -38,7 +38,9 @@ class Server:
     """Serves a scenario's workload on its machine; `speculate=False` is the same machine with speculation off."""
 
     def __init__(self, env, machine: Machine, seed: int, fidelity: str, speculate: bool = True,
-                 on_pass=None, max_steps: int | None = None):
+                 on_pass=None, max_steps: int | None = None, routed: bool = False, network=None):
+        """routed: the requests come from a router (submit, close) instead of the server's own workload; network:
+        the link fidelity's shared links (engine.deployment passes one to every instance)."""
         scenario = machine.scenario
         spec = scenario.spec
         self.env = env
@@ -56,13 +58,14 @@ class Server:
         self._primary = self.walks.primary
         jitter = np.random.default_rng(jitter_seq)
         self.costs = FastStepCosts(machine, seed, jitter) if self.fast else \
-            LayerStepCosts(machine, jitter, on_pass, links=fidelity == "link", seed=seed)
+            LayerStepCosts(machine, jitter, on_pass, links=fidelity == "link", seed=seed, network=network)
         self.max_steps = max_steps  # stop early (traces record the first steps only)
         # the scheduler's per-step host work overlaps the GPU in plain decode, not while speculating (SGLang)
         self._other_spec = step_overhead_us(host, spec.runtime, speculating=True)
         self._other_plain = step_overhead_us(host, spec.runtime, speculating=False)
         self._step_specs: dict[tuple, StepSpec] = {}
-        self.requests = make_requests(self.workload, seed, scenario.base_dir, scenario.source)
+        self.routed = routed
+        self.requests = [] if routed else make_requests(self.workload, seed, scenario.base_dir, scenario.source)
         self.lookahead = max((slot.tree.size for slot in self.slots), default=0)
         self.kv_capacity = machine.memory["kv_capacity_tokens"]
         self.admission = Admission(self.workload, self.kv_capacity, self.lookahead)
@@ -133,6 +136,25 @@ class Server:
         self.now = self.env.now
 
     # -- arrivals ---------------------------------------------------------------------------------------------
+    @property
+    def load(self) -> int:
+        """Requests here now: waiting, prefilling or decoding (what a least-loaded router compares)."""
+        adm = self.admission
+        return len(adm.waiting) + len(adm.prefilling) + len(adm.active)
+
+    def submit(self, request) -> None:
+        """A request the router sends here arrives now (routed servers)."""
+        self.requests.append(request)
+        self.admission.waiting.append(request)
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    def close(self) -> None:
+        """The router will send nothing more: the server stops once it has served what it holds."""
+        self._arrived_all = True
+        if not self._wake.triggered:
+            self._wake.succeed()
+
     def _arrivals(self):
         env = self.env
         for request in self.requests:
@@ -151,7 +173,8 @@ class Server:
     def run(self):
         """SimPy process: serve every request, one prefill or decode step at a time."""
         env, adm, log = self.env, self.admission, self.log
-        env.process(self._arrivals())
+        if not self.routed:
+            env.process(self._arrivals())
         max_steps = self.max_steps
         while max_steps is None or len(log) < max_steps:
             if adm.waiting and len(adm.active) + len(adm.prefilling) < adm.concurrency:

@@ -104,6 +104,9 @@ class AllReduce:
                                f"but fabric.p2p_level={fabric.topology.fabric.p2p_level} routes some pairs through host memory")
         if choice == "nvls" and not self._nvls_ok():
             raise NotPermitted("nvls needs an NVSwitch with multicast (fabric.nvls: true) joining all ranks by NVLink")
+        if choice == "nvls" and ranks > 1 and not any(o.algorithm == "nvls" for o in self._tables):
+            raise NotPermitted(f"nvls: NCCL's search finds no NVLS channel here (a GPU's NVLink is too slow for "
+                               f"{ranks} ranks, or sm_version is below 90)")
 
     # -- NCCL ------------------------------------------------------------------------------------------------
     def _nvls_ok(self) -> bool:
@@ -115,7 +118,7 @@ class AllReduce:
 
     def _gpu_link_GBps(self) -> tuple[float, float]:
         """NCCL's totalBw (a GPU's NVLink sum or its PCIe link, the larger) and the smallest GPU's NVLink sum."""
-        names = set(self.fabric.topology.gpu_names[:self.ranks])
+        names = set(self.fabric.gpu_names[:self.ranks])
         nvlink: dict[str, float] = {g: 0.0 for g in names}
         pcie: dict[str, float] = {g: 0.0 for g in names}
         for link in self.fabric.topology.fabric.links:

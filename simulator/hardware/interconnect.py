@@ -60,13 +60,15 @@ class Fabric:
     """Routes over the topology's node/link graph: the best path class first (NVLink, then PCIe, then the socket
     link), then the path that moves a small (1 KiB) message fastest."""
 
-    def __init__(self, topology: Topology):
+    def __init__(self, topology: Topology, gpu_names: list[str] | None = None):
+        """gpu_names: the GPU of each rank, in rank order (default: the topology's GPUs in order)."""
         self.topology = topology
         fabric = topology.fabric
         self.names = [n.name for n in fabric.nodes]
         self.kinds = [n.kind for n in fabric.nodes]
         self.index = {name: i for i, name in enumerate(self.names)}
-        self.gpus = [self.index[name] for name in topology.gpu_names]
+        self.gpu_names = list(topology.gpu_names if gpu_names is None else gpu_names)
+        self.gpus = [self.index[name] for name in self.gpu_names]  # rank -> node
         self.link_of: dict[tuple[int, int], object] = {}
         weight: list[dict[int, float]] = [{} for _ in self.names]  # adjacency: neighbour -> weight
         for link in fabric.links:

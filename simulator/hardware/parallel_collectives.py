@@ -223,7 +223,7 @@ def multinode_setup(fabric: Fabric, ranks: int) -> MultiNodeSetup:
     bandwidth the network links' slowest; steps inside a machine use its path class (NVLink or PCIe) and add what
     its routes add (host-memory staging)."""
     topology = fabric.topology
-    machine_of, gpus = topology.machine_of, topology.gpu_names[:ranks]
+    machine_of, gpus = topology.machine_of, fabric.gpu_names[:ranks]
     machines = sorted({machine_of[g] for g in gpus})
     per_machine = ranks // len(machines)
     if any(sum(1 for g in gpus if machine_of[g] == m) != per_machine for m in machines):

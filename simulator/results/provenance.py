@@ -63,16 +63,16 @@ def _tokens(length) -> str:
 def _machine(scenario: Scenario) -> str:
     topo = scenario.topology
     fabric = "NVLink" if any(link.kind == "nvlink" for link in topo.fabric.links) else "PCIe"
-    return f"{topo.num_gpus}x {topo.gpu.name} {fabric}, {_split(scenario.spec.parallelism)}"
+    return f"{topo.num_gpus}x {topo.gpu.name} {fabric}, {_split(scenario.spec.parallelism, scenario.spec.deployment.router)}"
 
 
-def _split(par) -> str:
-    """TP8; TP8 x PP2; TP8, DP-attention in 8 groups + EP8."""
+def _split(par, router: str = "round_robin") -> str:
+    """TP8; TP8 x PP2; TP8, DP-attention in 8 groups + EP8; 2 x TP4 (round-robin router)."""
     text = f"TP{par.tp}" + (f" x PP{par.pp}" if par.pp > 1 else "")
     if par.dp_attention:
         text += f", DP-attention in {par.dp} groups"
     elif par.dp > 1:
-        text = f"{par.dp} x {text}"
+        text = f"{par.dp} x {text} ({router.replace('_', '-')} router)"
     return text + (f" + EP{par.ep}" if par.ep > 1 else "")
 
 
@@ -103,7 +103,7 @@ def _workload(scenario: Scenario) -> str:
         if arrival in ("poisson", "fixed_rate"):
             text += f", {arrival.replace('_', ' ')} arrivals at {work.arrival.rate_per_s:g}/s"
     if work.concurrency > 1:
-        text += f", up to {work.concurrency} at once"
+        text += f", up to {work.concurrency} at once" + (" per instance" if scenario.spec.parallelism.instances > 1 else "")
     if work.kv_overflow == "preempt":
         text += ", preemption when the KV cache fills"
     return text

@@ -71,6 +71,7 @@ CSV_SHAPE: dict[str, Any] = {
     "what_if": {"cuda_graph_verify": ("verify_ms", "breakeven_accept_len", "speedup_at_this_accept_len")},
     "load": LOAD, "baseline_load": LOAD,
     "provenance": PROVENANCE,
+    "deployment": ("instances", "router", "tp", "gpus", "total_tok_s"),
 }
 
 
@@ -180,6 +181,23 @@ def verdict(result: Result) -> list[str]:
     return lines
 
 
+def deployment_lines(result: Result) -> list[str]:
+    """Each instance of a deployment of several: its GPUs, requests, throughput and latency percentiles."""
+    dep = result.deployment
+    if not dep or dep.get("instances", 1) < 2:
+        return []
+    lines = [f"  deployment          {dep['instances']} instances of TP{dep['tp']} on {dep['gpus']} GPUs, "
+             f"{dep['router'].replace('_', '-')} router: {dep['total_tok_s']:.1f} tok/s in all"]
+    for index, inst in dep["per_instance"].items():
+        def pct(name):
+            v = inst.get(name)
+            return f"p50 {v['p50']:,.1f} / p99 {v['p99']:,.1f} ms" if v else "-"
+        gpus = ",".join(inst["gpus"])
+        lines.append(f"    instance {index} ({gpus})  {inst['requests']} requests, {inst['throughput_tok_s']:.1f} tok/s; "
+                     f"TTFT {pct('ttft_ms')}; TPOT {pct('tpot_ms')}")
+    return lines
+
+
 def _header_lines(r: Result) -> list[str]:
     """What was run: version, scenario, description, overrides, fidelity, seed, size."""
     lines = [f"specsim {r.provenance.get('specsim_version', '')}: {r.scenario}".replace(" :", ":")]
@@ -273,7 +291,7 @@ def to_table(result: Result) -> str:
     r = result
     spec = r.speculation["method"] != "none"
     lines = (_header_lines(r) + _speculation_lines(r, spec) + _machine_lines(r) + _policy_lines(r, spec)
-             + _load_lines(r.load) + [""])
+             + _load_lines(r.load) + deployment_lines(r) + [""])
     bd = r.breakdown_ms_per_token
     lines.append("  time per token (ms): " + "  ".join(f"{k.replace('allreduce_', 'AR ')} {bd[k]:.2f}" for k in BREAKDOWN)
                  + f"  = {sum(bd.values()):.2f}")

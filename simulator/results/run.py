@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from ..config import Scenario, load_scenario
-from ..engine import Machine, simulate
+from ..engine import Machine
+from ..engine.deployment import instance_gpus, instance_machines, simulate_deployment
+from .deployment import deployment_report, summarize_servers
 from .derived import allreduce_choice, breakeven_accept_len, collectives_per_pass, expected_accept_len, policy_summary, what_if
-from .summary import (Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, summarize,
-                      _stats_ms)
+from .summary import Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, _stats_ms
 from ..model.cost import PassShape
 from .provenance import describe, provenance
 from ..config.typical import mean_length
@@ -32,12 +34,14 @@ def run(scenario_or_path: Scenario | str, *, set_args: list[str] | None = None, 
     """Simulate a scenario and, unless told not to, the same machine with speculation off (same seed)."""
     started = time.perf_counter()
     scenario = resolve(scenario_or_path, overrides, set_args)
-    machine = Machine(scenario)
+    machines = instance_machines(scenario)
     fidelity = scenario.spec.fidelity
     speculating = scenario.spec.speculation.method != "none"
-    main = summarize(simulate(scenario, machine, fidelity=fidelity, speculate=True))
-    base = summarize(simulate(scenario, machine, fidelity=fidelity, speculate=False)) if (baseline and speculating) else main
-    return build_result(scenario, machine, main, base, time.perf_counter() - started)
+    main = summarize_servers(simulate_deployment(scenario, machines, fidelity=fidelity, speculate=True))
+    base = summarize_servers(simulate_deployment(scenario, machines, fidelity=fidelity, speculate=False)) \
+        if (baseline and speculating) else main
+    result = build_result(scenario, machines[0], main, base, time.perf_counter() - started)
+    return replace(result, deployment=deployment_report(scenario, main, instance_gpus(scenario)))
 
 
 def _step_ms(main, base) -> dict:

@@ -52,6 +52,7 @@ class RunSummary:
     kv_capacity_tokens: int = 0
     preemptions: int = 0
     slots: tuple = ()  # the run's drafters (speculation.setup.DrafterSlot), for figures derived from the run
+    instances: tuple = ()  # a deployment's per-instance summaries (results.deployment); empty for one instance
 
     @property
     def decode_steps(self) -> np.ndarray:
@@ -109,6 +110,7 @@ class Result:
     kernels: dict[str, Any] = field(default_factory=dict)  # which source timed each kernel family (measured/roofline)
     provenance: dict[str, Any] = field(default_factory=dict)  # what was run (results/provenance.py)
     collectives: dict[str, Any] = field(default_factory=dict)  # a wider split's collectives per decode pass
+    deployment: dict[str, Any] = field(default_factory=dict)  # the instances and their figures (results/deployment.py)
     run: RunSummary | None = field(default=None, repr=False, compare=False)
     baseline: RunSummary | None = field(default=None, repr=False, compare=False)
 
@@ -123,13 +125,18 @@ class Result:
 
 
 def breakdown_per_token(run: RunSummary) -> dict[str, float]:
-    """Milliseconds per generated token by category; they sum to sim_time / tokens."""
+    """Milliseconds per generated token by category; they sum to sim_time / tokens.
+
+    A deployment of n instances books each instance's steps and its idle time within the deployment's span, and
+    divides by n: the instances' time per token, averaged over them (it sums to span / tokens as well).
+    """
     s = run.steps
     if run.tokens == 0:
         return {k: 0.0 for k in BREAKDOWN}
+    n = max(1, len(run.instances))
     out = {k: float(s[k].sum()) for k in BREAKDOWN}
-    out["other"] += run.sim_time_us - float(s["duration_us"].sum())  # idle gaps between steps, if any
-    return {k: v / run.tokens / 1e3 for k, v in out.items()}
+    out["other"] += n * run.sim_time_us - float(s["duration_us"].sum())  # idle gaps between steps, if any
+    return {k: v / n / run.tokens / 1e3 for k, v in out.items()}
 
 
 def _percentiles_ms(values_us: list[float]) -> dict[str, float] | None:

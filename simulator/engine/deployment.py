@@ -1,0 +1,71 @@
+"""A deployment: one engine instance per replica of the scenario's split, each on its own GPUs, behind a router, all
+in one SimPy Environment.
+
+What is modelled: `parallelism.dp` replicas (without dp_attention) of a tp-GPU instance, placed by
+engine.placement.place (the topology's GPUs in order, or `parallelism.gpus`). Each instance is a Machine over its
+own GPUs (its collectives cross those GPUs' routes) and a Server with its own serving loop, batching, speculation
+policy and random streams: instance seeds are spawned from the scenario's seed (numpy SeedSequence), so the
+instances draw independently and a run is reproducible. The workload's requests are drawn once, from the
+scenario's seed, and a Router process sends each to an instance when it arrives. At link fidelity every instance's
+collectives cross one shared set of links, so what one instance moves can slow another's.
+
+One instance (dp 1) is exactly the single-server run (engine.simulate): same seed, its own arrivals, no router.
+"""
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from ..config import Scenario
+from ..hardware.links import LinkNetwork
+from . import ON_START, check_fidelity, simulate
+from .machine import Machine
+from .placement import instance_gpus
+from .requests import make_requests
+from .router import Router
+from .server import Server
+
+
+def instance_machines(scenario: Scenario) -> list[Machine]:
+    """One Machine per instance, over that instance's GPUs (one instance on the default GPUs: Machine(scenario))."""
+    par = scenario.spec.parallelism
+    if par.instances == 1 and par.gpus is None:
+        return [Machine(scenario)]
+    return [Machine(scenario, gpus) for gpus in instance_gpus(scenario)]
+
+
+def instance_seeds(seed: int, instances: int) -> list[int]:
+    """The seed of each instance's server: the scenario's own for one instance, else spawned from it."""
+    if instances == 1:
+        return [seed]
+    return [int(child.generate_state(1)[0]) for child in np.random.SeedSequence(seed).spawn(instances)]
+
+
+def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = None, seed: int | None = None,
+                        fidelity: str | None = None, speculate: bool = True,
+                        max_steps: int | None = None) -> list[Server]:
+    """Run the scenario's workload on every instance behind the router; returns the servers, in instance order.
+
+    max_steps bounds each instance's steps (traces record the first steps only).
+    """
+    fidelity = check_fidelity(scenario, fidelity)
+    machines = machines or instance_machines(scenario)
+    seed = scenario.spec.seed if seed is None else seed
+    if len(machines) == 1:
+        return [simulate(scenario, machines[0], seed, fidelity, speculate, max_steps=max_steps)]
+    env = simpy.Environment()
+    network = LinkNetwork(machines[0].fabric) if fidelity == "link" else None
+    servers = [Server(env, machine, instance_seed, fidelity, speculate, max_steps=max_steps, routed=True,
+                      network=network)
+               for machine, instance_seed in zip(machines, instance_seeds(seed, len(machines)))]
+    requests = make_requests(scenario.spec.workload, seed, scenario.base_dir, scenario.source)
+    for server in servers:
+        server.admission.check_fits(requests, server.machine.memory, scenario.source)
+    router = Router(env, servers, scenario.spec.deployment.router)
+    env.process(router.run(requests))
+    for server in servers:
+        env.process(server.run())
+        for hook in ON_START:
+            hook(server)
+    env.run()
+    return servers

@@ -1,0 +1,58 @@
+"""A deployment's run as one RunSummary (its instances' steps, requests and accept lengths together, over the
+deployment's span), and the per-instance figures the Result reports beside the totals."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import Scenario
+from ..engine.records import STEP_FIELDS, StepColumns
+from .summary import RunSummary, _percentiles_ms, summarize
+
+
+def summarize_servers(servers: list) -> RunSummary:
+    """One server: its summary. Several: the instances together, each instance's own summary in `instances`.
+
+    Throughput is every instance's tokens over the deployment's span (first arrival to last completion); the step
+    log is instance 0's steps, then instance 1's, ... (each in its own order, so that two fidelities' logs of the
+    same decisions compare step by step).
+    """
+    if len(servers) == 1:
+        return summarize(servers[0])
+    parts = [summarize(server) for server in servers]
+    steps = StepColumns(**{name: np.concatenate([part.steps[name] for part in parts]) for name in STEP_FIELDS})
+    requests = sorted((r for part in parts for r in part.requests), key=lambda r: r.request_id)
+    tokens = sum(part.tokens for part in parts)
+    end = max((r.completed_at or 0.0) for r in requests) if requests else 0.0
+    begin = min(r.arrived_at for r in requests) if requests else 0.0
+    span = float(end - begin)
+    return RunSummary(tokens, span, tokens / (span / 1e6) if span > 0 else 0.0, steps,
+                      np.concatenate([part.accept_lengths for part in parts]),
+                      np.concatenate([part.accept_positions for part in parts]), requests,
+                      max(part.kv_peak_tokens for part in parts), min(part.kv_capacity_tokens for part in parts),
+                      sum(part.preemptions for part in parts), parts[0].slots, tuple(parts))
+
+
+def _instance(part: RunSummary, gpus: list[str]) -> dict:
+    done = [r for r in part.requests if r.completed_at is not None and r.first_token_at is not None]
+    lengths = part.accept_lengths
+    return {
+        "gpus": gpus, "requests": len(part.requests), "tokens": part.tokens,
+        "throughput_tok_s": part.throughput_tok_s, "sim_time_s": part.sim_time_us / 1e6,
+        "mean_accept_len": float(lengths.mean()) if lengths.size else 1.0,
+        "ttft_ms": _percentiles_ms([r.first_token_at - r.arrived_at for r in done]),
+        "tpot_ms": _percentiles_ms([(r.completed_at - r.first_token_at) / (r.generated - 1)
+                                    for r in done if r.generated > 1]),
+    }
+
+
+def deployment_report(scenario: Scenario, main: RunSummary, gpus: list[list[str]]) -> dict:
+    """The instances behind the router and each one's throughput, latency percentiles and requests, with the
+    totals (the Result's own throughput and load figures are the deployment's)."""
+    par = scenario.spec.parallelism
+    parts = main.instances or (main,)
+    return {
+        "instances": len(parts), "router": scenario.spec.deployment.router, "tp": par.tp,
+        "gpus": sum(len(g) for g in gpus),
+        "total_tok_s": main.throughput_tok_s,
+        "per_instance": {str(i): _instance(part, g) for i, (part, g) in enumerate(zip(parts, gpus))},
+    }

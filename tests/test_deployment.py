@@ -1,0 +1,175 @@
+"""Deployments: several engine instances behind a router in one SimPy Environment (engine/deployment.py,
+engine/router.py), each on its own GPUs, reported per instance and in total."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+import simpy
+
+from conftest import scenario_path
+from simulator.cli import main
+from simulator.engine import Machine, simulate
+from simulator.engine.deployment import instance_gpus, instance_machines, instance_seeds, simulate_deployment
+from simulator.engine.router import Router
+from simulator.results.run import resolve, run
+from simulator.results.summary import summarize
+
+DP2 = scenario_path("pcie8_tp4_dp2.yaml")  # Llama-3.1-70B, 2 x TP4 on the reference machine, one socket each
+SMALL = {"workload__output_tokens": 128}
+
+
+def test_instances_take_the_placement_gpus_and_their_collectives_cross_them():
+    """Instance 1's all-reduce ring runs over gpu4-7 (socket 1), not over the first tp GPUs; a group split over
+    both sockets crosses the socket link and pays for it."""
+    scenario = resolve(DP2)
+    machines = instance_machines(scenario)
+    assert [m.fabric.gpu_names for m in machines] == [["gpu0", "gpu1", "gpu2", "gpu3"], ["gpu4", "gpu5", "gpu6", "gpu7"]]
+    names = machines[1].fabric.names
+    ring = machines[1].allreduce.step_plan(1 << 20).hops
+    assert {names[node] for hop in ring for link in hop.links for node in link} == \
+        {"gpu4", "gpu5", "gpu6", "gpu7", "cpu1"}
+    split = Machine(scenario, ["gpu0", "gpu1", "gpu4", "gpu5"])
+    nbytes = 1 << 20
+    assert split.allreduce.step_plan(nbytes).bandwidth_GBps < machines[0].allreduce.step_plan(nbytes).bandwidth_GBps
+    assert split.allreduce.cost(nbytes).time_us > machines[0].allreduce.cost(nbytes).time_us
+    assert machines[0].key != machines[1].key  # the fast fidelity's memoised samples are per instance
+
+
+def test_instance_seeds_are_spawned_and_one_instance_keeps_the_scenario_seed():
+    assert instance_seeds(7, 1) == [7]
+    seeds = instance_seeds(7, 3)
+    assert len(set(seeds)) == 3 and seeds == instance_seeds(7, 3) and 7 not in seeds
+
+
+@pytest.mark.parametrize("fidelity", ["fast", "layer", "link"])
+def test_an_isolated_replica_runs_exactly_as_it_would_alone(fidelity):
+    """Requests arriving at once, round robin, no link shared: instance i serves requests i, i + 2, ... exactly as a
+    lone replica on its GPUs with its spawned seed serves as many (every step the same float)."""
+    both = resolve(DP2, {"workload__requests": 8, **SMALL})
+    servers = simulate_deployment(both, fidelity=fidelity)
+    alone = resolve(DP2, {"workload__requests": 4, "parallelism__dp": 1, **SMALL})
+    for i, (gpus, seed) in enumerate(zip(instance_gpus(both), instance_seeds(0, 2))):
+        solo = summarize(simulate(alone, Machine(alone, gpus), seed=seed, fidelity=fidelity))
+        part = summarize(servers[i])
+        assert [r.request_id for r in servers[i].requests] == [i, i + 2, i + 4, i + 6]
+        assert np.array_equal(part.steps.duration_us, solo.steps.duration_us)
+        assert part.throughput_tok_s == solo.throughput_tok_s
+
+
+def test_two_replicas_give_twice_one_replica_at_layer_fidelity():
+    """Issue 14's acceptance: 2 replicas with the same load per replica give within 3% of twice one replica's
+    throughput. The instances draw from their own seeds; one replica's throughput varies by 0.6% (SD) from seed to
+    seed at this load (8 seeds, measured when the test was written), so the ratio's SD is ~0.8% and 3% is ~4 SD."""
+    load = {"workload__output_tokens": 256, "fidelity": "layer"}
+    one = run(DP2, baseline=False, parallelism__dp=1, workload__requests=16, **load)
+    two = run(DP2, baseline=False, workload__requests=32, **load)
+    assert two.deployment["instances"] == 2 and one.deployment["instances"] == 1
+    assert two.throughput_tok_s == pytest.approx(2 * one.throughput_tok_s, rel=0.03)
+    per = two.deployment["per_instance"]
+    assert [per[k]["requests"] for k in ("0", "1")] == [16, 16]
+    assert sum(per[k]["tokens"] for k in per) == two.tokens == 2 * one.tokens
+    # the deployment's span is its slowest instance's: the total is at most the instances' rates added
+    assert two.throughput_tok_s <= sum(per[k]["throughput_tok_s"] for k in per) * (1 + 1e-12)
+    assert sum(two.breakdown_ms_per_token.values()) == pytest.approx(1e3 / two.throughput_tok_s, rel=1e-9)
+
+
+class _Stub:
+    """A server as the router sees it: its load, and what it was sent."""
+
+    def __init__(self, load: int):
+        self.load, self.got, self.closed = load, [], False
+
+    def submit(self, request):
+        self.got.append(request.request_id)
+        self.load += 1
+
+    def close(self):
+        self.closed = True
+
+
+class _Request:
+    def __init__(self, request_id: int, arrived_at: float):
+        self.request_id, self.arrived_at, self.instance = request_id, arrived_at, 0
+
+
+def _route(kind: str, loads: list[int], arrivals: list[float]):
+    env = simpy.Environment()
+    servers = [_Stub(load) for load in loads]
+    router = Router(env, servers, kind)
+    log = []
+    requests = [_Request(i, t) for i, t in enumerate(arrivals)]
+    original = router.pick
+    router.pick = lambda: (log.append(env.now), original())[1]
+    env.process(router.run(requests))
+    env.run()
+    return servers, router, log, requests
+
+
+def test_round_robin_in_arrival_order_at_arrival_times():
+    servers, router, log, requests = _route("round_robin", [5, 0, 0], [0.0, 1.5, 1.5, 4.0, 9.0])
+    assert [s.got for s in servers] == [[0, 3], [1, 4], [2]]
+    assert log == [0.0, 1.5, 1.5, 4.0, 9.0] and router.sent == [2, 2, 1]
+    assert [r.instance for r in requests] == [0, 1, 2, 0, 1] and all(s.closed for s in servers)
+
+
+def test_least_loaded_goes_to_the_fewest_requests_lowest_index_on_a_tie():
+    servers, router, _, _ = _route("least_loaded", [2, 0, 1], [0.0] * 5)
+    # loads (2, 0, 1): -> 1 (2, 1, 1) -> 1, the tie's lowest (2, 2, 1) -> 2 (2, 2, 2) -> 0 (3, 2, 2) -> 1
+    assert [s.got for s in servers] == [[3], [0, 1, 4], [2]]
+    assert router.sent == [1, 3, 1]
+
+
+def test_least_loaded_keeps_short_requests_away_from_a_long_one(tmp_path):
+    """A short request and a long one arrive together (a trace is read in arrival order, shorter rows first on a
+    tie), then a short one every second, one request at a time per instance: round robin queues every other short
+    request behind the long one on instance 1; least-loaded sees instance 1 busy and instance 0 free, and sends every
+    later request to instance 0."""
+    trace = tmp_path / "arrivals.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,1024\n0,100,16\n1,100,16\n2,100,16\n3,100,16\n")
+    load = {"workload__arrival": {"kind": "trace", "file": str(trace)}, "workload__concurrency": 1,
+            "speculation__method": "none"}
+    rr = run(DP2, baseline=False, **load)
+    ll = run(DP2, baseline=False, deployment__router="least_loaded", **load)
+    assert [r.output_tokens for r in rr.run.requests] == [16, 1024, 16, 16, 16]
+    assert [r.instance for r in rr.run.requests] == [0, 1, 0, 1, 0]
+    assert [r.instance for r in ll.run.requests] == [0, 1, 0, 0, 0]
+    long_request_s = rr.run.requests[1].completed_at / 1e6
+    assert rr.load["ttft_ms"]["p99"] / 1e3 > 0.8 * long_request_s - 2  # a short one waited for the long one
+    assert ll.load["ttft_ms"]["p99"] < 1e3  # none did
+
+
+def test_per_instance_figures_in_json_table_and_csv(capsys):
+    argv = [DP2, "--set", "workload.requests=4", "--set", "workload.output_tokens=64"]
+    assert main(argv + ["--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    dep = data["deployment"]
+    assert dep["instances"] == 2 and dep["router"] == "round_robin" and dep["gpus"] == 8
+    assert set(dep["per_instance"]["1"]) >= {"gpus", "requests", "tokens", "throughput_tok_s", "ttft_ms", "tpot_ms"}
+    assert "2 x TP4 (round-robin router)" in data["description"]
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert "deployment          2 instances of TP4 on 8 GPUs" in table and "instance 1 (gpu4,gpu5,gpu6,gpu7)" in table
+    assert main(argv + ["--format", "csv"]) == 0
+    (cells,) = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert cells["deployment.instances"] == "2" and float(cells["deployment.total_tok_s"]) == \
+        pytest.approx(dep["total_tok_s"])
+    assert main(argv + ["--format", "csv-long"]) == 0
+    assert "deployment.per_instance.1.throughput_tok_s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("sets, fragment", [
+    (["deployment.router=random"], "deployment.router"),
+    (["deployment.routr=round_robin"], "deployment"),
+    (["parallelism.gpus=[[gpu0,gpu1,gpu2,gpu3],[gpu4,gpu5,gpu6]]"], "parallelism.gpus[1]: 3 GPUs"),
+])
+def test_deployment_mistakes_are_one_line_and_exit_2(capsys, sets, fragment):
+    argv = [DP2]
+    for item in sets:
+        argv += ["--set", item]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and fragment in err, err
