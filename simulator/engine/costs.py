@@ -17,7 +17,7 @@ from ..hardware.links import LinkNetwork
 from .linkpass import LinkPass
 from .passbook import BookedCost, PassBook
 from .records import STEP_COST, CostTable
-from .timeline import LayerPass
+from .timeline import DURATION_ONLY, LayerPass
 
 INDEX_BLOCK = 1 << 14
 TABLE_CACHE_SIZE = 4096  # (step, anchor) tables a run keeps; the anchors double, so a run needs a few per step kind
@@ -188,10 +188,12 @@ class LayerStepCosts:
         """Expected step duration, from the same memoised samples the fast fidelity uses (for policies)."""
         return self._planner.mean_step_us(step, context)
 
-    def _run(self, env, spec: PassSpec, context: int):
-        plan = self.machine.plan(spec.part, replace(spec.shape, context=context), spec.graph)
+    def _run(self, env, spec: PassSpec, context: int, main: bool = True):
+        """Generator: one pass; a draft pass (main False) yields only its duration unless a trace wants it all."""
+        plan = self.machine.plan_at(spec.part, spec.shape, spec.graph, context)
         traced = self.on_pass is not None
-        book = None if traced else self.book  # a trace reads every pass's breakdown at once
+        # a trace reads every pass's breakdown at once; a step's breakdown is its main pass's (drafting is a whole)
+        book = None if traced else self.book if main else DURATION_ONLY
         if self.network is not None:  # link fidelity: ranks and collective steps as processes
             result = yield from LinkPass(plan, self.machine.host, self.network).run(env, self._rng, traced, book)
         else:
@@ -207,7 +209,7 @@ class LayerStepCosts:
         if step.draft_host_us > 0:
             yield env.timeout(step.draft_host_us)
         for d in step.drafts:
-            result = yield from self._run(env, d, context)
+            result = yield from self._run(env, d, context, main=False)
             draft += result["duration"]
         r = yield from self._run(env, step.main, context)
         if step.other_us > 0:

@@ -35,7 +35,8 @@ class LinkPass:
         costs O(segments) events and O(ranks x segments) array work.
         """
         plan = self.plan
-        h, H = host_ready(plan, self.host, rng, 1, with_host=True)
+        h, H = host_ready(plan, self.host, rng, 1, with_host=True) if with_spans else \
+            (host_ready(plan, self.host, rng, 1), None)  # the same draws; H only for a timeline
         begin = env.now
         ready_at = (begin + h[0]).max(axis=0).tolist()  # the last rank's own launches let it arrive then
         W = plan.gpu_us.tolist()

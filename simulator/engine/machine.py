@@ -28,7 +28,7 @@ from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
 from ..model.split_layout import Split
 from .placement import replicates_shared_experts, require_simulated, split_memory_budget
 from .split_costs import SplitCollectives
-from .timeline import PassPlan, kernel_lines, sample_passes
+from .timeline import PassPlan, blend, kernel_lines, sample_passes
 
 FAST_SAMPLES = 64  # passes drawn per shape (stratified) for the fast fidelity: the run-to-run SE of a mean pass ~0.3%
 _SAMPLE_CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
@@ -50,11 +50,6 @@ def context_anchors(context: int) -> tuple[int, int, float]:
         return low, low, 0.0
     high = 2 * low
     return low, high, (context - low) / (high - low)
-
-
-def blend(low_value, high_value, weight: float):
-    """The value at weight in [0, 1] between the lower and the upper anchor's (floats or arrays)."""
-    return low_value + (high_value - low_value) * weight
 
 
 def at_context(context: int, value_at: Callable[[int], Any]):
@@ -130,6 +125,7 @@ class Machine:
         }
         self.key = hashlib.sha1(json.dumps(physical, sort_keys=True).encode()).hexdigest()
         self._plans: dict[tuple, PassPlan] = {}
+        self._anchors: dict[tuple, PassPlan] = {}  # (part, shape at context 0, graph, anchor) -> _plans' entry
 
     # -- plans -------------------------------------------------------------------------------------------------
     def anchor_plan(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
@@ -142,15 +138,24 @@ class Machine:
 
     def plan(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
         """The plan of a pass of `part` (target, draft_head, mtp) over `shape`, interpolated in context."""
-        low, high, weight = context_anchors(shape.context)
-        a = self.anchor_plan(part, replace(shape, context=low), graph)
+        return self.plan_at(part, replace(shape, context=0), graph, shape.context)
+
+    def plan_at(self, part: str, shape: PassShape, graph: bool, context: int) -> PassPlan:
+        """plan() of `shape` (given at context 0, as a step's PassSpec holds it) at `context`, without building a
+        shape per call (layer fidelity asks once per pass)."""
+        low, high, weight = context_anchors(context)
+        a = self._anchor_of(part, shape, graph, low)
         if weight == 0.0:
             return a
-        b = self.anchor_plan(part, replace(shape, context=high), graph)
-        return replace(a, compute_us=blend(a.compute_us, b.compute_us, weight),
-                       memory_us=blend(a.memory_us, b.memory_us, weight), last_us=blend(a.last_us, b.last_us, weight),
-                       line_suffix_us=blend(a.line_suffix_us, b.line_suffix_us, weight),
-                       label=a.label.replace(f"ctx{low}", f"ctx{shape.context}"))
+        label = a.label.replace(f"ctx{low}", f"ctx{context}")
+        return a.blended(self._anchor_of(part, shape, graph, high), weight, label)
+
+    def _anchor_of(self, part: str, shape: PassShape, graph: bool, anchor: int) -> PassPlan:
+        key = (part, shape, graph, anchor)
+        plan = self._anchors.get(key)
+        if plan is None:
+            plan = self._anchors[key] = self.anchor_plan(part, replace(shape, context=anchor), graph)
+        return plan
 
     def _build(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
         split = self.split if part == "target" else replace(self.split, pp=1)  # drafts run on the last stage

@@ -14,7 +14,8 @@ collective, and `breakdown` books every rank's time into categories that sum to 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import cached_property
 
 import numpy as np
 
@@ -44,9 +45,20 @@ class PassPlan:
     line_positions: np.ndarray | None = None
     line_suffix_us: np.ndarray | None = None
 
-    @property
+    @cached_property
     def gpu_us(self) -> np.ndarray:
+        """W per segment (computed once per plan: a layer pass reads it several times)."""
         return self.compute_us + self.memory_us + self.gap_us
+
+    def blended(self, other: "PassPlan", weight: float, label: str) -> "PassPlan":
+        """This anchor's plan moved `weight` of the way to `other`'s (the next anchor of the same shape): what the
+        context changes (compute, memory, the last kernel, the kernel lines) blended, the rest this plan's."""
+        values = {name: self.__dict__[name] for name in _PLAN_FIELDS}
+        values.update(compute_us=blend(self.compute_us, other.compute_us, weight),
+                      memory_us=blend(self.memory_us, other.memory_us, weight),
+                      last_us=blend(self.last_us, other.last_us, weight),
+                      line_suffix_us=blend(self.line_suffix_us, other.line_suffix_us, weight), label=label)
+        return PassPlan(**values)
 
     @property
     def num_allreduces(self) -> int:
@@ -64,6 +76,14 @@ class PassPlan:
             positions = np.stack([np.ones_like(self.launches), self.launches - 1], axis=1)
             return positions, np.stack([self.gpu_us, self.last_us], axis=1)
         return self.line_positions, self.line_suffix_us
+
+
+_PLAN_FIELDS = tuple(f.name for f in fields(PassPlan))
+
+
+def blend(low_value, high_value, weight: float):
+    """The value at weight in [0, 1] between the lower and the upper anchor's (floats or arrays)."""
+    return low_value + (high_value - low_value) * weight
 
 
 def kernel_lines(segments) -> tuple[np.ndarray, np.ndarray]:
@@ -93,10 +113,9 @@ def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samp
 
     With with_host, also H[s, r, k]: when rank r's host has launched segment k (for timelines and traces).
     """
-    W = plan.gpu_us
     if plan.graph:
         start = host.graph_launch_us(rng, samples, plan.ranks, draws)[:, :, None]
-        h = start + W[None, None, :]  # every kernel is queued at the graph launch
+        h = start + plan.gpu_us[None, None, :]  # every kernel is queued at the graph launch
         return (h, np.broadcast_to(start, h.shape)) if with_host else h
     L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks, draws)
     H = np.cumsum(L, axis=2)
@@ -224,20 +243,22 @@ class LayerPass:
     def run(self, env, rng: np.random.Generator, on_collective=None, with_spans: bool = False, book=None):
         """Generator for env.process: returns the breakdown dict (scalars); with_spans adds the rank timeline.
         With a PassBook (engine.passbook) the breakdown is booked there: the dict holds the duration and the slot."""
-        h, H = host_ready(self.plan, self.host, rng, 1, with_host=True)
+        h, H = host_ready(self.plan, self.host, rng, 1, with_host=True) if with_spans else \
+            (host_ready(self.plan, self.host, rng, 1), None)  # the same draws; H only for a timeline
         hmax = h[0].max(axis=0).tolist()
         W, T = self._W, self._T
         now = begin = env.now
         due = env.peek()  # the next other event: it cannot change while this pass yields nothing
         ends = []
+        end = ends.append
         c = 0.0
-        for k in range(len(W)):
-            start = c + W[k]
-            if hmax[k] > start:
-                start = hmax[k]  # the last rank arrives: the collective starts
-            now += start - c + T[k]  # the collective's end, as SimPy's clock adds it up
-            c = start + T[k]
-            ends.append(c)
+        for k, (w, t, ready) in enumerate(zip(W, T, hmax)):
+            start = c + w
+            if ready > start:
+                start = ready  # the last rank arrives: the collective starts
+            now += start - c + t  # the collective's end, as SimPy's clock adds it up
+            c = start + t
+            end(c)
             if due <= now:  # another process is due by then: an event here (see the class docstring)
                 yield env.timeout(delay_to(env.now, now))
                 due = env.peek()
@@ -248,8 +269,14 @@ class LayerPass:
         return finish_pass(self.plan, h, H, ends, begin, with_spans, book)
 
 
-def finish_pass(plan: PassPlan, h: np.ndarray, H: np.ndarray, ends: list, begin: float, with_spans: bool, book):
-    """A pass's result from its collective ends: its breakdown now, or booked for later (a PassBook)."""
+DURATION_ONLY = "duration only"  # finish_pass's book for a pass whose breakdown nobody reads (a draft pass)
+
+
+def finish_pass(plan: PassPlan, h: np.ndarray, H: np.ndarray | None, ends: list, begin: float, with_spans: bool, book):
+    """A pass's result from its collective ends: its breakdown now, booked for later (a PassBook), or with book
+    DURATION_ONLY its duration alone."""
+    if book is DURATION_ONLY and not with_spans:
+        return {"duration": ends[-1]}
     C = np.asarray(ends)[None, :]
     if book is not None and not with_spans:
         return {"duration": ends[-1], "slot": book.add(plan, h, C)}

@@ -65,6 +65,9 @@ class Host:
 
     def __init__(self, spec: HostSpec):
         self.spec = spec
+        # the graph launch's lognormal sigma and mean shift, computed once (a layer pass asks once per pass)
+        self._graph_sigma = sigma = np.sqrt(np.log1p(spec.launch_jitter_cv**2))
+        self._graph_shift = sigma**2 / 2
 
     @staticmethod
     def draws(rng: np.random.Generator, samples: int, ranks: int, segments: int,
@@ -107,7 +110,5 @@ class Host:
     def graph_launch_us(self, rng: np.random.Generator | None, samples: int, ranks: int,
                         draws: tuple | None = None) -> np.ndarray:
         """Host time of one cudaGraphLaunch per rank: shape (samples, ranks), lognormal with the launch cv."""
-        mean, cv = self.spec.graph_launch_us, self.spec.launch_jitter_cv
-        sigma = np.sqrt(np.log1p(cv**2))
         z = draws[1][:, :, 0] if draws is not None else rng.standard_normal((samples, ranks))
-        return mean * np.exp(sigma * z - sigma**2 / 2)
+        return self.spec.graph_launch_us * np.exp(self._graph_sigma * z - self._graph_shift)
