@@ -17,6 +17,7 @@ import traceback
 
 from ..config.errors import ConfigError
 from ..config.version import __version__
+from ..experiments.memory import tune_malloc
 
 log = logging.getLogger("specsim")
 
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         args = build_parser().parse_args(_with_command(argv))
         _setup_logging(args)
+        tune_malloc()  # every command allocates the same large arrays over and over (experiments.memory)
         if not getattr(args, "command", None):
             build_parser().print_help(sys.stderr)
             return 2

@@ -34,6 +34,8 @@ FAST_SAMPLES = 64  # passes drawn per shape (stratified) for the fast fidelity: 
 _SAMPLE_CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
 _SAMPLE_CACHE_SIZE = 4096
 _DRAWS: dict[tuple, tuple] = {}
+_PLAN_CACHE: "OrderedDict[tuple, PassPlan]" = OrderedDict()  # (machine key, part, shape, graph) -> anchor plan
+_PLAN_CACHE_SIZE = 2048
 SAMPLE_FIELDS = ("duration", "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait",
                  "allreduce_only", "allreduce_profile")
 
@@ -129,11 +131,18 @@ class Machine:
 
     # -- plans -------------------------------------------------------------------------------------------------
     def anchor_plan(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
-        """The plan at exactly shape.context (used at anchor contexts)."""
+        """The plan at exactly shape.context (used at anchor contexts); shared by every Machine of this process
+        with the same physical key (another seed, a baseline, a planner's variant that changes no hardware)."""
         key = (part, shape, graph)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self._build(part, shape, graph)
+            shared = (self.key, part, shape, graph)  # every value a plan depends on
+            plan = _PLAN_CACHE.get(shared)
+            if plan is None:
+                plan = _PLAN_CACHE[shared] = self._build(part, shape, graph)
+                if len(_PLAN_CACHE) > _PLAN_CACHE_SIZE:
+                    _PLAN_CACHE.popitem(last=False)
+            self._plans[key] = plan
         return plan
 
     def plan(self, part: str, shape: PassShape, graph: bool) -> PassPlan:

@@ -26,29 +26,15 @@ import time
 from multiprocessing.connection import Connection, Pipe, wait
 from typing import Any, Callable, Iterator, NamedTuple
 
+from .memory import tune_malloc
+
 PR_SET_PDEATHSIG = 1
-M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
-MALLOC_KEEP_BYTES = 256 << 20  # freed memory kept in the process before glibc returns it to the kernel
-MALLOC_MMAP_BYTES = 64 << 20  # allocations below this come from the heap (reused), not fresh mmaps
 
 
 class Died(NamedTuple):
     """A worker died holding this task: how (a signal's name or an exit status)."""
 
     reason: str
-
-
-def tune_malloc() -> None:
-    """Keep freed memory in the process (glibc only; a no-op elsewhere)."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(M_MMAP_THRESHOLD, MALLOC_MMAP_BYTES)
-    mallopt(M_TRIM_THRESHOLD, MALLOC_KEEP_BYTES)
-    mallopt(M_TOP_PAD, MALLOC_MMAP_BYTES)
 
 
 def die_with_parent(parent: int) -> None:

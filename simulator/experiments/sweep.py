@@ -24,7 +24,8 @@ from ..config.errors import ConfigError
 from ..results.files import check_output_file
 from ..results.limits import cap_workers, check_points, check_work
 from .metrics import PROVENANCE_COLUMNS, check_metrics
-from .pool import Died, ForkPool, tune_malloc
+from .memory import tune_malloc
+from .pool import Died, ForkPool
 from .store import Store, read_results  # noqa: F401  (read_results re-exported for callers)
 from .sweepfile import Point, Sweep, check_axes, load_sweep, num_points, point_id, points  # noqa: F401
 

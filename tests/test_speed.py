@@ -1,0 +1,110 @@
+"""The speed-ups change no figure: each shortcut against the computation it replaces, exactly (same floats)."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import scenario_path
+from simulator.engine import Machine
+from simulator.engine.timeline import PassPlan, binding_lines, blend
+from simulator.model.cost import PassShape
+from simulator.results.run import resolve
+
+
+def full_max(one, positions, suffixes):
+    return (one[..., None] * positions + suffixes).max(axis=-1)
+
+
+def pruned_max(one, positions, suffixes):
+    positions, suffixes = binding_lines(one, positions, suffixes)
+    out = one * positions[:, 0] + suffixes[:, 0]
+    for j in range(1, positions.shape[1]):
+        out = np.maximum(out, one * positions[:, j] + suffixes[:, j])
+    return out, positions.shape[1]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pruned_kernel_lines_give_the_same_maximum(seed):
+    rng = np.random.default_rng(seed)
+    K, M = 40, 9
+    positions = np.sort(rng.integers(1, 40, (K, M)), axis=1).astype(float)
+    suffixes = np.sort(rng.uniform(0, 100, (K, M)), axis=1)[:, ::-1].copy()
+    suffixes[:, -1] = rng.choice([0.0, 1e-9, 3.0], K)  # near-ties and zero suffixes too
+    positions[: K // 4, -2:] = 0.0  # padded rows
+    suffixes[: K // 4, -2:] = 0.0
+    one = rng.uniform(0.5, 8.0, (64, 8, K))
+    got, _ = pruned_max(one, positions, suffixes)
+    assert np.array_equal(got, full_max(one, positions, suffixes))
+
+
+def test_pruned_lines_on_the_reference_machine():
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    plan = machine.anchor_plan("target", PassShape(9, 1, 2048, True, True), False)
+    draws = machine.host.draws(np.random.default_rng(3), 64, machine.tp, plan.num_segments, stratified=True)
+    one = machine.host.eager_launch_us(plan.launches, None, 64, machine.tp, draws) / plan.launches
+    got, width = pruned_max(one, *plan.ready_lines)
+    assert np.array_equal(got, full_max(one, *plan.ready_lines))
+    assert width <= 3 < plan.ready_lines[0].shape[1]
+
+
+def test_graph_draws_are_the_eager_draws_skew():
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    eager = machine.host.draws(np.random.default_rng(5), 64, 8, 30, stratified=True)
+    graph = machine.host.draws(np.random.default_rng(5), 64, 8, 30, stratified=True, launches=False)
+    assert graph[0] is None and np.array_equal(graph[1], eager[1])
+
+
+def test_blended_plan_is_the_replaced_plan():
+    machine = Machine(resolve(scenario_path("pcie8_eagle3.yaml"), {}))
+    a = machine.anchor_plan("target", PassShape(4, 2, 1024), False)
+    b = machine.anchor_plan("target", PassShape(4, 2, 2048), False)
+    w = 0.37
+    want = dataclasses.replace(a, compute_us=blend(a.compute_us, b.compute_us, w),
+                               memory_us=blend(a.memory_us, b.memory_us, w), last_us=blend(a.last_us, b.last_us, w),
+                               line_suffix_us=blend(a.line_suffix_us, b.line_suffix_us, w), label="x")
+    got = a.blended(b, w, "x")
+    for field in dataclasses.fields(PassPlan):
+        x, y = getattr(got, field.name), getattr(want, field.name)
+        assert np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y, field.name
+    assert np.array_equal(got.gpu_us, want.compute_us + want.memory_us + want.gap_us)
+    assert machine.plan_at("target", PassShape(4, 2), False, 1400).label == "target 4x2 ctx1400 eager"
+
+
+def test_plans_are_shared_by_value_not_by_machine():
+    scenario = resolve(scenario_path("pcie8_ngram.yaml"), {})
+    shape = PassShape(1, 1, 512)
+    first, second = Machine(scenario), Machine(scenario)
+    assert second.anchor_plan("target", shape, True) is first.anchor_plan("target", shape, True)
+    other = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {"topology__host__graph_node_us": 0.9}))
+    assert other.key != first.key
+    assert other.anchor_plan("target", shape, True) is not first.anchor_plan("target", shape, True)
+
+
+def test_fused_acceptance_step_is_accepted_then_advance():
+    from simulator.speculation.setup import build_speculation
+
+    scenario = resolve(scenario_path("pcie8_ngram.yaml"), {})
+    model = build_speculation(scenario, True).slots[0].acceptance
+    tree = build_speculation(scenario, True).slots[0].tree
+    rng = np.random.default_rng(0)
+    uniforms = rng.random(20_000).tolist()
+    moved = 0
+    for i in range(1000):
+        state = (bool(rng.random() < 0.3), int(rng.integers(0, 20_000)))
+        at, remaining = 17 * i, int(rng.integers(1, 10))
+        accepted = model.accepted(tree, state, uniforms, at)
+        emitted = min(accepted + 1, remaining)
+        want = (accepted, emitted, model.advance(state, emitted, uniforms[at + 16]))
+        assert model.step(tree, state, uniforms, at, at + 16, remaining) == want
+        moved += want[2][0] != state[0]
+    assert moved > 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_malloc_is_tuned_on_glibc():
+    from simulator.experiments.memory import tune_malloc
+
+    assert tune_malloc() is True
