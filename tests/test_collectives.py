@@ -209,3 +209,23 @@ def test_routes_prefer_nvlink_then_the_socket_last():
     assert [fabric.names[i] for i in fabric.route(gpu[0], gpu[3])] == ["gpu0", "nvs", "gpu3"]
     assert fabric.hop(0, 3).over_nvlink and fabric.hop(0, 3).p2p
     assert [fabric.names[i] for i in fabric.route(gpu[1], fabric.index["cpu0"])] == ["gpu1", "cpu0"]
+
+
+# --- NVLink step latency beyond NCCL's per-hop figure, calibrated on 2 and 4 GPUs (analysis/nvlink_latency.py) ------
+@pytest.mark.parametrize("system, topology", [("b200_sxm", "topologies/nvlink8_b200.yaml"),
+                                              ("h100_sxm", "topologies/nvlink8_h100.yaml")])
+def test_nvlink_link_latency_is_the_fit_to_the_2_and_4_gpu_rows(system, topology):
+    """The shipped per-link latency is the least-squares fit to aiconfigurator's 2- and 4-GPU small all-reduces (never
+    to the 8-GPU rows, which are validation cases); Blackwell needs 0.5 us per link, Hopper none."""
+    pytest.importorskip("pyarrow")
+    from simulator.analysis import nvlink_latency
+    from simulator.config.loader import read_yaml
+    from simulator.kernels.measured import data_root
+
+    if data_root() is None:
+        pytest.skip("aiconfigurator-core not installed")
+    rows = nvlink_latency.measured_rows(system)
+    assert {g for g, _, _ in rows} == {2, 4} and max(b for _, b, _ in rows) == 65536
+    best, _ = nvlink_latency.fit(system, topology)
+    shipped = {l["latency_us"] for l in read_yaml(topology)["fabric"]["links"] if l["kind"] == "nvlink"}
+    assert shipped == {best}

@@ -11,7 +11,9 @@ covered: the caller uses the roofline.
 
 What we take from which table (SGLang's kernels, the engine the simulator models):
 - GEMM (gemm_perf): m tokens x n x k per GPU, bf16 / fp8 (block-scaled where measured, as DeepSeek-style
-  checkpoints) / nvfp4; beyond the largest measured m or n, as equal pieces split along it.
+  checkpoints) / nvfp4; beyond the largest measured m or n, as equal pieces split along it. Weight-only int8 / int4
+  GEMMs (bf16 activations) where SGLang's table has them, else from another engine's table of the same GPU
+  (FILL_ENGINES); their group scales are not resolved (TensorRT-LLM's int4 kernel is per-channel).
 - GQA attention: decode and verify from generation_attention_perf. A verify of q tokens per request reads the
   request's KV once with q times the query rows per KV head, as FlashAttention's packed-GQA layout and FlashMLA do,
   so it is looked up as decode with q x the query heads (while that stays on the measured grid); the causal or tree
@@ -38,10 +40,15 @@ from .shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
 
 ENGINE = "sglang"
 ENGINE_VERSION = "0.5.14"  # aiconfigurator-core 0.12's default SGLang version (systems/query_versions.yaml)
+# A GEMM dtype SGLang's tables do not hold on a GPU (weight-only int8 / int4 on the A100) is taken from another
+# engine's table of the same GPU, as aiconfigurator's own database fills missing data from sibling backends
+# (sdk/perf_database.py, "cross-backend fallback siblings"): TensorRT-LLM's WeightOnlyQuantMatmul plugin.
+FILL_ENGINES = ("trtllm", "vllm")
 PACKAGE = "aiconfigurator_core"
 PACKED_QUERY_MAX = 16  # verify / draft passes up to this many tokens per request use the packed decode kernel
 
-GEMM_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block", "fp8"), "fp4": ("nvfp4",)}
+GEMM_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block", "fp8"), "fp4": ("nvfp4",),
+               "int8": ("int8_wo",), "int4": ("int4_wo",)}  # int8/int4 GEMMs are weight-only (bf16 activations)
 MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block",), "int4": ("int4_wo",),
               "fp4": ("nvfp4",)}
 KV_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
@@ -73,27 +80,27 @@ def _version_key(text: str) -> tuple:
 
 
 @lru_cache(maxsize=None)
-def table_path(system: str, family: str, table: str) -> pathlib.Path | None:
-    """The newest version <= ENGINE_VERSION of the engine that holds this table (the database fills a version's
-    missing tables from older ones the same way)."""
+def table_path(system: str, family: str, table: str, engine: str = ENGINE) -> pathlib.Path | None:
+    """The newest version <= ENGINE_VERSION of SGLang that holds this table (the database fills a version's missing
+    tables from older ones the same way); for another engine (a fill), its newest version."""
     root = data_root()
     if root is None:
         return None
-    folder = root / system / family / ENGINE
+    folder = root / system / family / engine
     if not folder.is_dir():
         return None
     versions = sorted((p for p in folder.iterdir() if (p / f"{table}.parquet").is_file()),
                       key=lambda p: _version_key(p.name), reverse=True)
     for path in versions:
-        if _version_key(path.name) <= _version_key(ENGINE_VERSION):
+        if engine != ENGINE or _version_key(path.name) <= _version_key(ENGINE_VERSION):
             return path / f"{table}.parquet"
     return None
 
 
 @lru_cache(maxsize=None)
-def read_table(system: str, family: str, table: str):
+def read_table(system: str, family: str, table: str, engine: str = ENGINE):
     """The table as a pandas frame (memoised per process), or None where this GPU has none."""
-    path = table_path(system, family, table)
+    path = table_path(system, family, table, engine)
     if path is None:
         return None
     import pyarrow.parquet as pq
@@ -141,10 +148,12 @@ class MeasuredKernels:
     def _gemm(self, s: Gemm) -> float | None:
         """Beyond the grid's largest m or n (a 128K-vocabulary lm_head, a long prefill) the GEMM is costed as the
         equal pieces, split along that dimension, that fit the grid."""
-        for dtype in GEMM_DTYPES.get(s.dtype, ()):
-            grid = _grid(self.system, "gemm", "gemm_perf", (("gemm_dtype", dtype),), ("m", "n", "k"),
-                         (True, False, False), padded_axis=0)
-            if grid is not None:
+        for engine in (ENGINE,) + FILL_ENGINES:
+            for dtype in GEMM_DTYPES.get(s.dtype, ()):
+                grid = _grid(self.system, "gemm", "gemm_perf", (("gemm_dtype", dtype),), ("m", "n", "k"),
+                             (True, False, False), padded_axis=0, engine=engine)
+                if grid is None:
+                    continue
                 pieces_m = math.ceil(s.m / grid.axes[0][-1])
                 pieces_n = math.ceil(s.n / grid.axes[1][-1])
                 t = grid((s.m / pieces_m, s.n / pieces_n, s.k))
@@ -215,9 +224,9 @@ def _chunk(full, cached: int, new: int) -> float | None:
 
 @lru_cache(maxsize=512)
 def _grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple,
-          padded_axis: int | None = None) -> Grid | None:
+          padded_axis: int | None = None, engine: str = ENGINE) -> Grid | None:
     """The measured points of `table` matching `where` (column, value pairs) as a grid over `axes` (memoised)."""
-    frame = read_table(system, family, table)
+    frame = read_table(system, family, table, engine)
     if frame is None:
         return None
     mask = None
