@@ -196,3 +196,22 @@ def test_speculative_speedup_falls_with_batch_because_verify_and_draft_grow():
     assert speedups[0] > speedups[1] > speedups[2]
     ratios = [spec / plain for _, spec, plain in rows]
     assert ratios[0] < ratios[1] < ratios[2]
+
+
+@needs_data
+def test_weight_only_gemm_filled_from_another_engine_with_group_scales_streamed():
+    """SGLang's A100 tables have no weight-only GEMMs: TensorRT-LLM's per-channel rows of the same GPU stand in (the
+    4096 x 4096 int4 GEMV: 18-20 us), and int4 group-32 scales (2/32 bytes per weight beside 0.5)
+    cost their bytes at the kernel's own rate."""
+    from simulator.kernels.measured import MeasuredKernels
+    from simulator.kernels.shapes import Gemm
+
+    from simulator.kernels.measured import read_table
+
+    rows = read_table("a100_sxm", "gemm", "gemm_perf", "trtllm")
+    rows = rows[(rows.gemm_dtype == "int4_wo") & (rows.n == 4096) & (rows.k == 4096)]
+    a100 = MeasuredKernels("a100_sxm")
+    per_channel = a100.time_us(Gemm(1, 4096, 4096, "int4"))
+    assert per_channel == pytest.approx(1e3 * rows.latency.min())  # the rows' monotone envelope in m at m = 1
+    assert a100.time_us(Gemm(1, 4096, 4096, "int4", 2 / 32)) == pytest.approx(per_channel * (1 + (2 / 32) / 0.5))
+    assert a100.time_us(Gemm(1, 4096, 4096, "int8")) < a100.time_us(Gemm(1, 4096, 4096, "bf16"))

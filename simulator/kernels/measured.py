@@ -13,7 +13,8 @@ What we take from which table (SGLang's kernels, the engine the simulator models
 - GEMM (gemm_perf): m tokens x n x k per GPU, bf16 / fp8 (block-scaled where measured, as DeepSeek-style
   checkpoints) / nvfp4; beyond the largest measured m or n, as equal pieces split along it. Weight-only int8 / int4
   GEMMs (bf16 activations) where SGLang's table has them, else from another engine's table of the same GPU
-  (FILL_ENGINES); their group scales are not resolved (TensorRT-LLM's int4 kernel is per-channel).
+  (FILL_ENGINES). Those tables are per-channel; group scales (int4 group 32: 2/32 bytes per weight more) are
+  streamed at the rate the kernel was measured to stream the weights.
 - GQA attention: decode and verify from generation_attention_perf. A verify of q tokens per request reads the
   request's KV once with q times the query rows per KV head, as FlashAttention's packed-GQA layout and FlashMLA do,
   so it is looked up as decode with q x the query heads (while that stays on the measured grid); the causal or tree
@@ -49,6 +50,7 @@ PACKED_QUERY_MAX = 16  # verify / draft passes up to this many tokens per reques
 
 GEMM_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block", "fp8"), "fp4": ("nvfp4",),
                "int8": ("int8_wo",), "int4": ("int4_wo",)}  # int8/int4 GEMMs are weight-only (bf16 activations)
+WEIGHT_ONLY = {"int8_wo": 1.0, "int4_wo": 0.5}  # per-channel weight-only tables: bytes per weight
 MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block",), "int4": ("int4_wo",),
               "fp4": ("nvfp4",)}
 KV_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
@@ -157,7 +159,7 @@ class MeasuredKernels:
                 pieces_m = math.ceil(s.m / grid.axes[0][-1])
                 pieces_n = math.ceil(s.n / grid.axes[1][-1])
                 t = grid((s.m / pieces_m, s.n / pieces_n, s.k))
-                return None if t is None else t * pieces_m * pieces_n
+                return None if t is None else t * pieces_m * pieces_n * _group_scales(s, dtype)
         return None
 
     def _attention(self, s: Attention) -> float | None:
@@ -209,6 +211,14 @@ class MeasuredKernels:
                 t = grid((max(1.0, s.tokens),))
                 return None if t is None else t * s.share
         return None
+
+
+def _group_scales(s: Gemm, measured_dtype: str) -> float:
+    """A weight-only kernel measured per-channel (int8_wo / int4_wo: one scale per output column), standing for weights
+    with group scales: the kernel streams the scales' bytes too, at the rate it was measured to stream the weights."""
+    if measured_dtype not in WEIGHT_ONLY or s.scale_bytes <= 0:
+        return 1.0
+    return 1.0 + s.scale_bytes / WEIGHT_ONLY[measured_dtype]
 
 
 def _chunk(full, cached: int, new: int) -> float | None:

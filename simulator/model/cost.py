@@ -64,7 +64,8 @@ def _gemm(name: str, tokens: int, k: float, n: float, weight_bytes: float, act: 
     """tokens x k times k x n: 2 T k n FLOPs; reads the weights and the input, writes the output. Its shape is
     looked up by the weights' dtype (an int4 weight-only GEMM is not a bf16 one, though it computes in bf16)."""
     if shape is None:
-        shape = Gemm(int(tokens), max(1, round(n)), max(1, round(k)), weight_dtype or dtype)
+        scales = weight_bytes - BYTES_PER_VALUE[weight_dtype] if weight_dtype in BYTES_PER_VALUE else 0.0
+        shape = Gemm(int(tokens), max(1, round(n)), max(1, round(k)), weight_dtype or dtype, max(0.0, scales))
     return Kernel(name, 2.0 * tokens * k * n, k * n * weight_bytes + tokens * (k + n) * act, dtype, shape)
 
 
