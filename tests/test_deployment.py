@@ -173,3 +173,71 @@ def test_deployment_mistakes_are_one_line_and_exit_2(capsys, sets, fragment):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.strip().count("\n") == 0 and fragment in err, err
+
+
+# --- shared links at link fidelity -------------------------------------------------------------------------------
+
+CROSS = [["gpu0", "gpu1", "gpu4", "gpu5"], ["gpu2", "gpu3", "gpu6", "gpu7"]]  # each TP group on both sockets
+
+
+def _collectives(links, plans, starts):
+    """Each plan's collective started at its time on the shared links: {instance: duration}."""
+    env, durations = links.env, {}
+
+    def one(i):
+        yield env.timeout(starts[i])
+        begin = env.now
+        yield from links.collective(plans[i], i)
+        durations[i] = env.now - begin
+    for i in range(len(plans)):
+        env.process(one(i))
+    env.run()
+    return durations
+
+
+def test_two_rings_across_the_socket_link_each_get_the_fair_share():
+    """Two TP4 groups whose rings both cross the 22 GB/s socket link, one flow each way per ring: together each
+    gets 11 GB/s there, so each all-reduce's transfer takes twice as long (the analytic fair share); started half a
+    transfer apart, the first runs alone for T/2 then shares, the second shares until the first ends and then runs
+    alone: both take T/2 + T (re-rated when the second starts and when the first ends)."""
+    from simulator.engine.deployment import shared_links
+    from simulator.engine.linkpass import SharedLinks
+
+    scenario = resolve(DP2, {"parallelism__gpus": CROSS})
+    machines = instance_machines(scenario)
+    assert shared_links(machines) == ["cpu0->cpu1", "cpu1->cpu0"]
+    assert shared_links(instance_machines(resolve(DP2))) == []
+    plans = [m.allreduce.step_plan(64 << 20) for m in machines]
+    assert [p.bandwidth_GBps for p in plans] == [22.0, 22.0]  # alone, the socket link is each ring's narrowest
+    latency = plans[0].base_us + plans[0].steps * plans[0].step_latency_us
+    transfer = plans[0].steps * plans[0].transfer_us
+    assert transfer > 10 * latency  # a bandwidth-bound message
+    fair = 22.0 / 2
+    together = _collectives(SharedLinks(simpy.Environment(), machines[0].fabric), plans, [0.0, 0.0])
+    for i in (0, 1):
+        assert together[i] == pytest.approx(latency + transfer * 22.0 / fair, rel=0.02)
+        assert together[i] == pytest.approx(latency + 2 * transfer, rel=1e-9)
+    links = SharedLinks(simpy.Environment(), machines[0].fabric)
+    staggered = _collectives(links, plans, [0.0, transfer / 2])
+    assert staggered[0] == pytest.approx(latency + 1.5 * transfer, rel=1e-9)
+    assert staggered[1] == pytest.approx(latency + 1.5 * transfer, rel=1e-9)
+    assert links.delay_us[0] == pytest.approx(0.5 * transfer, rel=1e-9)
+    alone = _collectives(SharedLinks(simpy.Environment(), machines[0].fabric), plans[:1], [0.0])
+    assert alone[0] == pytest.approx(machines[0].allreduce.cost(64 << 20).time_us, rel=1e-9)  # = layer fidelity
+
+
+def test_shared_links_report_link_and_layer_throughput():
+    """Groups that cross the socket link slow each other at link fidelity; the Result gives that throughput, the
+    layer fidelity's (no sharing) and the collectives' wait. Isolated groups share nothing and wait for nothing."""
+    load = {"workload__requests": 4, "workload__output_tokens": 64, "fidelity": "link"}
+    crossed = run(DP2, baseline=False, parallelism__gpus=CROSS, **load)
+    layer = run(DP2, baseline=False, parallelism__gpus=CROSS, **{**load, "fidelity": "layer"})
+    contention = crossed.deployment["contention"]
+    assert crossed.deployment["shared_links"] == ["cpu0->cpu1", "cpu1->cpu0"]
+    assert contention["layer_tok_s"] == layer.throughput_tok_s
+    assert contention["link_tok_s"] == crossed.throughput_tok_s < layer.throughput_tok_s
+    assert contention["slowdown"] == pytest.approx(1 - crossed.throughput_tok_s / layer.throughput_tok_s)
+    assert all(inst["link_delay_ms"] > 0 for inst in crossed.deployment["per_instance"].values())
+    isolated = run(DP2, baseline=False, **load)
+    assert isolated.deployment["shared_links"] == [] and "contention" not in isolated.deployment
+    assert all(abs(inst["link_delay_ms"]) < 1e-6 for inst in isolated.deployment["per_instance"].values())

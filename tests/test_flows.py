@@ -2,7 +2,8 @@
 
 Exact timelines where the fluid model is exact (SimPy style: who finished when), a property over random flow sets on
 random small graphs against the definition of max-min fairness and an exact rational reference solver, and the
-two-flows-on-one-hop case the snapshot share model of hardware/links.py gets wrong (48 + 24 GB/s on a 48 GB/s hop).
+two-flows-on-one-hop case a snapshot share model (the link fidelity's before the flow network) got wrong (48 + 24 GB/s
+on a 48 GB/s hop).
 """
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def test_simultaneous_ends_rerate_once_and_zero_bytes_finish_at_once():
 
 def test_two_flows_on_one_48_GBps_hop_get_24_and_24_not_48_and_24():
     """Two transfers out of gpu0 on the reference machine share its 48 GB/s root-port link. The snapshot model
-    (hardware/links.py) keeps the first at the 48 it had alone and gives the second 24: 72 GB/s through 48."""
+    (the former hardware/links.py) keeps the first at the 48 it had alone and gives the second 24: 72 GB/s through 48."""
     fabric = Fabric(load_scenario(scenario_path("pcie8_eagle3.yaml")).topology)
     first, second = fabric.hop(0, 1), fabric.hop(0, 2)
     shared = set(first.links) & set(second.links)

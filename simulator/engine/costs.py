@@ -13,7 +13,6 @@ import numpy as np
 
 from ..model.cost import PassShape
 from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors
-from ..hardware.links import LinkNetwork
 from .linkpass import LinkPass
 from .passbook import BookedCost, PassBook
 from .records import STEP_COST, CostTable
@@ -175,12 +174,12 @@ class LayerStepCosts:
     `on_pass(spec, plan, result)`, when given, receives every pass with its rank timeline (result['_spans']).
     """
 
-    def __init__(self, machine: Machine, rng: np.random.Generator, on_pass=None, links: bool = False, seed: int = 0,
-                 network=None):
+    def __init__(self, machine: Machine, rng: np.random.Generator, on_pass=None, seed: int = 0, network=None):
+        """network: at link fidelity, this instance's handle on the shared links (linkpass.InstanceLinks)."""
         self.machine = machine
         self._rng = rng
         self.on_pass = on_pass
-        self.network = (network or LinkNetwork(machine.fabric)) if links else None  # shared by a deployment's instances
+        self.network = network
         self.book = PassBook()
         self._planner = FastStepCosts(machine, seed, np.random.default_rng(seed))
 

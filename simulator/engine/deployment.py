@@ -7,7 +7,8 @@ own GPUs (its collectives cross those GPUs' routes) and a Server with its own se
 policy and random streams: instance seeds are spawned from the scenario's seed (numpy SeedSequence), so the
 instances draw independently and a run is reproducible. The workload's requests are drawn once, from the
 scenario's seed, and a Router process sends each to an instance when it arrives. At link fidelity every instance's
-collectives cross one shared set of links, so what one instance moves can slow another's.
+collectives are flows on one shared flow network (engine.linkpass.SharedLinks), so what one instance moves slows
+another's wherever their routes share a link; `shared_links` names those links.
 
 One instance (dp 1) is exactly the single-server run (engine.simulate): same seed, its own arrivals, no router.
 """
@@ -17,8 +18,8 @@ import numpy as np
 import simpy
 
 from ..config import Scenario
-from ..hardware.links import LinkNetwork
 from . import ON_START, check_fidelity, simulate
+from .linkpass import SharedLinks
 from .machine import Machine
 from .placement import instance_gpus
 from .requests import make_requests
@@ -54,10 +55,10 @@ def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = Non
     if len(machines) == 1:
         return [simulate(scenario, machines[0], seed, fidelity, speculate, max_steps=max_steps)]
     env = simpy.Environment()
-    network = LinkNetwork(machines[0].fabric) if fidelity == "link" else None
+    links = SharedLinks(env, machines[0].fabric) if fidelity == "link" else None
     servers = [Server(env, machine, instance_seed, fidelity, speculate, max_steps=max_steps, routed=True,
-                      network=network)
-               for machine, instance_seed in zip(machines, instance_seeds(seed, len(machines)))]
+                      network=links.view(i) if links is not None else None)
+               for i, (machine, instance_seed) in enumerate(zip(machines, instance_seeds(seed, len(machines))))]
     requests = make_requests(scenario.spec.workload, seed, scenario.base_dir, scenario.source)
     for server in servers:
         server.admission.check_fits(requests, server.machine.memory, scenario.source)
@@ -69,3 +70,17 @@ def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = Non
             hook(server)
     env.run()
     return servers
+
+
+def shared_links(machines: list[Machine]) -> list[str]:
+    """Directed links (named "a->b") that routes between two instances' own GPUs both cross: where one instance's
+    collectives can slow another's. Empty for one instance."""
+    if len(machines) < 2:
+        return []
+    used = []
+    for machine in machines:
+        fabric, n = machine.fabric, len(machine.fabric.gpu_names)
+        used.append({link for i in range(n) for j in range(n) if i != j for link in fabric.hop(i, j).links})
+    names = machines[0].fabric.names
+    shared = {link for k, links in enumerate(used) for other in used[k + 1:] for link in links & other}
+    return [f"{names[a]}->{names[b]}" for a, b in sorted(shared)]

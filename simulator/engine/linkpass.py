@@ -1,26 +1,86 @@
-"""One pass at link fidelity: every collective's steps cross the fabric's links, sharing each link's bandwidth with
-whatever else crosses it at that moment.
+"""One pass at link fidelity: every collective's transfers are flows on the fabric's links, sharing each link's
+bandwidth max-min fairly with whatever else crosses it (hardware/flows.py: re-rated whenever a flow starts or
+ends), other instances' collectives included.
 
 Within a pass a host never waits for its GPU, so each rank's launch timeline is drawn up front (the same draws as
 the layer fidelity); the stream of rank r runs segment k no earlier than its kernels are launched, arrives at the
 collective, and waits for it to finish. The streams meet only at collectives, so a pass is one process that computes
-the ranks' arrivals and simulates the collectives: events grow with the segments, not with ranks x segments. With
-nothing else on the links the result equals the layer fidelity's.
+the ranks' arrivals and simulates the collectives: events grow with the segments, not with ranks x segments.
+
+A collective (hardware.collectives.StepPlan: a base latency, then `steps` steps of a latency and a transfer) is one
+flow per hop carrying its steps' transfers at once, then its latencies: alone, the hop with the narrowest share
+(the plan's `bandwidth_GBps`) takes exactly steps x transfer_us, so with nothing else on the links the pass equals
+the layer fidelity's; under contention every hop runs at its max-min rate. Assumptions: the steps' transfers are
+one fluid transfer (NCCL pipelines its chunks), and the latencies come after them.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..hardware.flows import BYTES_PER_US_PER_GBPS, FlowNetwork
 from ..hardware.gpu import Host
-from ..hardware.links import LinkNetwork
 from .timeline import PassPlan, finish_pass, host_ready
+
+MAX_ROUTES = 1024  # compiled hop routes kept; a run's collectives use a few
+
+
+class SharedLinks:
+    """The fabric's directed links as one flow network that every instance's collectives cross (one per
+    Environment), and what sharing cost each instance: `delay_us[owner]`, its collectives' time beyond what they
+    take alone."""
+
+    def __init__(self, env, fabric):
+        self.env = env
+        self.flows = FlowNetwork.from_fabric(env, fabric)
+        self.delay_us: dict[int, float] = {}
+        self._routes: dict[tuple, tuple] = {}
+
+    def view(self, owner: int) -> "InstanceLinks":
+        self.delay_us.setdefault(owner, 0.0)
+        return InstanceLinks(self, owner)
+
+    def routes(self, hops: tuple) -> tuple:
+        """Each hop's directed links, once each (cached by the hops, frozen values)."""
+        routes = self._routes.get(hops)
+        if routes is None:
+            if len(self._routes) >= MAX_ROUTES:
+                self._routes.clear()
+            routes = self._routes[hops] = tuple(tuple(dict.fromkeys(hop.links)) for hop in hops if hop.links)
+        return routes
+
+    def collective(self, steps, owner: int):
+        """Generator: the collective's transfers as flows, then its latencies (see the module docstring)."""
+        env = self.env
+        start = env.now
+        latency = steps.base_us + steps.steps * steps.step_latency_us
+        transfer = steps.steps * steps.transfer_us
+        routes = self.routes(steps.hops)
+        if transfer > 0 and routes:
+            yield self.flows.transfer_group(routes, transfer * steps.bandwidth_GBps * BYTES_PER_US_PER_GBPS, latency)
+        elif latency + transfer > 0:
+            yield env.timeout(latency + transfer)
+        self.delay_us[owner] = self.delay_us.get(owner, 0.0) + env.now - start - (latency + transfer)
+
+
+class InstanceLinks:
+    """One instance's handle on the shared links."""
+
+    def __init__(self, shared: SharedLinks, owner: int):
+        self.shared, self.owner = shared, owner
+
+    @property
+    def delay_us(self) -> float:
+        return self.shared.delay_us[self.owner]
+
+    def collective(self, steps):
+        return self.shared.collective(steps, self.owner)
 
 
 class LinkPass:
     """One pass as one SimPy process: per collective, the ranks' arrival (each rank's stream, in closed form from
     the previous collective's end and its own launches), then the collective's steps over the links."""
 
-    def __init__(self, plan: PassPlan, host: Host, network: LinkNetwork):
+    def __init__(self, plan: PassPlan, host: Host, network: InstanceLinks):
         self.plan = plan
         self.host = host
         self.network = network
@@ -52,23 +112,8 @@ class LinkPass:
                 yield env.timeout(last - now)  # the last rank arrives: the collective starts
             steps = steps_of[k]
             if steps is not None and steps.steps:
-                yield from self._collective(env, steps)
+                yield from self.network.collective(steps)
             elif collective_us[k] > 0:
                 yield env.timeout(collective_us[k])
             ends.append(env.now - begin)
         return finish_pass(plan, h, H, ends, begin, with_spans, book)
-
-    def _collective(self, env, steps):
-        """A collective's steps over its links, each link's bandwidth shared by every flow on it when it starts."""
-        network = self.network
-        compiled = network.compile(steps.hops)
-        share = network.begin(compiled)
-        step_us = steps.step_latency_us + steps.transfer_us * (steps.bandwidth_GBps / share)
-        if share < steps.bandwidth_GBps:  # other traffic on these links: every step is an event
-            if steps.base_us > 0:
-                yield env.timeout(steps.base_us)
-            for _ in range(steps.steps):
-                yield env.timeout(step_us)
-        else:  # inlined for speed: free links make every step alike, so one event covers them
-            yield env.timeout(steps.base_us + steps.steps * step_us)
-        network.end(compiled)

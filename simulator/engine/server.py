@@ -17,6 +17,7 @@ from ..speculation.setup import build_speculation
 from .admission import Admission
 from .batch_view import BatchView
 from .costs import FastStepCosts, LayerStepCosts, PassSpec, StepSpec, draft_passes, step_overhead_us, verify_pass
+from .linkpass import SharedLinks
 from .machine import Machine
 from .records import (KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FACTS, STEP_FIELDS,  # noqa: F401  (re-exported)
                       StepLog)
@@ -40,7 +41,7 @@ class Server:
     def __init__(self, env, machine: Machine, seed: int, fidelity: str, speculate: bool = True,
                  on_pass=None, max_steps: int | None = None, routed: bool = False, network=None):
         """routed: the requests come from a router (submit, close) instead of the server's own workload; network:
-        the link fidelity's shared links (engine.deployment passes one to every instance)."""
+        at link fidelity, this instance's handle on links shared with other instances (engine.deployment)."""
         scenario = machine.scenario
         spec = scenario.spec
         self.env = env
@@ -58,7 +59,8 @@ class Server:
         self._primary = self.walks.primary
         jitter = np.random.default_rng(jitter_seq)
         self.costs = FastStepCosts(machine, seed, jitter) if self.fast else \
-            LayerStepCosts(machine, jitter, on_pass, links=fidelity == "link", seed=seed, network=network)
+            LayerStepCosts(machine, jitter, on_pass, seed=seed,
+                           network=network or (SharedLinks(env, machine.fabric).view(0) if fidelity == "link" else None))
         self.max_steps = max_steps  # stop early (traces record the first steps only)
         # the scheduler's per-step host work overlaps the GPU in plain decode, not while speculating (SGLang)
         self._other_spec = step_overhead_us(host, spec.runtime, speculating=True)
@@ -80,6 +82,12 @@ class Server:
     @property
     def kv_peak(self) -> int:
         return self.admission.kv_peak
+
+    @property
+    def link_delay_us(self) -> float:
+        """At link fidelity, the time this instance's collectives took beyond what they take alone (contention)."""
+        network = getattr(self.costs, "network", None)
+        return network.delay_us if network is not None else 0.0
 
     @property
     def preemptions(self) -> int:

@@ -21,6 +21,7 @@ from typing import Hashable, Mapping, Sequence
 import simpy
 
 BYTES_PER_US_PER_GBPS = 1e3
+SOLVED_CACHE_SIZE = 4096  # flow sets whose max-min rates a network keeps
 _RELATIVE_TIE = 1e-12  # rates within this relative distance of a saturation level freeze together (float rounding)
 
 
@@ -101,13 +102,29 @@ class Flow:
     route: tuple
     nbytes: float
     started_at: float
-    done: simpy.Event
+    done: simpy.Event | None  # None for a flow of a group (the group has the event)
     limit_GBps: float | None = None
     remaining: float = 0.0
     rate_GBps: float = 0.0
     finish_at: float = float("inf")
     finished_at: float | None = None
     rates: list[tuple[float, float]] = field(default_factory=list)
+    group: "FlowGroup | None" = None  # the group it belongs to (transfer_group), whose event fires instead of `done`
+
+
+@dataclass(eq=False)
+class FlowGroup:
+    """Flows started together whose one event fires `tail_us` after the last of them has crossed."""
+
+    done: simpy.Event
+    left: int
+    tail_us: float
+
+    def finish_one(self, env: simpy.Environment) -> None:
+        self.left -= 1
+        if self.left == 0:  # the event fires tail_us from now, as simpy.Timeout schedules itself (one event, not two)
+            self.done._ok, self.done._value = True, None
+            env.schedule(self.done, delay=self.tail_us)
 
 
 class FlowNetwork:
@@ -123,15 +140,15 @@ class FlowNetwork:
         self.active: list[Flow] = []
         self._updated_at = env.now
         self._generation = 0  # a completion timer is live only while no re-rate has happened since it was set
+        self._solved: dict[tuple, list[float]] = {}
+        self._checked: set[tuple] = set()  # routes already validated (transfer_group)
 
     @classmethod
     def from_fabric(cls, env: simpy.Environment, fabric) -> "FlowNetwork":
         """Every directed link of a hardware.interconnect.Fabric, keyed (node, node) as its Hops name them."""
         return cls(env, {pair: link.bandwidth_GBps for pair, link in fabric.link_of.items()})
 
-    def transfer(self, route: Sequence[Hashable], nbytes: float, limit_GBps: float | None = None) -> simpy.Event:
-        """Start a flow now; the returned event succeeds with the Flow when its last byte has crossed."""
-        route = tuple(route)
+    def _check(self, route: tuple, nbytes: float, limit_GBps: float | None) -> None:
         if not route or len(set(route)) != len(route):
             raise ValueError(f"a flow needs a route of distinct links, at least one, got {route!r}")
         unknown = [link for link in route if link not in self.capacity_GBps]
@@ -139,6 +156,34 @@ class FlowNetwork:
             raise ValueError(f"route crosses unknown link {unknown[0]!r}")
         if nbytes < 0 or (limit_GBps is not None and not limit_GBps > 0):
             raise ValueError(f"a flow needs nbytes >= 0 and a positive limit, got {nbytes!r}, {limit_GBps!r}")
+
+    def transfer_group(self, routes: Sequence[Sequence[Hashable]], nbytes: float, tail_us: float = 0.0) -> simpy.Event:
+        """Start one flow of `nbytes` per route, all now, with one re-rate (the rates are those of starting them one
+        by one at this instant); the returned event fires `tail_us` after the last byte of the last flow has crossed
+        (a collective's transfers, then its latency, as one event)."""
+        routes = [tuple(route) for route in routes]
+        for route in routes:
+            if route not in self._checked:
+                self._check(route, 0.0, None)
+                self._checked.add(route)
+        if nbytes < 0:
+            raise ValueError(f"a flow needs nbytes >= 0, got {nbytes!r}")
+        group = FlowGroup(self.env.event(), len(routes) if nbytes > 0 else 0, float(tail_us))
+        if group.left == 0:
+            group.left = 1
+            group.finish_one(self.env)
+            return group.done
+        self._advance()
+        now = self.env.now
+        self.active.extend(Flow(route, float(nbytes), now, None, remaining=float(nbytes), group=group)
+                           for route in routes)
+        self._rerate()
+        return group.done
+
+    def transfer(self, route: Sequence[Hashable], nbytes: float, limit_GBps: float | None = None) -> simpy.Event:
+        """Start a flow now; the returned event succeeds with the Flow when its last byte has crossed."""
+        route = tuple(route)
+        self._check(route, nbytes, limit_GBps)
         flow = Flow(route, float(nbytes), self.env.now, self.env.event(), limit_GBps, remaining=float(nbytes))
         if nbytes == 0:
             flow.finished_at = self.env.now
@@ -161,16 +206,28 @@ class FlowNetwork:
                 flow.remaining -= flow.rate_GBps * BYTES_PER_US_PER_GBPS * elapsed
         self._updated_at = self.env.now
 
+    def _solve(self, flows: tuple) -> list[float]:
+        """max_min_rates of (route, limit) flows, memoised by value: a run's collectives make a few flow sets over and
+        over, so most re-rates are a lookup (the same floats as solving again)."""
+        rates = self._solved.get(flows)
+        if rates is None:
+            if len(self._solved) >= SOLVED_CACHE_SIZE:
+                self._solved.clear()
+            rates = self._solved[flows] = max_min_rates([r for r, _ in flows], self.capacity_GBps,
+                                                        [limit for _, limit in flows])
+        return rates
+
     def _rerate(self) -> None:
         """Re-solve the rates of all active flows and set one timer for the earliest completion."""
         now = self.env.now
-        rates = max_min_rates([f.route for f in self.active], self.capacity_GBps, [f.limit_GBps for f in self.active])
+        rates = self._solve(tuple((f.route, f.limit_GBps) for f in self.active))
         for flow, rate in zip(self.active, rates):
             if rate != flow.rate_GBps:
                 flow.rate_GBps = rate
-                if flow.rates and flow.rates[-1][0] == now:
-                    flow.rates.pop()  # superseded at the same instant (flows starting together)
-                flow.rates.append((now, rate))
+                if flow.group is None:  # a group's flows keep no rate history (the hot path of link fidelity)
+                    if flow.rates and flow.rates[-1][0] == now:
+                        flow.rates.pop()  # superseded at the same instant (flows starting together)
+                    flow.rates.append((now, rate))
             flow.finish_at = now + max(flow.remaining, 0.0) / (rate * BYTES_PER_US_PER_GBPS)
         self._generation += 1
         if self.active:
@@ -190,7 +247,11 @@ class FlowNetwork:
         for flow in finished:
             flow.remaining = 0.0
             flow.finished_at = now
-            flow.rates.append((now, 0.0))
+            if flow.group is None:
+                flow.rates.append((now, 0.0))
         self._rerate()
         for flow in finished:
-            flow.done.succeed(flow)
+            if flow.group is None:
+                flow.done.succeed(flow)
+            else:
+                flow.group.finish_one(self.env)

@@ -29,7 +29,8 @@ def summarize_servers(servers: list) -> RunSummary:
                       np.concatenate([part.accept_lengths for part in parts]),
                       np.concatenate([part.accept_positions for part in parts]), requests,
                       max(part.kv_peak_tokens for part in parts), min(part.kv_capacity_tokens for part in parts),
-                      sum(part.preemptions for part in parts), parts[0].slots, tuple(parts))
+                      sum(part.preemptions for part in parts), parts[0].slots, tuple(parts),
+                      sum(part.link_delay_us for part in parts))
 
 
 def _instance(part: RunSummary, gpus: list[str]) -> dict:
@@ -38,6 +39,7 @@ def _instance(part: RunSummary, gpus: list[str]) -> dict:
     return {
         "gpus": gpus, "requests": len(part.requests), "tokens": part.tokens,
         "throughput_tok_s": part.throughput_tok_s, "sim_time_s": part.sim_time_us / 1e6,
+        "link_delay_ms": part.link_delay_us / 1e3,
         "mean_accept_len": float(lengths.mean()) if lengths.size else 1.0,
         "ttft_ms": _percentiles_ms([r.first_token_at - r.arrived_at for r in done]),
         "tpot_ms": _percentiles_ms([(r.completed_at - r.first_token_at) / (r.generated - 1)
@@ -45,14 +47,25 @@ def _instance(part: RunSummary, gpus: list[str]) -> dict:
     }
 
 
-def deployment_report(scenario: Scenario, main: RunSummary, gpus: list[list[str]]) -> dict:
+def deployment_report(scenario: Scenario, main: RunSummary, gpus: list[list[str]], shared: list[str] = (),
+                      layer: RunSummary | None = None) -> dict:
     """The instances behind the router and each one's throughput, latency percentiles and requests, with the
-    totals (the Result's own throughput and load figures are the deployment's)."""
+    totals (the Result's own throughput and load figures are the deployment's).
+
+    shared: the links two instances' routes both cross. At link fidelity with such links, `layer` is the same
+    deployment at layer fidelity, where nothing is shared: `contention` reports both throughputs and the slowdown.
+    """
     par = scenario.spec.parallelism
     parts = main.instances or (main,)
-    return {
+    out = {
         "instances": len(parts), "router": scenario.spec.deployment.router, "tp": par.tp,
         "gpus": sum(len(g) for g in gpus),
         "total_tok_s": main.throughput_tok_s,
         "per_instance": {str(i): _instance(part, g) for i, (part, g) in enumerate(zip(parts, gpus))},
+        "shared_links": list(shared),
     }
+    if layer is not None:
+        out["contention"] = {"link_tok_s": main.throughput_tok_s, "layer_tok_s": layer.throughput_tok_s,
+                             "slowdown": 1.0 - main.throughput_tok_s / layer.throughput_tok_s,
+                             "link_delay_ms": main.link_delay_us / 1e3}
+    return out

@@ -195,6 +195,14 @@ def deployment_lines(result: Result) -> list[str]:
         gpus = ",".join(inst["gpus"])
         lines.append(f"    instance {index} ({gpus})  {inst['requests']} requests, {inst['throughput_tok_s']:.1f} tok/s; "
                      f"TTFT {pct('ttft_ms')}; TPOT {pct('tpot_ms')}")
+    if dep.get("shared_links"):
+        lines.append(f"    shared links      {', '.join(dep['shared_links'])}: the instances' collectives can slow "
+                     "each other there")
+    contention = dep.get("contention")
+    if contention:
+        lines.append(f"    contention        {contention['link_tok_s']:.1f} tok/s with the links shared (link fidelity), "
+                     f"{contention['layer_tok_s']:.1f} without (layer): {contention['slowdown']:.1%} slower; "
+                     f"collectives waited {contention['link_delay_ms']:,.1f} ms for bandwidth")
     return lines
 
 

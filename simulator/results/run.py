@@ -7,7 +7,7 @@ from typing import Any
 
 from ..config import Scenario, load_scenario
 from ..engine import Machine
-from ..engine.deployment import instance_gpus, instance_machines, simulate_deployment
+from ..engine.deployment import instance_gpus, instance_machines, shared_links, simulate_deployment
 from .deployment import deployment_report, summarize_servers
 from .derived import allreduce_choice, breakeven_accept_len, collectives_per_pass, expected_accept_len, policy_summary, what_if
 from .summary import Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, _stats_ms
@@ -40,8 +40,12 @@ def run(scenario_or_path: Scenario | str, *, set_args: list[str] | None = None, 
     main = summarize_servers(simulate_deployment(scenario, machines, fidelity=fidelity, speculate=True))
     base = summarize_servers(simulate_deployment(scenario, machines, fidelity=fidelity, speculate=False)) \
         if (baseline and speculating) else main
+    shared = shared_links(machines)
+    # where instances share links, the link fidelity's figure has contention in it: layer fidelity gives the one without
+    layer = summarize_servers(simulate_deployment(scenario, machines, fidelity="layer")) \
+        if shared and fidelity == "link" else None
     result = build_result(scenario, machines[0], main, base, time.perf_counter() - started)
-    return replace(result, deployment=deployment_report(scenario, main, instance_gpus(scenario)))
+    return replace(result, deployment=deployment_report(scenario, main, instance_gpus(scenario), shared, layer))
 
 
 def _step_ms(main, base) -> dict:

@@ -53,6 +53,7 @@ class RunSummary:
     preemptions: int = 0
     slots: tuple = ()  # the run's drafters (speculation.setup.DrafterSlot), for figures derived from the run
     instances: tuple = ()  # a deployment's per-instance summaries (results.deployment); empty for one instance
+    link_delay_us: float = 0.0  # link fidelity: collective time beyond what the collectives take alone (contention)
 
     @property
     def decode_steps(self) -> np.ndarray:
@@ -72,7 +73,8 @@ def summarize(server) -> RunSummary:
     throughput = tokens / (sim_time / 1e6) if sim_time > 0 else 0.0
     return RunSummary(tokens, sim_time, throughput, steps, np.asarray(server.accept_lengths, dtype=int),
                       np.asarray(server.accept_positions, dtype=int), server.requests, int(server.kv_peak),
-                      int(server.kv_capacity), int(server.preemptions), tuple(server.slots))
+                      int(server.kv_capacity), int(server.preemptions), tuple(server.slots),
+                      link_delay_us=server.link_delay_us)
 
 
 @dataclass(frozen=True)
