@@ -241,3 +241,52 @@ def test_shared_links_report_link_and_layer_throughput():
     isolated = run(DP2, baseline=False, **load)
     assert isolated.deployment["shared_links"] == [] and "contention" not in isolated.deployment
     assert all(abs(inst["link_delay_ms"]) < 1e-6 for inst in isolated.deployment["per_instance"].values())
+
+
+# --- prefill/decode disaggregation -------------------------------------------------------------------------------
+
+def test_disaggregated_requests_prefill_on_one_instance_and_decode_on_the_other():
+    """Instance 0 only prefills, instance 1 only decodes: every request's first token comes from instance 0, its KV
+    cache then crosses to instance 1 (4 shards over the 22 GB/s socket link, 5.5 GB/s each, and the route's
+    latency), which admits it without a prefill and generates the rest; no token is lost or made twice."""
+    from simulator.engine.records import KIND_PREFILL
+
+    scenario = resolve(DP2, {"deployment__prefill_instances": 1, "workload__requests": 4, **SMALL})
+    prefill, decode = simulate_deployment(scenario, fidelity="layer")
+    steps = [summarize(server).steps for server in (prefill, decode)]
+    assert (steps[0]["kind"] == KIND_PREFILL).all() and not (steps[1]["kind"] == KIND_PREFILL).any()
+    assert steps[0]["tokens"].sum() == 4 and steps[1]["tokens"].sum() == 4 * (128 - 1)
+    requests = prefill.requests
+    assert requests == decode.requests and all(r.instance == 1 and r.completed_at for r in requests)
+    per_token = decode.machine.memory["kv_bytes_per_token"]
+    assert [nbytes for nbytes, _ in decode.kv_received] == [(1000 + 1) * per_token] * 4
+    fabric = decode.machine.fabric
+    latency = fabric.topology.fabric.shm_hop_latency_us + 0.2  # staged through host memory, across the sockets
+    first = decode.kv_received[0]
+    assert first[1] == pytest.approx(latency + first[0] / (22.0 / 4 * 1e3), rel=1e-9)  # alone on the links
+    for r in requests:
+        assert r.admitted_at <= r.first_token_at < r.first_token_at + first[1] * (1 - 1e-9) <= r.completed_at
+
+
+def test_disaggregation_report_and_mistakes(capsys):
+    argv = [DP2, "--set", "deployment.prefill_instances=1", "--set", "workload.requests=4",
+            "--set", "workload.output_tokens=32", "--format", "json"]
+    assert main(argv) == 0
+    dep = json.loads(capsys.readouterr().out)["deployment"]
+    assert [dep["per_instance"][k]["role"] for k in ("0", "1")] == ["prefill", "decode"]
+    pd = dep["disaggregation"]
+    assert pd["kv_transfers"] == 4 and pd["prefill_instances"] == 1 and pd["decode_instances"] == 1
+    assert pd["kv_MB_per_request"] > 0 and pd["kv_GBps_mean"] > 0
+    for bad, allowed in (("2", "up to 1"), ("1 --set parallelism.dp=1", "dp of 2 or more")):
+        argv = [DP2, "--set", f"deployment.prefill_instances={bad.split()[0]}"] + bad.split()[1:]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.strip().count("\n") == 0 and "deployment.prefill_instances" in err and allowed in err, err
+
+
+@pytest.mark.parametrize("fidelity", ["fast", "link"])
+def test_disaggregation_serves_every_request_at_every_fidelity(fidelity):
+    """At link fidelity the KV shards are flows on the links the instances' collectives share."""
+    result = run(DP2, baseline=False, fidelity=fidelity, deployment__prefill_instances=1, workload__requests=4, **SMALL)
+    assert result.tokens == 4 * 128 and all(r.completed_at for r in result.run.requests)
+    assert result.deployment["disaggregation"]["kv_transfers"] == 4

@@ -31,8 +31,11 @@ def short(path: str) -> dict:
     """A short run of the scenario: a few requests, a few hundred tokens each (link fidelity is slow by design)."""
     spec = simulator.results.run.resolve(path).spec
     requests = min(spec.workload.requests, 4)
+    # a decode pool's batches depend on when KV caches land, which differs between fidelities: its steps cannot pair
+    # with another fidelity's, so a disaggregated deployment is compared with its instances colocated
+    colocated = {"deployment__prefill_instances": 0} if spec.deployment.prefill_instances else {}
     return {"workload__requests": requests, "workload__concurrency": min(spec.workload.concurrency, requests),
-            "workload__output_tokens": 96}
+            "workload__output_tokens": 96, **colocated}
 
 
 def residual_sd(durations: np.ndarray, context: np.ndarray) -> float | None:

@@ -61,6 +61,12 @@ class Admission:
                 request.admitted_at = now
                 on_first_admission(request)
             request.prefill_target = request.prompt_tokens + request.generated
+            if request.kv_ready:  # its KV cache came from a prefill instance (disaggregation): it decodes at once
+                request.kv_ready = False
+                request.prefilled = request.prefill_target
+                on_first_admission(request)  # this instance's acceptance state
+                self.active.append(request)
+                continue
             request.prefilled = 0
             self.prefilling.append(request)
 

@@ -18,7 +18,9 @@ import numpy as np
 import simpy
 
 from ..config import Scenario
+from ..config.errors import ConfigError
 from . import ON_START, check_fidelity, simulate
+from .disaggregation import KVHandoff
 from .linkpass import SharedLinks
 from .machine import Machine
 from .placement import instance_gpus
@@ -53,6 +55,7 @@ def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = Non
     machines = machines or instance_machines(scenario)
     seed = scenario.spec.seed if seed is None else seed
     if len(machines) == 1:
+        prefill_pool(scenario, 1)
         return [simulate(scenario, machines[0], seed, fidelity, speculate, max_steps=max_steps)]
     env = simpy.Environment()
     links = SharedLinks(env, machines[0].fabric) if fidelity == "link" else None
@@ -62,14 +65,28 @@ def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = Non
     requests = make_requests(scenario.spec.workload, seed, scenario.base_dir, scenario.source)
     for server in servers:
         server.admission.check_fits(requests, server.machine.memory, scenario.source)
-    router = Router(env, servers, scenario.spec.deployment.router)
-    env.process(router.run(requests))
+    kind, pool = scenario.spec.deployment.router, prefill_pool(scenario, len(servers))
+    env.process(Router(env, servers[:pool or len(servers)], kind).run(requests))
+    processes = []
     for server in servers:
-        env.process(server.run())
+        processes.append(env.process(server.run()))
         for hook in ON_START:
             hook(server)
+    if pool:  # prefill/decode disaggregation: the first `pool` instances prefill, the others decode
+        handoff = KVHandoff(env, servers[:pool], servers[pool:], kind, links)
+        env.process(handoff.run(processes[:pool]))
     env.run()
     return servers
+
+
+def prefill_pool(scenario: Scenario, instances: int) -> int:
+    """deployment.prefill_instances, checked against the instances: one line and exit 2 unless both pools have one."""
+    pool = scenario.spec.deployment.prefill_instances
+    if pool and not 0 < pool < instances:
+        raise ConfigError(scenario.source, "deployment.prefill_instances", f"{pool} prefill instances of the "
+                          f"{instances} instances (parallelism.dp) leave no decode instance",
+                          f"0 (no disaggregation) up to {instances - 1}" if instances > 1 else "0, or dp of 2 or more")
+    return pool
 
 
 def shared_links(machines: list[Machine]) -> list[str]:

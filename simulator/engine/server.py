@@ -67,6 +67,8 @@ class Server:
         self._other_plain = step_overhead_us(host, spec.runtime, speculating=False)
         self._step_specs: dict[tuple, StepSpec] = {}
         self.routed = routed
+        self.on_prefilled = None  # a prefill instance's hand-off of prefilled requests (engine.disaggregation)
+        self.kv_received: list[tuple[float, float]] = []  # a decode instance's KV transfers: (bytes per rank, us)
         self.requests = [] if routed else make_requests(self.workload, seed, scenario.base_dir, scenario.source)
         self.lookahead = max((slot.tree.size for slot in self.slots), default=0)
         self.kv_capacity = machine.memory["kv_capacity_tokens"]
@@ -294,6 +296,9 @@ class Server:
                 if request.generated >= request.output_tokens:
                     request.completed_at = now
                     adm.release(request)
+                elif self.on_prefilled is not None:  # a prefill instance: the KV cache moves to a decode instance
+                    adm.release(request)
+                    self.on_prefilled(request)
                 else:
                     adm.active.append(request)
         kv_tokens = adm.kv_in_use()

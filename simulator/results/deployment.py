@@ -20,7 +20,8 @@ def summarize_servers(servers: list) -> RunSummary:
         return summarize(servers[0])
     parts = [summarize(server) for server in servers]
     steps = StepColumns(**{name: np.concatenate([part.steps[name] for part in parts]) for name in STEP_FIELDS})
-    requests = sorted((r for part in parts for r in part.requests), key=lambda r: r.request_id)
+    # a disaggregated request is in its prefill and its decode instance's lists: once here
+    requests = sorted({r.request_id: r for part in parts for r in part.requests}.values(), key=lambda r: r.request_id)
     tokens = sum(part.tokens for part in parts)
     end = max((r.completed_at or 0.0) for r in requests) if requests else 0.0
     begin = min(r.arrived_at for r in requests) if requests else 0.0
@@ -30,7 +31,7 @@ def summarize_servers(servers: list) -> RunSummary:
                       np.concatenate([part.accept_positions for part in parts]), requests,
                       max(part.kv_peak_tokens for part in parts), min(part.kv_capacity_tokens for part in parts),
                       sum(part.preemptions for part in parts), parts[0].slots, tuple(parts),
-                      sum(part.link_delay_us for part in parts))
+                      sum(part.link_delay_us for part in parts), sum((part.kv_transfers for part in parts), ()))
 
 
 def _instance(part: RunSummary, gpus: list[str]) -> dict:
@@ -64,8 +65,27 @@ def deployment_report(scenario: Scenario, main: RunSummary, gpus: list[list[str]
         "per_instance": {str(i): _instance(part, g) for i, (part, g) in enumerate(zip(parts, gpus))},
         "shared_links": list(shared),
     }
+    pool = scenario.spec.deployment.prefill_instances
+    for i, inst in out["per_instance"].items():
+        inst["role"] = "prefill and decode" if not pool else "prefill" if int(i) < pool else "decode"
+    if pool:
+        out["disaggregation"] = _disaggregation(main, pool, par.tp)
     if layer is not None:
         out["contention"] = {"link_tok_s": main.throughput_tok_s, "layer_tok_s": layer.throughput_tok_s,
                              "slowdown": 1.0 - main.throughput_tok_s / layer.throughput_tok_s,
                              "link_delay_ms": main.link_delay_us / 1e3}
     return out
+
+
+def _disaggregation(main: RunSummary, pool: int, tp: int) -> dict:
+    """The KV transfers from the prefill pool to the decode pool: how many, how large, how long, and the bandwidth
+    they used on average over the run (every rank's shard)."""
+    transfers = main.kv_transfers
+    nbytes = [b for b, _ in transfers]
+    seconds = main.sim_time_us / 1e6
+    return {
+        "prefill_instances": pool, "decode_instances": len(main.instances) - pool, "kv_transfers": len(transfers),
+        "kv_MB_per_request": tp * sum(nbytes) / len(nbytes) / 1e6 if nbytes else 0.0,
+        "kv_transfer_ms": _percentiles_ms([us for _, us in transfers]),
+        "kv_GBps_mean": tp * sum(nbytes) / seconds / 1e9 if seconds > 0 else 0.0,
+    }

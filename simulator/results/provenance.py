@@ -63,7 +63,11 @@ def _tokens(length) -> str:
 def _machine(scenario: Scenario) -> str:
     topo = scenario.topology
     fabric = "NVLink" if any(link.kind == "nvlink" for link in topo.fabric.links) else "PCIe"
-    return f"{topo.num_gpus}x {topo.gpu.name} {fabric}, {_split(scenario.spec.parallelism, scenario.spec.deployment.router)}"
+    split = _split(scenario.spec.parallelism, scenario.spec.deployment.router)
+    pool = scenario.spec.deployment.prefill_instances
+    if pool:
+        split += f", prefill on {pool} and decode on {scenario.spec.parallelism.dp - pool} of them"
+    return f"{topo.num_gpus}x {topo.gpu.name} {fabric}, {split}"
 
 
 def _split(par, router: str = "round_robin") -> str:

@@ -193,8 +193,14 @@ def deployment_lines(result: Result) -> list[str]:
             v = inst.get(name)
             return f"p50 {v['p50']:,.1f} / p99 {v['p99']:,.1f} ms" if v else "-"
         gpus = ",".join(inst["gpus"])
-        lines.append(f"    instance {index} ({gpus})  {inst['requests']} requests, {inst['throughput_tok_s']:.1f} tok/s; "
-                     f"TTFT {pct('ttft_ms')}; TPOT {pct('tpot_ms')}")
+        role = "" if inst.get("role", "prefill and decode") == "prefill and decode" else f" {inst['role']}"
+        lines.append(f"    instance {index}{role} ({gpus})  {inst['requests']} requests, {inst['throughput_tok_s']:.1f} "
+                     f"tok/s; TTFT {pct('ttft_ms')}; TPOT {pct('tpot_ms')}")
+    pd = dep.get("disaggregation")
+    if pd and pd["kv_transfer_ms"]:
+        t = pd["kv_transfer_ms"]
+        lines.append(f"    KV transfers      {pd['kv_transfers']} of {pd['kv_MB_per_request']:,.1f} MB per request, "
+                     f"p50 {t['p50']:,.2f} / p99 {t['p99']:,.2f} ms; {pd['kv_GBps_mean']:,.2f} GB/s on average")
     if dep.get("shared_links"):
         lines.append(f"    shared links      {', '.join(dep['shared_links'])}: the instances' collectives can slow "
                      "each other there")

@@ -54,6 +54,7 @@ class RunSummary:
     slots: tuple = ()  # the run's drafters (speculation.setup.DrafterSlot), for figures derived from the run
     instances: tuple = ()  # a deployment's per-instance summaries (results.deployment); empty for one instance
     link_delay_us: float = 0.0  # link fidelity: collective time beyond what the collectives take alone (contention)
+    kv_transfers: tuple = ()  # a decode instance's KV caches received: (bytes per rank, microseconds) each
 
     @property
     def decode_steps(self) -> np.ndarray:
@@ -74,7 +75,7 @@ def summarize(server) -> RunSummary:
     return RunSummary(tokens, sim_time, throughput, steps, np.asarray(server.accept_lengths, dtype=int),
                       np.asarray(server.accept_positions, dtype=int), server.requests, int(server.kv_peak),
                       int(server.kv_capacity), int(server.preemptions), tuple(server.slots),
-                      link_delay_us=server.link_delay_us)
+                      link_delay_us=server.link_delay_us, kv_transfers=tuple(server.kv_received))
 
 
 @dataclass(frozen=True)
