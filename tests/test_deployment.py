@@ -290,3 +290,11 @@ def test_disaggregation_serves_every_request_at_every_fidelity(fidelity):
     result = run(DP2, baseline=False, fidelity=fidelity, deployment__prefill_instances=1, workload__requests=4, **SMALL)
     assert result.tokens == 4 * 128 and all(r.completed_at for r in result.run.requests)
     assert result.deployment["disaggregation"]["kv_transfers"] == 4
+
+
+def test_a_deployment_trace_records_instance_0():
+    from simulator.results.trace import record
+
+    trace = record(resolve(DP2, {"workload__requests": 2, **SMALL}), steps=2)
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("ph") == "M" and e.get("name") == "process_name"}
+    assert {f"rank {r}" for r in range(4)} <= names and "rank 4" not in names

@@ -46,21 +46,22 @@ def instance_seeds(seed: int, instances: int) -> list[int]:
 
 def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = None, seed: int | None = None,
                         fidelity: str | None = None, speculate: bool = True,
-                        max_steps: int | None = None) -> list[Server]:
+                        max_steps: int | None = None, on_pass=None) -> list[Server]:
     """Run the scenario's workload on every instance behind the router; returns the servers, in instance order.
 
-    max_steps bounds each instance's steps (traces record the first steps only).
+    max_steps bounds each instance's steps (traces record the first steps only); on_pass sees instance 0's passes
+    (engine.simulate).
     """
     fidelity = check_fidelity(scenario, fidelity)
     machines = machines or instance_machines(scenario)
     seed = scenario.spec.seed if seed is None else seed
     if len(machines) == 1:
         prefill_pool(scenario, 1)
-        return [simulate(scenario, machines[0], seed, fidelity, speculate, max_steps=max_steps)]
+        return [simulate(scenario, machines[0], seed, fidelity, speculate, on_pass, max_steps)]
     env = simpy.Environment()
     links = SharedLinks(env, machines[0].fabric) if fidelity == "link" else None
-    servers = [Server(env, machine, instance_seed, fidelity, speculate, max_steps=max_steps, routed=True,
-                      network=links.view(i) if links is not None else None)
+    servers = [Server(env, machine, instance_seed, fidelity, speculate, on_pass if i == 0 else None, max_steps,
+                      routed=True, network=links.view(i) if links is not None else None)
                for i, (machine, instance_seed) in enumerate(zip(machines, instance_seeds(seed, len(machines))))]
     requests = make_requests(scenario.spec.workload, seed, scenario.base_dir, scenario.source)
     for server in servers:

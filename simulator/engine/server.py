@@ -59,8 +59,8 @@ class Server:
         self._primary = self.walks.primary
         jitter = np.random.default_rng(jitter_seq)
         self.costs = FastStepCosts(machine, seed, jitter) if self.fast else \
-            LayerStepCosts(machine, jitter, on_pass, seed=seed,
-                           network=network or (SharedLinks(env, machine.fabric).view(0) if fidelity == "link" else None))
+            LayerStepCosts(machine, jitter, on_pass, seed=seed, network=network or (
+                SharedLinks(env, machine.fabric).view(0) if fidelity == "link" else None))
         self.max_steps = max_steps  # stop early (traces record the first steps only)
         # the scheduler's per-step host work overlaps the GPU in plain decode, not while speculating (SGLang)
         self._other_spec = step_overhead_us(host, spec.runtime, speculating=True)

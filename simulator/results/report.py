@@ -194,8 +194,8 @@ def deployment_lines(result: Result) -> list[str]:
             return f"p50 {v['p50']:,.1f} / p99 {v['p99']:,.1f} ms" if v else "-"
         gpus = ",".join(inst["gpus"])
         role = "" if inst.get("role", "prefill and decode") == "prefill and decode" else f" {inst['role']}"
-        lines.append(f"    instance {index}{role} ({gpus})  {inst['requests']} requests, {inst['throughput_tok_s']:.1f} "
-                     f"tok/s; TTFT {pct('ttft_ms')}; TPOT {pct('tpot_ms')}")
+        lines.append(f"    instance {index}{role} ({gpus})  {inst['requests']} requests, "
+                     f"{inst['throughput_tok_s']:.1f} tok/s; TTFT {pct('ttft_ms')}; TPOT {pct('tpot_ms')}")
     pd = dep.get("disaggregation")
     if pd and pd["kv_transfer_ms"]:
         t = pd["kv_transfer_ms"]

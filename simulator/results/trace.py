@@ -126,9 +126,10 @@ def step_events(steps: StepColumns) -> list[dict]:
 
 
 def record(scenario, steps: int = 20, seed: int | None = None) -> dict[str, Any]:
-    """The first `steps` steps of the scenario's speculative run at layer fidelity, as a Chrome trace object."""
+    """The first `steps` steps of the scenario's speculative run at layer fidelity, as a Chrome trace object (of
+    instance 0, where a deployment has several)."""
     from .run import resolve
-    from ..engine import simulate
+    from ..engine.deployment import simulate_deployment
     from .summary import step_table
 
     from .provenance import provenance
@@ -144,7 +145,8 @@ def record(scenario, steps: int = 20, seed: int | None = None) -> dict[str, Any]
         summary.update({k: result[k] for k in CATEGORIES})
         passes.append(summary)
 
-    server = simulate(scenario, seed=seed, fidelity="layer", on_pass=on_pass, max_steps=max(1, int(steps)))
+    server, *_ = simulate_deployment(scenario, seed=seed, fidelity="layer", on_pass=on_pass,
+                                     max_steps=max(1, int(steps)))
     table = step_table(server)
     events.extend(step_events(table))
     ranks = scenario.spec.parallelism.tp
