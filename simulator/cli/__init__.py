@@ -66,7 +66,9 @@ def _common() -> ArgumentParser:
     return p
 
 
-def build_parser() -> ArgumentParser:
+def build_parser(only: str | None = None) -> ArgumentParser:
+    """The whole command line; with `only` a command's name, only that command's options are built (the other
+    commands are listed, their modules not imported: a run imports what it runs)."""
     common = _common()
     p = ArgumentParser(prog="specsim", parents=[common], epilog=EXAMPLES,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -74,6 +76,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--version", action="version", version=f"specsim {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     for name, (module_name, help_text) in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=help_text)
+            continue
         module = importlib.import_module(f"{__name__}.{module_name}")
         doc = (module.__doc__ or help_text).strip().split("\n\n")[0]
         sp = sub.add_parser(name, parents=[common], help=help_text, description=doc,
@@ -103,6 +108,12 @@ def _with_command(argv: list[str]) -> list[str]:
                                   ", ".join(COMMANDS) + ", or a scenario file or name (specsim list scenarios)")
         return argv[:i] + ["run"] + argv[i:]
     return argv
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command argv names (its first word that is not an option), or None (then every command is built)."""
+    first = next((token for token in argv if not token.startswith("-")), None)
+    return first if first in COMMANDS else None
 
 
 def _setup_logging(args) -> None:
@@ -144,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         if not argv:
             build_parser().print_help(sys.stderr)
             return 2
-        args = build_parser().parse_args(_with_command(argv))
+        argv = _with_command(argv)
+        args = build_parser(_command_of(argv)).parse_args(argv)
         _setup_logging(args)
         tune_malloc()  # every command allocates the same large arrays over and over (experiments.memory)
         if not getattr(args, "command", None):
