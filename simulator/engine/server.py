@@ -214,6 +214,8 @@ class Server:
         fast, step_cost, peek, timeout = self.fast, self.costs.step, env.peek, env.timeout
         walk, plain = self.walks.walk, self.walks.plain
         max_steps, preempt = self.max_steps, not adm.queue_mode
+        fixed = getattr(self.policy, "fixed", False)  # the same decision every step, nothing to observe
+        chosen = self.policy.decision if fixed else None
         specs: dict = {}  # decision -> its step spec at this batch size
         batch = context = 0
         last = ()  # the decision of the previous step (() before the first)
@@ -223,7 +225,7 @@ class Server:
                 admit(self.now, self._start_acceptance)
                 if adm.prefilling:
                     return
-            decision = decide(view)
+            decision = chosen if fixed else decide(view)
             if preempt:
                 adm.preempt_if_full(decision.tree.size if decision else 1)
                 if not active:
@@ -260,7 +262,8 @@ class Server:
                 tokens, done = plain(active, end)
                 log.append((KIND_DECODE, start, batch, tokens, 0, -1, 0, kv_tokens, len(adm.waiting), context),
                            table, row, weight)
-            observe(decision, duration, tokens / batch, batch)
+            if not fixed:
+                observe(decision, duration, tokens / batch, batch)
             context += tokens
             if done:
                 adm.retire(active)

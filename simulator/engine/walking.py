@@ -19,8 +19,19 @@ class Walks:
         self._rng = rng
         self._uniforms: list[float] = []
         self._at = 0
+        self._decided, self._setup = None, ()  # the last decision walked, and what its walks read
         self.lengths: list[int] = []  # per request per speculative step, bonus token included
         self.positions: list[int] = []  # tokens the request had generated before that step
+
+    def _setup_for(self, decision) -> tuple:
+        """What a walk of this decision reads: (tree, depth, uniforms per walk, uniforms per request, the model's
+        step, the primary model that moves the regime when this drafter's model has none (else None))."""
+        tree, model = decision.tree, self.slots[decision.drafter].acceptance
+        depth = tree.depth
+        walk_uniforms = depth if depth > WALK_UNIFORMS else WALK_UNIFORMS
+        primary = self.primary if self.primary is not None and not model.stateful else None
+        need = walk_uniforms + 1 if model.stateful or primary is not None else walk_uniforms
+        return tree, depth, walk_uniforms, need, model.step, primary
 
     def uniform_row(self, n: int) -> list[float]:
         """n acceptance uniforms, drawn in numpy blocks."""
@@ -35,14 +46,10 @@ class Walks:
         """Every request walks the verify tree with its own uniforms; returns (tokens emitted, any completed).
         The hot path (uniform_row inlined: each walk reads its row where it lies in the block; the model's step
         walks and moves the regime in one call)."""
-        tree, model = decision.tree, self.slots[decision.drafter].acceptance
-        depth = tree.depth
-        walk_uniforms = depth if depth > WALK_UNIFORMS else WALK_UNIFORMS
-        primary = self.primary
-        # the text's regime lives in the primary drafter's model when this drafter's model has none
-        primary = primary if primary is not None and not model.stateful else None
-        need = walk_uniforms + 1 if model.stateful or primary is not None else walk_uniforms
-        step, watch = model.step, self.watch
+        if decision is not self._decided:  # policies hand out long-lived decisions: set up once per decision
+            self._decided, self._setup = decision, self._setup_for(decision)
+        tree, depth, walk_uniforms, need, step, primary = self._setup
+        watch = self.watch
         lengths, positions = self.lengths, self.positions
         uniforms, at = self._uniforms, self._at
         tokens, done = 0, False

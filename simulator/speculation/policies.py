@@ -17,6 +17,8 @@ from .trees import Tree
 class Static:
     """Always the configured drafter and tree (None: speculation off)."""
 
+    fixed = True  # decide() always returns self.decision and observe() does nothing: the loop may skip both
+
     def __init__(self, tree: Tree | None):
         self.decision = Decision(0, tree) if tree is not None else None
 
