@@ -36,6 +36,7 @@ _SAMPLE_CACHE_SIZE = 4096
 _DRAWS: dict[tuple, tuple] = {}
 _PLAN_CACHE: "OrderedDict[tuple, PassPlan]" = OrderedDict()  # (machine key, part, shape, graph) -> anchor plan
 _PLAN_CACHE_SIZE = 2048
+_LAYOUT_CACHE: "OrderedDict[tuple, object]" = OrderedDict()  # (model key, part, tp, shape, fused, split) -> layout
 SAMPLE_FIELDS = ("duration", "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait",
                  "allreduce_only", "allreduce_profile")
 
@@ -126,6 +127,10 @@ class Machine:
             "draft_model": scenario.draft_model.model_dump(mode="json") if scenario.draft_model else None,
         }
         self.key = hashlib.sha1(json.dumps(physical, sort_keys=True).encode()).hexdigest()
+        # what a pass's layout depends on: the model cards and the split, not the hardware (sweep points that
+        # change only the machine share layouts)
+        self.model_key = hashlib.sha1(json.dumps([physical["model"], physical["draft_model"]],
+                                                 sort_keys=True).encode()).hexdigest()
         self._plans: dict[tuple, PassPlan] = {}
         self._anchors: dict[tuple, PassPlan] = {}  # (part, shape at context 0, graph, anchor) -> _plans' entry
 
@@ -168,7 +173,7 @@ class Machine:
 
     def _build(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
         split = self.split if part == "target" else replace(self.split, pp=1)  # drafts run on the last stage
-        layout = pass_layout(self.cards[part], self.tp, shape, self.runtime.fuse_allreduce_rmsnorm, split)
+        layout = self._layout(part, shape, split)
         node_us = self.scenario.topology.host.graph_node_us if graph else 0.0
         rows, step_plans, kernels = [], [], []
         for s in layout.segments:
@@ -189,6 +194,17 @@ class Machine:
             label=f"{part} {shape.tokens}x{shape.batch} ctx{shape.context}{' tree' if shape.tree else ''}"
                   f" {'graph' if graph else 'eager'}",
         )
+
+    def _layout(self, part: str, shape: PassShape, split):
+        """pass_layout of a part's card, memoised per process by value (the layout is only read)."""
+        fused = self.runtime.fuse_allreduce_rmsnorm
+        key = (self.model_key, part, self.tp, shape, fused, split)
+        layout = _LAYOUT_CACHE.get(key)
+        if layout is None:
+            layout = _LAYOUT_CACHE[key] = pass_layout(self.cards[part], self.tp, shape, fused, split)
+            if len(_LAYOUT_CACHE) > _PLAN_CACHE_SIZE:
+                _LAYOUT_CACHE.popitem(last=False)
+        return layout
 
     # -- fast fidelity ----------------------------------------------------------------------------------------
     def mean_pass_us(self, part: str, shape: PassShape, graph: bool, seed: int) -> float:

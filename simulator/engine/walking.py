@@ -80,8 +80,11 @@ class Walks:
         done = False
         for request in active:
             request.generated += 1
-            if primary is not None:
-                request.acceptance_state = primary.advance(request.acceptance_state, 1, self.uniform_row(1)[0])
+            if primary is not None:  # one uniform (uniform_row(1)[0], inlined)
+                if self._at + 1 > len(self._uniforms):
+                    self._uniforms, self._at = self._rng.random(UNIFORM_BLOCK).tolist(), 0
+                request.acceptance_state = primary.advance(request.acceptance_state, 1, self._uniforms[self._at])
+                self._at += 1
             if request.generated >= request.output_tokens:
                 request.completed_at = now
                 done = True
