@@ -171,3 +171,22 @@ def test_rerating_on_every_start_and_finish(case, data):
 def test_reference_is_exact_rational():
     rates = reference_rates([["a"], ["a"], ["a", "b"]], {"a": 10.0, "b": 1.0})
     assert rates == [Fraction(9, 2), Fraction(9, 2), Fraction(1)]
+
+
+def test_a_flow_group_fires_once_after_its_last_flow_and_tail():
+    """A group of two 48 KB flows, one alone on a 48 GB/s link (done at 1 us), one sharing a 24 GB/s link with a
+    third flow started by hand (12 GB/s each, both done at 4 us): the group's one event fires 1.5 us after its last
+    byte (the tail, a collective's latency), not when its first flow ends."""
+    env = simpy.Environment()
+    network = FlowNetwork(env, {"a": 48.0, "b": 24.0})
+    log = []
+
+    def group():
+        yield network.transfer_group([("a",), ("b",)], 48_000, tail_us=1.5)
+        log.append(("group", env.now))
+    env.process(group())
+    env.process(_sender(env, network, log, "other", 0.0, ("b",), 48_000))
+    env.run()
+    # both flows on b at 12 GB/s: 48 KB each by 4 us; a's alone at 48 GB/s: 1 us
+    assert log == [("other", pytest.approx(4.0, rel=REL)), ("group", pytest.approx(5.5, rel=REL))]
+    assert network.active == []
