@@ -120,12 +120,12 @@ def test_memory_per_gpu_under_the_split():
 
 
 def test_a_valid_wider_split_is_refused_by_the_engine_not_simulated_as_one_group(capsys):
-    """A valid split the engine does not cost (experts split over tp / ep ranks) exits 2 with one line instead of
-    simulating something else (dp replicas run: tests/test_deployment.py)."""
-    code = main([EAGLE3, "--set", "parallelism.ep=2"])
+    """A valid split the engine does not cost (pipeline stages with expert parallelism) exits 2 with one line instead
+    of simulating something else (dp replicas run: tests/test_deployment.py; ep < tp: tests/test_ep_tp.py)."""
+    code = main([EAGLE3, "--set", "parallelism.tp=4", "--set", "parallelism.pp=2", "--set", "parallelism.ep=4"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.strip().count("\n") == 0 and "parallelism.ep: ep=2 < tp=8" in err
+    assert err.strip().count("\n") == 0 and "parallelism.pp: pp=2 with ep is not simulated" in err
 
 
 # --- placement ---------------------------------------------------------------------------------------------------

@@ -172,7 +172,7 @@ def test_dp_attention_groups_multiply_the_kv_capacity():
 
 @pytest.mark.parametrize("path, sets, fragment", [
     (DSV3, ["parallelism.ep=3"], "parallelism.ep: ep=3 expert groups must divide the tp=8 ranks"),
-    (DSV3, ["parallelism.ep=4"], "parallelism.ep: ep=4 < tp=8"),
+    (DSV3, ["parallelism.ep=4", "runtime.ep_backend=nccl"], "runtime.ep_backend: nccl with ep=4 < tp=8"),
     (DSV3, ["parallelism.tp=16"], "parallelism.tp: tp=16 does not divide the 8 GPUs"),
     (DSV3, ["parallelism.dp=16"], "parallelism.dp: dp_attention splits the tp=8 ranks into dp=16"),
     (KIMI, ["parallelism.dp=8"], "parallelism: Kimi-K2.5 does not fit: 88.3 GB of weights per GPU"),

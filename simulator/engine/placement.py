@@ -79,9 +79,10 @@ def place(scenario: Scenario) -> Placement:
 
 def replicates_shared_experts(scenario: Scenario) -> bool:
     """Whether every rank holds the whole shared experts: under DeepEP's dispatch and combine (SGLang builds them
-    with tp_size=1 when the all-to-all backend is DeepEP), which runtime.ep_backend auto takes over NVLink."""
+    with tp_size=1 when the all-to-all backend is DeepEP), which runtime.ep_backend auto takes over NVLink. With
+    1 < ep < tp there is no all-to-all (DeepEP needs ep = tp): the shared experts are split over tp."""
     par, backend = scenario.spec.parallelism, scenario.spec.runtime.ep_backend
-    if par.ep <= 1:
+    if par.ep <= 1 or par.ep < par.tp:
         return False
     nvlink = any(link.kind == "nvlink" for link in scenario.topology.fabric.links)
     return backend.startswith("deepep") or (backend == "auto" and nvlink)
@@ -151,10 +152,10 @@ def check_memory(scenario: Scenario) -> list[float]:
 
 def require_simulated(scenario: Scenario) -> None:
     """What one instance's passes can be costed under: a TP group (inside a machine, or spread evenly over
-    machines), DP-attention, expert parallelism with ep = tp (over one or two machines), or pipeline stages of TP
-    groups inside machines; dp replicas of any of these run as a deployment (engine.deployment), each instance on its
-    own GPUs. The split is checked (placement, memory); a valid split the engine does not simulate yet is one line
-    and exit 2."""
+    machines), DP-attention, expert parallelism (ep = tp: an all-to-all over one or two machines; 1 < ep < tp: TP's
+    all-reduce after the experts), or pipeline stages of TP groups inside machines; dp replicas of any of these run
+    as a deployment (engine.deployment), each instance on its own GPUs. The split is checked (placement, memory);
+    a valid split the engine does not simulate yet is one line and exit 2."""
     par, topology = scenario.spec.parallelism, scenario.topology
     if not par.is_single_group:
         check_memory(scenario)
@@ -162,9 +163,11 @@ def require_simulated(scenario: Scenario) -> None:
     def refuse(key: str, what: str, allowed: str):
         raise ConfigError(scenario.source, key, what, allowed)
 
-    if 1 < par.ep < par.tp:
-        refuse("parallelism.ep", f"ep={par.ep} < tp={par.tp} (each expert split over tp / ep ranks) is not simulated",
-               f"ep 1 or {par.tp} (every rank an expert rank, as SGLang's DeepEP and vLLM's expert parallelism run)")
+    backend = scenario.spec.runtime.ep_backend
+    if 1 < par.ep < par.tp and backend != "auto":
+        refuse("runtime.ep_backend", f"{backend} with ep={par.ep} < tp={par.tp}: an all-to-all backend needs ep = tp "
+               "(SGLang's DeepEP sets --ep-size to --tp); with ep < tp the experts' outputs are all-reduced over tp",
+               f"auto, or ep={par.tp}")
     if par.pp > 1 and (par.dp_attention or par.ep > 1):
         refuse("parallelism.pp", f"pp={par.pp} with {'dp_attention' if par.dp_attention else 'ep'} is not simulated",
                "pp with tp alone, or dp_attention / ep without pp")
@@ -181,7 +184,7 @@ def _check_spread(stage: list[str], par, refuse) -> None:
     if par.pp > 1:
         refuse("parallelism.tp", f"tp={par.tp} spans machines {', '.join(sorted(set(stage)))}: pipeline stages "
                "are simulated with each stage's tp ranks inside one machine", f"tp up to {per_machine}")
-    if len(set(stage)) > 2 and par.ep > 1:
+    if len(set(stage)) > 2 and par.ep > 1 and par.ep == par.tp:
         refuse("parallelism.ep", f"ep={par.ep} spans {len(set(stage))} machines: DeepEP's latencies are known "
                "for one or two", f"ep up to {2 * per_machine}")
     if any(stage.count(m) != per_machine for m in set(stage)):

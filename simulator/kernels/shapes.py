@@ -83,6 +83,7 @@ class MoE:
     share: float = 1.0
     balanced: bool = False  # tokens spread evenly over experts (a benchmark's routing), not drawn uniformly
     ep: int = 1  # expert parallelism: this rank holds experts / ep of them and gets tokens x topk / ep routed tokens
+    busiest: float = 1.0  # the busiest expert rank's distinct experts and routed tokens over the mean rank's (>= 1)
     family = "moe"
 
 

@@ -13,6 +13,15 @@ pipeline stages):
   what arrives (tokens x k / ep routed tokens per rank under uniform routing) and the shared experts on its own
   tokens (whole on every rank under DeepEP, as SGLang builds them, else split over tp), and combines the outputs
   back (an all-to-all). Dense layers run as without expert parallelism.
+- Expert parallelism with 1 < ep < tp (SGLang --ep-size below --tp, "EP4TP2" on 8 GPUs): rank r holds experts
+  [e * E / ep, (e + 1) * E / ep) for e = r // (tp / ep), each at 1 / (tp / ep) of its width (parallel_state's
+  moe_ep / moe_tp groups). SGLang has no all-to-all here (DeepEP and Mooncake set --ep-size to --tp,
+  server_args._handle_a2a_moe): every rank holds every token after attention, FusedMoE masks the experts it does not
+  hold (expert_map -> -1) and computes its own on the tokens routed to them, the shared experts are split over tp as
+  under TP, and one all-reduce over the tp ranks sums the routed and shared outputs (DeepseekV2MoE.forward_normal),
+  exactly TP's collective. What changes is the experts' kernel: the busiest expert group's distinct experts and
+  routed tokens (model.cards.busiest_expert_group), at 1 / (tp / ep) width. Under DP-attention the block sits
+  between the same all-gather and reduce-scatter as without expert parallelism.
 - Embedding and lm_head: under DP-attention the embedding is replicated (SGLang's DeepseekV2Model builds it with
   enable_tp=not is_dp_attention_enabled()) and the lm_head stays vocabulary-parallel over the tp ranks, after an
   all-gather of every group's final hidden states (SGLang's LogitsProcessor without --enable-dp-lm-head); the
@@ -36,13 +45,13 @@ from dataclasses import dataclass, replace
 from ..config.model_card import ModelCard
 from .cards import BYTES_PER_VALUE, bytes_per_param, compute_dtype
 from .cost import (Kernel, PassLayout, PassShape, Segment, _attention_kernels, _dense_mlp_kernels, _expert_kernels,
-                   _gemm, _moe_kernels, _router_kernel, _sampling_kernels, _segment, pass_layout)
+                   _gemm, _router_kernel, _sampling_kernels, _segment, pass_layout)
 
 
 @dataclass(frozen=True)
 class Split:
     """How one instance's pass is split: tp ranks per stage, attention_tp of them per attention group, `groups`
-    attention groups with their own requests, ep expert ranks (1 or tp), pp stages; whether the shared experts are
+    attention groups with their own requests, ep expert groups (dividing tp), pp stages; whether the shared experts are
     whole on every rank (under DeepEP) or split over tp."""
 
     tp: int
@@ -124,12 +133,13 @@ def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bo
     out.add("head", lambda: out.segment([emb], 1, Tg, vocab_parallel, Tg * d * act))
     attention = _attention_kernels(card, a, group)
     attention_launches = k.attention + (k.tree_attention if group.tree else 0)
+    plain = pass_layout(card, split.tp, group) if split.groups == 1 else None
     for layer in range(card.num_layers):
         dense = card.moe is None or layer < card.num_dense_layers
-        if not dense and split.ep > 1:
+        if not dense and split.ep > 1 and split.ep == split.tp:
             _ep_layer(out, card, split, group, everyone, attention, attention_launches)
         elif split.groups > 1:
-            mlp = _dense_mlp_kernels(card, split.tp, T_all) if dense else _moe_kernels(card, split.tp, everyone)
+            mlp = _dense_mlp_kernels(card, split.tp, T_all) if dense else _moe_block(card, split, everyone)
             launches = k.dense_mlp if dense else k.moe
             gathered = T_all * d * act / split.tp  # each rank's share of every group's tokens
             if a > 1:
@@ -141,14 +151,23 @@ def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bo
                                                                 gathered))
             name = "dense_scatter" if dense else "moe_scatter"
             out.add(name, lambda: out.segment(mlp, launches, T_all, "reducescatter", gathered))
-        else:  # a dense layer of an expert-parallel split without DP-attention: tensor parallelism as usual
-            plain = pass_layout(card, split.tp, group)
+        else:  # tensor parallelism's segments; an MoE layer with 1 < ep < tp keeps TP's all-reduce after its experts
             out.add("attention", lambda: plain.segments[1])
-            out.add("dense", lambda: plain.segments[2])
+            if dense:
+                out.add("dense", lambda: plain.segments[2])
+            else:
+                out.add("moe", lambda: replace(plain.segments[3], kernels=tuple(_moe_block(card, split, group))))
     if split.groups > 1:
         out.add("gather_final", lambda: out.segment([], 0, T_all, "allgather", T_all * d * act / split.tp))
     out.add("tail", lambda: _tail(out, card, split, group, everyone))
     return out.done()
+
+
+def _moe_block(card: ModelCard, split: Split, shape: PassShape) -> list[Kernel]:
+    """Router and experts on every token of `shape` on each tp rank: experts / ep experts at 1 / (tp / ep) width, the
+    busiest expert group's load (ep > 1); the shared experts split over the tp ranks."""
+    return [_router_kernel(card, shape.query_tokens)] + _expert_kernels(card, split.tp // split.ep, shape, split.ep,
+                                                                         shared_tp=split.tp)
 
 
 def _ep_layer(out: _Layout, card: ModelCard, split: Split, group: PassShape, everyone: PassShape, attention,

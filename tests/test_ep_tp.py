@@ -1,0 +1,143 @@
+"""Expert parallelism with 1 < ep < tp ("EP4TP2"): the busiest expert group's load against its formula, what the
+split moves (TP's all-reduce, no all-to-all, as SGLang runs it without DeepEP), the experts' kernel per rank, the
+weights per GPU, and the all-to-all backends it cannot take as one line and exit 2."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import scenario_path
+from simulator.cli import main
+from simulator.config import load_scenario
+from simulator.engine.machine import Machine
+from simulator.engine.placement import replicates_shared_experts, weight_bytes_per_gpu
+from simulator.kernels.roofline import _work
+from simulator.kernels.shapes import MoE
+from simulator.model.cards import busiest_expert_group
+from simulator.model.cost import PassShape, pass_layout
+
+DSV3 = scenario_path("h200_dsv3_dpattn_ep8.yaml")
+TP_ONLY = ["parallelism.dp=1", "parallelism.dp_attention=false"]
+D, K, E, INTER = 7168, 8, 256, 2048  # DeepSeek-V3: hidden size, experts per token, routed experts, expert width
+
+
+def binomial_max_ratio(experts: int, k: int, tokens: float, groups: int) -> float:
+    """E[max of `groups` iid Binomial(E / groups, p)] / (E / groups x p), p = 1 - (1 - k/E)^tokens, by its pmf."""
+    size, p = experts // groups, 1 - (1 - k / experts) ** tokens
+    pmf = [math.comb(size, m) * p ** m * (1 - p) ** (size - m) for m in range(size + 1)]
+    cdf = [sum(pmf[:m + 1]) for m in range(size + 1)]
+    expected_max = sum(m * (cdf[m] ** groups - (cdf[m - 1] ** groups if m else 0.0)) for m in range(size + 1))
+    return expected_max / (size * p)
+
+
+def exact_one_token_max(experts: int, k: int, groups: int) -> float:
+    """One token's k distinct experts over `groups` groups (multivariate hypergeometric): E[max group count]."""
+    size = experts // groups
+
+    def ways_all_at_most(m: int) -> int:  # k-subsets with every group holding <= m: [x^k] (sum_{i<=m} C(G, i) x^i)^g
+        poly = [1]
+        for _ in range(groups):
+            poly = [sum(poly[j] * math.comb(size, n - j) for j in range(len(poly)) if 0 <= n - j <= m)
+                    for n in range(len(poly) + m)]
+        return poly[k] if k < len(poly) else 0
+
+    return sum(1 - ways_all_at_most(m - 1) / math.comb(experts, k) for m in range(1, k + 1))
+
+
+@pytest.mark.parametrize("experts, k, tokens, groups", [(256, 8, 1, 4), (256, 8, 1, 8), (256, 8, 6.4, 4),
+                                                         (256, 8, 32, 2), (384, 8, 3, 8), (64, 6, 1, 4)])
+def test_busiest_group_is_the_binomial_maximum(experts, k, tokens, groups):
+    assert busiest_expert_group(experts, k, tokens, groups) == pytest.approx(
+        binomial_max_ratio(experts, k, tokens, groups), rel=1e-9)
+
+
+def test_busiest_group_against_the_exact_one_token_count():
+    """The independence assumption against the exact count at one token (where it is furthest off): within 2%;
+    DeepSeek-V3 over 4 groups puts 3.51 of a token's 8 experts in its busiest group (3.48 by the model)."""
+    for groups in (2, 4, 8):
+        exact = exact_one_token_max(E, K, groups)
+        model = busiest_expert_group(E, K, 1, groups) * K / groups
+        assert model == pytest.approx(exact, rel=0.02), groups
+    assert exact_one_token_max(E, K, 4) == pytest.approx(3.512, abs=1e-3)
+
+
+def test_busiest_group_limits():
+    """One group is the mean; the ratio falls with the batch towards 1 (every expert touched everywhere)."""
+    assert busiest_expert_group(E, K, 1, 1) == 1.0
+    ratios = [busiest_expert_group(E, K, n, 4) for n in (1, 4, 16, 64, 512)]
+    assert all(a > b for a, b in zip(ratios, ratios[1:])) and ratios[0] > 1.7 and ratios[-1] == pytest.approx(1.0)
+
+
+def test_roofline_takes_the_busiest_ranks_load():
+    """The fused-MoE roofline's FLOPs and bytes scale with the busiest rank's load (experts and routed tokens)."""
+    base = MoE(2.0, D, INTER, K, E, 2, "fp4", ep=4)
+    flops, nbytes, _, _ = _work(base, 148)
+    flops2, nbytes2, _, _ = _work(MoE(2.0, D, INTER, K, E, 2, "fp4", ep=4, busiest=1.5), 148)
+    assert (flops2, nbytes2) == pytest.approx((1.5 * flops, 1.5 * nbytes), rel=1e-12)
+
+
+def _machine(*sets: str) -> Machine:
+    return Machine(load_scenario(DSV3, list(sets)))
+
+
+def _collectives(machine: Machine, shape: PassShape) -> list:
+    layout = pass_layout(machine.card, 8, shape, False, machine.split)
+    return [(layout.segments[i].collective, layout.segments[i].collective_bytes, layout.segments[i].group)
+            for i in layout.order]
+
+
+@pytest.mark.parametrize("shape", [PassShape(1, 1), PassShape(4, 8, 800, False, True)])
+def test_ep_below_tp_moves_what_tp_moves(shape):
+    """TP8 + EP4 without DP-attention: the same all-reduces (count, bytes, group) as TP8, no dispatch or combine."""
+    ep4, tp8 = _machine(*TP_ONLY, "parallelism.ep=4"), _machine(*TP_ONLY, "parallelism.ep=1")
+    assert _collectives(ep4, shape) == _collectives(tp8, shape)
+    assert not {"dispatch", "combine"} & {kind for kind, _, _ in _collectives(ep4, shape)}
+
+
+def test_ep_below_tp_with_dp_attention_gathers_and_scatters():
+    """DP-attention in 8 groups + EP4: each MoE layer's block between the all-gather and reduce-scatter, and no
+    all-to-all."""
+    kinds = [kind for kind, _, _ in _collectives(_machine("parallelism.ep=4"), PassShape(1, 8))]
+    assert kinds.count("reducescatter") == 61 and kinds.count("dispatch") == 0 and kinds.count("allreduce") == 0
+
+
+def test_ep_below_tp_expert_kernel_is_the_busiest_groups_share():
+    """One token on TP8 + EP4: this rank's 64 experts at 1/2 width, the busiest group's distinct experts and routed
+    tokens; the shared expert stays split over the 8 ranks, as under TP8."""
+    ep4, tp8 = _machine(*TP_ONLY, "parallelism.ep=4"), _machine(*TP_ONLY, "parallelism.ep=1")
+    moe, plain = ({k.name: k for seg in pass_layout(m.card, 8, PassShape(1, 1), False, m.split).segments
+                   for k in seg.kernels if any(x.name == "experts_gate_up" for x in seg.kernels)} for m in (ep4, tp8))
+    ratio = binomial_max_ratio(E, K, 1, 4)
+    touched = routed = K / 4 * ratio  # one token: its 8 experts, 2 per group on average, each one routed token
+    inter = INTER / 2
+    assert ep4.card.weights.experts == "fp8"
+    wb = 1.0
+    assert moe["experts_gate_up"].bytes == pytest.approx(touched * D * 2 * inter * wb + routed * (D + 2 * inter) * 2,
+                                                         rel=1e-9)
+    assert moe["experts_gate_up"].flops == pytest.approx(2 * routed * D * 2 * inter, rel=1e-9)
+    assert moe["experts_down"].shape.tp == 2 and moe["experts_down"].shape.ep == 4
+    assert moe["shared_gate_up"] == plain["shared_gate_up"] and moe["router"] == plain["router"]
+
+
+def test_ep_below_tp_holds_tps_weights():
+    """64 experts at 1/2 width are 32 experts' worth, as TP8's 256 at 1/8; no DeepEP, so the shared expert is split."""
+    ep4 = load_scenario(DSV3, [*TP_ONLY, "parallelism.ep=4"])
+    tp8 = load_scenario(DSV3, [*TP_ONLY, "parallelism.ep=1"])
+    assert not replicates_shared_experts(ep4)
+    assert weight_bytes_per_gpu(ep4) == pytest.approx(weight_bytes_per_gpu(tp8), rel=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["deepep_low_latency", "deepep_normal", "nccl"])
+def test_an_all_to_all_backend_needs_ep_equal_tp(capsys, backend):
+    code = main([DSV3, "--set", "parallelism.ep=4", "--set", f"runtime.ep_backend={backend}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().count("\n") == 0 and "Traceback" not in err, err
+    assert f"runtime.ep_backend: {backend} with ep=4 < tp=8" in err, err
+
+
+def test_ep_below_tp_runs(capsys):
+    assert main([DSV3, *sum((["--set", s] for s in TP_ONLY), []), "--set", "parallelism.ep=4",
+                 "--set", "workload.output_tokens=16", "--set", "workload.requests=2"]) == 0
+    out = capsys.readouterr().out
+    assert "TP8 + EP4" in out and "dispatch" not in out
