@@ -82,7 +82,7 @@ def _machine(*sets: str) -> Machine:
 
 
 def _collectives(machine: Machine, shape: PassShape) -> list:
-    layout = pass_layout(machine.card, 8, shape, False, machine.split)
+    layout = pass_layout(machine.card, machine.tp, shape, False, machine.split)
     return [(layout.segments[i].collective, layout.segments[i].collective_bytes, layout.segments[i].group)
             for i in layout.order]
 
@@ -141,3 +141,17 @@ def test_ep_below_tp_runs(capsys):
                  "--set", "workload.output_tokens=16", "--set", "workload.requests=2"]) == 0
     out = capsys.readouterr().out
     assert "TP8 + EP4" in out and "dispatch" not in out
+
+
+def test_pipeline_stages_with_ep_below_tp():
+    """TP4 x PP2 + EP2 per stage: TP's all-reduces and the stage boundary's send/recv, as TP4 x PP2, with every MoE
+    layer's experts as one rank of a 2-group, half-width expert split holds them."""
+    pp = ["parallelism.dp=1", "parallelism.dp_attention=false", "parallelism.tp=4", "parallelism.pp=2"]
+    ep2, ep1 = _machine(*pp, "parallelism.ep=2"), _machine(*pp, "parallelism.ep=1")
+    shape = PassShape(1, 2)
+    assert _collectives(ep2, shape) == _collectives(ep1, shape)
+    assert [kind for kind, _, _ in _collectives(ep2, shape)].count("sendrecv") == 1
+    experts = next(k for k in pass_layout(ep2.card, 4, shape, False, ep2.split).segments[3].kernels
+                   if k.name == "experts_down")
+    assert (experts.shape.tp, experts.shape.ep) == (2, 2)
+    assert experts.shape.busiest == pytest.approx(binomial_max_ratio(E, K, 1, 2), rel=1e-9)  # a micro-batch of 1

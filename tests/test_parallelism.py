@@ -125,7 +125,7 @@ def test_a_valid_wider_split_is_refused_by_the_engine_not_simulated_as_one_group
     code = main([EAGLE3, "--set", "parallelism.tp=4", "--set", "parallelism.pp=2", "--set", "parallelism.ep=4"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.strip().count("\n") == 0 and "parallelism.pp: pp=2 with ep is not simulated" in err
+    assert err.strip().count("\n") == 0 and "parallelism.pp: pp=2 with ep=4 = tp (an all-to-all) is not simulated" in err
 
 
 # --- placement ---------------------------------------------------------------------------------------------------

@@ -153,8 +153,8 @@ def check_memory(scenario: Scenario) -> list[float]:
 def require_simulated(scenario: Scenario) -> None:
     """What one instance's passes can be costed under: a TP group (inside a machine, or spread evenly over
     machines), DP-attention, expert parallelism (ep = tp: an all-to-all over one or two machines; 1 < ep < tp: TP's
-    all-reduce after the experts), or pipeline stages of TP groups inside machines; dp replicas of any of these run
-    as a deployment (engine.deployment), each instance on its own GPUs. The split is checked (placement, memory);
+    all-reduce after the experts), or pipeline stages of TP groups (1 < ep < tp allowed) inside machines; dp replicas
+    of any of these run as a deployment (engine.deployment), each instance on its own GPUs. The split is checked (placement, memory);
     a valid split the engine does not simulate yet is one line and exit 2."""
     par, topology = scenario.spec.parallelism, scenario.topology
     if not par.is_single_group:
@@ -168,9 +168,10 @@ def require_simulated(scenario: Scenario) -> None:
         refuse("runtime.ep_backend", f"{backend} with ep={par.ep} < tp={par.tp}: an all-to-all backend needs ep = tp "
                "(SGLang's DeepEP sets --ep-size to --tp); with ep < tp the experts' outputs are all-reduced over tp",
                f"auto, or ep={par.tp}")
-    if par.pp > 1 and (par.dp_attention or par.ep > 1):
-        refuse("parallelism.pp", f"pp={par.pp} with {'dp_attention' if par.dp_attention else 'ep'} is not simulated",
-               "pp with tp alone, or dp_attention / ep without pp")
+    if par.pp > 1 and (par.dp_attention or par.ep == par.tp > 1):
+        what = "dp_attention" if par.dp_attention else f"ep={par.ep} = tp (an all-to-all)"
+        refuse("parallelism.pp", f"pp={par.pp} with {what} is not simulated",
+               "pp with tp alone or with 1 < ep < tp; dp_attention or ep = tp without pp")
     machine_of = topology.machine_of
     for names in instance_gpus(scenario):  # each instance's first stage (dp replicas: engine.deployment)
         stage = [machine_of[gpu] for gpu in names[:par.tp]]

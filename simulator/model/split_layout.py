@@ -21,7 +21,8 @@ pipeline stages):
   under TP, and one all-reduce over the tp ranks sums the routed and shared outputs (DeepseekV2MoE.forward_normal),
   exactly TP's collective. What changes is the experts' kernel: the busiest expert group's distinct experts and
   routed tokens (model.cards.busiest_expert_group), at 1 / (tp / ep) width. Under DP-attention the block sits
-  between the same all-gather and reduce-scatter as without expert parallelism.
+  between the same all-gather and reduce-scatter as without expert parallelism; with pipeline stages each stage's
+  MoE layers run so, between TP's all-reduces.
 - Embedding and lm_head: under DP-attention the embedding is replicated (SGLang's DeepseekV2Model builds it with
   enable_tp=not is_dp_attention_enabled()) and the lm_head stays vocabulary-parallel over the tp ranks, after an
   all-gather of every group's final hidden states (SGLang's LogitsProcessor without --enable-dp-lm-head); the
@@ -206,8 +207,12 @@ def _tail(out: _Layout, card: ModelCard, split: Split, group: PassShape, everyon
 
 
 def _pipeline_layout(card: ModelCard, split: Split, shape: PassShape, fused: bool) -> PassLayout:
-    """Tensor parallelism inside each stage, and a send/recv of 2 x T x hidden at each stage boundary."""
+    """Tensor parallelism inside each stage (1 < ep < tp: its MoE block's experts as _moe_block's), and a send/recv
+    of 2 x T x hidden at each stage boundary."""
     plain = pass_layout(card, split.tp, shape, fused)
+    if split.ep > 1 and card.moe is not None:
+        moe = replace(plain.segments[3], kernels=tuple(_moe_block(card, split, shape)))
+        plain = PassLayout(plain.segments[:3] + (moe,) + plain.segments[4:], plain.order)
     act = BYTES_PER_VALUE[card.activation_dtype]
     send = Segment((), 0, 0.0, "sendrecv", int(2 * shape.query_tokens * card.hidden_size * act), "pipeline")
     boundary = len(plain.segments)
