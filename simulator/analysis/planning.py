@@ -163,6 +163,7 @@ class Outcome:
     verify_ms: float | None = None
     note: str = ""
     tried: int = 0
+    figures: dict = field(default_factory=dict)  # the result's figures a plan ranks by (results/planner.py)
 
     @property
     def speedup(self) -> float:
@@ -176,7 +177,8 @@ class Outcome:
         out = {"lever": self.name, "description": self.description, "overrides": self.overrides,
                "throughput_tok_s": self.throughput_tok_s, "baseline_tok_s": self.baseline_tok_s,
                "speedup": self.speedup, "pays": self.pays, "mean_accept_len": self.mean_accept_len,
-               "verify_ms": self.verify_ms, "note": self.note, "candidates_tried": self.tried}
+               "verify_ms": self.verify_ms, "note": self.note, "candidates_tried": self.tried,
+               "planner": self.figures.get("planner")}
         if today is not None:
             out["vs_today"] = self.throughput_tok_s / today.throughput_tok_s
         return out
@@ -188,6 +190,7 @@ class Plan:
     today: Outcome
     ranked: list[Outcome]
     skipped: list[Outcome] = field(default_factory=list)
+    rank_by: str = "throughput"  # the results.planner.RANKINGS name the levers are ordered by
 
     @property
     def speculating(self) -> bool:
@@ -217,14 +220,22 @@ class Plan:
 
 def _outcome(name: str, description: str, overrides, result, baseline_tok_s: float | None = None) -> Outcome:
     verify = (result.step_ms.get("verify") or {}).get("mean")
-    return Outcome(name, description, overrides, result.throughput_tok_s,
-                   result.baseline_tok_s if baseline_tok_s is None else baseline_tok_s, result.mean_accept_len, verify)
+    outcome = Outcome(name, description, overrides, result.throughput_tok_s,
+                      result.baseline_tok_s if baseline_tok_s is None else baseline_tok_s, result.mean_accept_len,
+                      verify)
+    outcome.figures = {"throughput_tok_s": outcome.throughput_tok_s, "speedup": outcome.speedup,
+                       "load": {"goodput_tok_s": result.load.get("goodput_tok_s")}, "planner": result.planner}
+    return outcome
 
 
 def plan_levers(path: str, set_args: list[str] | None = None, levers: list[Lever] | None = None,
-                progress: Callable[[str], None] | None = None) -> Plan:
-    """Simulate the scenario, then each lever on its own (every candidate of a lever; the best kept), ranked."""
+                progress: Callable[[str], None] | None = None, rank_by: str = "throughput") -> Plan:
+    """Simulate the scenario, then each lever on its own (every candidate of a lever; the best kept), ranked by
+    `rank_by` (a name of results.planner.RANKINGS: throughput, throughput_per_gpu, goodput_per_gpu, cost, ...)."""
+    from ..results.planner import lookup, sort_key
     from ..results.run import resolve, run
+
+    better = sort_key(rank_by, lambda outcome, dotted: lookup(outcome.figures, dotted))
 
     set_args = list(set_args or [])
     say = progress or (lambda text: None)
@@ -252,7 +263,7 @@ def plan_levers(path: str, set_args: list[str] | None = None, levers: list[Lever
             outcome = _outcome(lever.name, lever.description, overrides, result,
                                None if lever.hardware else today.baseline_tok_s)
             outcome.note = "today's setting is the best" if variant == scenario else note
-            if best is None or outcome.throughput_tok_s > best.throughput_tok_s:
+            if best is None or better(outcome) < better(best):
                 best = outcome
         if best is None:
             skipped.append(Outcome(lever.name, lever.description, note="; ".join(dict.fromkeys(errors))))
@@ -262,8 +273,8 @@ def plan_levers(path: str, set_args: list[str] | None = None, levers: list[Lever
             rejected = f"{len(errors)} of {len(candidates)} candidates rejected: {errors[0]}"
             best.note = f"{best.note}; {rejected}" if best.note else rejected
         ranked.append(best)
-    ranked.sort(key=lambda o: o.throughput_tok_s, reverse=True)
-    return Plan(scenario.name, today, ranked, skipped)
+    ranked.sort(key=better)
+    return Plan(scenario.name, today, ranked, skipped, rank_by)
 
 
 def describe_overrides(overrides: Overrides | None, width: int = 80) -> str:

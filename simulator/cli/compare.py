@@ -36,7 +36,18 @@ def configure(p) -> None:
     p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override every run's fidelity")
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.add_argument("--plot", metavar="OUT.png", help="grouped bars: throughput and baseline per run")
+    rank_option(p)
     limit_options(p)
+
+
+def rank_option(p) -> None:
+    """--rank-by: one of the planner's figures (simulator.results.planner.RANKINGS), best first."""
+    from ..results.planner import RANKINGS
+
+    p.add_argument("--rank-by", choices=list(RANKINGS), metavar="FIGURE",
+                   help="order the runs best first by one figure: " + ", ".join(
+                       f"{name} ({r.label}, {'higher' if r.higher_is_better else 'lower'} is better)"
+                       for name, r in RANKINGS.items()) + "; runs without the figure (no price) go last")
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -84,6 +95,10 @@ def main(args) -> int:
     for i, ((label, _, _), scenario) in enumerate(bar, start=1):
         note(bar, f"compare: [{i}/{len(runs)}] {label}")
         rows.append(summary(label, run(scenario)))
+    if args.rank_by:
+        from ..results.planner import lookup, rank
+
+        rows = rank(rows, args.rank_by, lambda row, path: lookup(row["result"].to_dict(), path))
     text = {"table": to_table, "json": lambda r: json.dumps([{k: v for k, v in x.items() if k != "result"} for x in r],
                                                              indent=2), "csv": to_csv}[args.format](rows)
     print(text.rstrip("\n"))
@@ -99,6 +114,10 @@ def summary(label: str, result) -> dict:
             "speedup": result.speedup, "mean_accept_len": result.mean_accept_len,
             "verify_ms": mean("verify"), "draft_ms": mean("draft"), "step_ms": mean("step"),
             "baseline_decode_ms": mean("baseline_decode"), "breakeven_accept_len": result.breakeven_accept_len,
+            "gpus": result.planner.get("gpus"),
+            "throughput_tok_s_per_gpu": result.planner.get("throughput_tok_s_per_gpu"),
+            "goodput_tok_s_per_gpu": result.planner.get("goodput_tok_s_per_gpu"),
+            "target_met": result.planner.get("target_met"), "usd_per_mtok": result.planner.get("usd_per_mtok"),
             "breakdown_ms_per_token": dict(result.breakdown_ms_per_token),
             "accept_len_hist": dict(result.accept_len_hist), "provenance": result.provenance,
             "result": result}
@@ -107,7 +126,9 @@ def summary(label: str, result) -> dict:
 ROWS = (("throughput (tok/s)", "throughput_tok_s", 1), ("baseline (tok/s)", "baseline_tok_s", 1),
         ("speedup", "speedup", 2), ("mean accept length", "mean_accept_len", 2), ("verify pass (ms)", "verify_ms", 2),
         ("drafting (ms)", "draft_ms", 2), ("speculative step (ms)", "step_ms", 2),
-        ("plain decode step (ms)", "baseline_decode_ms", 2), ("break-even accept length", "breakeven_accept_len", 2))
+        ("plain decode step (ms)", "baseline_decode_ms", 2), ("break-even accept length", "breakeven_accept_len", 2),
+        ("GPUs", "gpus", 0), ("tok/s per GPU", "throughput_tok_s_per_gpu", 1),
+        ("goodput tok/s per GPU", "goodput_tok_s_per_gpu", 1), ("$ per M output tokens", "usd_per_mtok", 2))
 
 
 def to_table(rows: list[dict]) -> str:
@@ -121,6 +142,10 @@ def to_table(rows: list[dict]) -> str:
         lines.append(f"  {category:26}" + "".join(f" {r['breakdown_ms_per_token'][category]:>{width}.2f}" for r in rows))
     lines.append(f"  {'total':26}" + "".join(f" {sum(r['breakdown_ms_per_token'].values()):>{width}.2f}" for r in rows))
     lines.append(f"common random numbers: every run used seed {rows[0]['seed']}.")
+    target = rows[0]["result"].load.get("target") or {}
+    if target:
+        lines.append(f"goodput: output tokens of the requests with TTFT <= {target['ttft_ms']:g} ms and TPOT <= "
+                     f"{target['tpot_ms']:g} ms (the first run's target); per GPU: over the GPUs each run holds.")
     return "\n".join(lines)
 
 

@@ -17,12 +17,16 @@ EXAMPLES = """
   specsim plan pcie8_eagle3                        every lever, ranked
   specsim plan pcie8_ngram --format json
   specsim plan pcie8_eagle3 --plot tornado.png
+  specsim plan pcie8_eagle3 --rank-by cost         cheapest per million output tokens first
 """
 
 
 def configure(p) -> None:
     scenario_options(p, fidelity=True)
     p.add_argument("--plot", metavar="OUT.png", help="tornado chart of the levers' throughput")
+    from .compare import rank_option
+
+    rank_option(p)
 
 
 def main(args) -> int:
@@ -40,7 +44,7 @@ def main(args) -> int:
             bar.update(1)
             note(bar, text)
 
-        plan = plan_levers(args.scenario, overrides_of(args), progress=said)
+        plan = plan_levers(args.scenario, overrides_of(args), progress=said, rank_by=args.rank_by or "throughput")
     if args.format == "json":
         print(json.dumps(to_dict(plan), indent=2, default=str))
     else:
@@ -58,6 +62,7 @@ def to_dict(plan) -> dict:
 
 def to_table(plan) -> str:
     from ..analysis.planning import describe_overrides
+    from ..results.planner import RANKINGS, lookup
 
     today = plan.today
     if plan.speculating:
@@ -65,15 +70,22 @@ def to_table(plan) -> str:
                  f"{today.mean_accept_len:.2f}: speculation {'PAYS' if today.pays else 'LOSES'}")
     else:
         state = "speculation off (levers about drafting do not apply)"
-    lines = [f"plan: {plan.scenario}, one change at a time (same seed for every run)",
-             f"today: {today.throughput_tok_s:.1f} tok/s, {state}", "",
+    ranking = RANKINGS[plan.rank_by]
+    extra = plan.rank_by not in ("throughput", "speedup")  # those two have their own columns
+    figure = lambda o: lookup(o.figures, ranking.path)  # noqa: E731
+    shown = lambda o: f" {'-' if figure(o) is None else f'{figure(o):,.2f}':>{len(ranking.label)}}"  # noqa: E731
+    lines = [f"plan: {plan.scenario}, one change at a time (same seed for every run), ranked by {ranking.label} "
+             f"({'higher' if ranking.higher_is_better else 'lower'} is better)",
+             f"today: {today.throughput_tok_s:.1f} tok/s" + (f", {ranking.label} {shown(today).strip()}" if extra
+                                                             else "") + f", {state}", "",
              f"  {'#':>2}  {'lever':28} {'tok/s':>7} {'vs today':>8} {'baseline':>8} {'speedup':>7} {'accept':>6} "
-             f"{'verify ms':>9}  pays  change"]
+             f"{'verify ms':>9}" + (f" {ranking.label}" if extra else "") + "  pays  change"]
     for rank, o in enumerate(plan.ranked, start=1):
         verify = "-" if o.verify_ms is None else f"{o.verify_ms:.1f}"
         lines.append(f"  {rank:>2}  {o.name:28} {o.throughput_tok_s:7.1f} "
                      f"{o.throughput_tok_s / today.throughput_tok_s - 1:+8.0%} {o.baseline_tok_s:8.1f} "
-                     f"{o.speedup:6.2f}x {o.mean_accept_len:6.2f} {verify:>9}  {'yes ' if o.pays else 'no  '}  "
+                     f"{o.speedup:6.2f}x {o.mean_accept_len:6.2f} {verify:>9}{shown(o) if extra else ''}  "
+                     f"{'yes ' if o.pays else 'no  '}  "
                      f"{describe_overrides(o.overrides)}")
     lines += ["", "speedup: against plain decode on the same (changed) machine; baseline: that plain decode's tok/s."]
     for o in plan.ranked:

@@ -28,6 +28,11 @@ def configure(p) -> None:
     p.add_argument("--chunk", type=int, metavar="N", help="points per task sent to a worker (default: automatic)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal anyway)")
     p.add_argument("--max-points", type=int, metavar="N", help="refuse sweeps of more than N points (default 100000)")
+    from .compare import rank_option
+
+    rank_option(p)
+    p.add_argument("--top", type=int, default=10, metavar="N", help="with --rank-by (or the file's rank_by): how "
+                   "many of the best points to print (default 10)")
     limit_options(p)
 
 
@@ -44,10 +49,17 @@ def main(args) -> int:
         raise ConfigError("command line", "--chunk", f"{args.chunk} points per task", ">= 1")
     if args.workers is not None and args.dask:
         raise ConfigError("command line", "--workers", "has no effect with --dask (the cluster has its workers)")
-    from ..experiments.sweep import Terminated, run_sweep
+    from ..experiments.ranking import check_rank_by
+    from ..experiments.sweep import Terminated, load_sweep, run_sweep
 
+    if args.top < 1:
+        raise ConfigError("command line", "--top", f"{args.top} points", ">= 1")
+    sweep = load_sweep(locate(args.sweep, "scenario"))
+    rank_by = args.rank_by or sweep.spec.rank_by
+    if rank_by:
+        check_rank_by(rank_by, sweep.spec.metrics, "command line", "--rank-by")
     try:
-        report = run_sweep(locate(args.sweep, "scenario"), workers=args.workers, dask_address=args.dask,
+        report = run_sweep(sweep, workers=args.workers, dask_address=args.dask,
                            out=args.out, fidelity=args.fidelity,
                            progress=False if args.no_progress or not show_progress() else None,
                            chunk_size=args.chunk, max_points=args.max_points, max_work=args.max_work)
@@ -56,4 +68,9 @@ def main(args) -> int:
         print(f"sweep: stopped by {signal_name}; finished rows are kept, rerun to resume", file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
     log.info("%s", report.line())
+    if rank_by:
+        from ..experiments.ranking import ranking_table
+        from ..experiments.store import read_results
+
+        print(ranking_table(read_results(report.out), rank_by, list(sweep.spec.axes), args.top))
     return 0

@@ -146,6 +146,14 @@ def _check_machines(fabric: "Fabric") -> None:
             raise ValueError(f"{link.kind} link {a.name}-{b.name} joins two machines; only network links do")
 
 
+class GPUPrice(Strict):
+    """What one GPU of this machine costs to rent, for cost per token (an input with its source, never fitted)."""
+
+    usd_per_gpu_hour: float = Field(gt=0, le=1e4, description="On-demand price of one GPU for one hour, US dollars")
+    source: str = Field(min_length=1, description="Where the price is published (provider, offer, page)")
+    as_of: str = Field(min_length=1, description="The date the price was read (YYYY-MM-DD); prices change")
+
+
 class Topology(Strict):
     """A machine (or machines): GPUs, hosts and fabric."""
 
@@ -154,6 +162,8 @@ class Topology(Strict):
     gpu: GPUSpec = Field(description="The GPU model in every GPU slot")
     host: HostSpec = Field(description="The host side of every rank")
     fabric: Fabric = Field(description="How the GPUs are connected")
+    price: Optional[GPUPrice] = Field(None, description=(
+        "Optional rental price per GPU-hour with its source: results then give the cost per million output tokens"))
 
     @property
     def gpu_names(self) -> list[str]:

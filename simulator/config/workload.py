@@ -73,10 +73,14 @@ Arrival = Annotated[Union[AllAtOnce, RateArrivals, ArrivalTrace], Field(discrimi
 
 
 class LatencyTarget(Strict):
-    """A request counts towards goodput when it meets both targets."""
+    """A request counts towards goodput when it meets both targets; the run meets the target when the `percentile`-th
+    percentile of TTFT and of TPOT over its requests are within them (e.g. p90 TTFT <= 2 s and p90 TPOT <= 100 ms)."""
 
     ttft_ms: PositiveFloat = Field(2000.0, description="Longest time to the first token that meets the target")
     tpot_ms: PositiveFloat = Field(100.0, description="Longest mean time per output token after the first that meets the target")
+    percentile: float = Field(90.0, gt=0, le=100, description=(
+        "Percentile of requests whose TTFT and TPOT must be within the targets for the run to meet them (50-99.9 "
+        "typical; 100: every request)"))
 
 
 class Workload(Strict):

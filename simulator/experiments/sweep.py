@@ -22,6 +22,7 @@ from typing import Any, Iterator, NamedTuple
 from ..config import Scenario, load_scenario
 from ..config.errors import ConfigError
 from ..results.files import check_output_file
+from ..results.planner import lookup
 from ..results.limits import cap_workers, check_points, check_work
 from .metrics import PROVENANCE_COLUMNS, check_metrics
 from .memory import tune_malloc
@@ -89,18 +90,10 @@ def run_chunk(task: ChunkTask) -> list[tuple[str, str, str, list[Any]]]:
             scenario = base.with_overrides(point.values)
             check_work(scenario, task.max_work)
             result = run(scenario).to_dict()
-            out.append((point.id, "ok", "", [_lookup(result, m) for m in task.metrics]))
+            out.append((point.id, "ok", "", [lookup(result, m) for m in task.metrics]))
         except Exception as exc:  # a failed point is a result: recorded, and the sweep goes on
             out.append((point.id, "error", _one_line(exc), []))
     return out
-
-
-def _lookup(data: Any, path: str) -> Any:
-    for key in path.split("."):
-        if not isinstance(data, dict) or key not in data:
-            return None
-        data = data[key]
-    return data
 
 
 def _one_line(exc: BaseException) -> str:

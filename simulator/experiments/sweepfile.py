@@ -48,9 +48,12 @@ class SweepSpec(Strict):
     seed: int = Field(0, ge=0, description="seed of the random points (random mode only)")
     fixed: dict[str, Any] = Field(default_factory=dict, alias="set", description="overrides applied to every point")
     metrics: list[str] = Field(min_length=1, description="dotted paths into Result.to_dict() to keep")
+    rank_by: str | None = Field(None, description="after the sweep, print the best points by this figure: "
+                                "throughput, throughput_per_gpu, goodput, goodput_per_gpu, cost or speedup (its "
+                                "dotted path must be among the metrics)")
 
 
-KEYS = ("name", "description", "scenario", "mode", "axes", "samples", "seed", "set", "metrics")  # as users write them
+KEYS = ("name", "description", "scenario", "mode", "axes", "samples", "seed", "set", "metrics", "rank_by")  # as users write them
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,10 @@ def load_sweep(path: str) -> Sweep:
         lengths = {len(v) for v in spec.axes.values()}
         if spec.mode == "zip" and len(lengths) > 1:
             raise ConfigError(path, "axes", f"zip mode needs lists of equal length, got lengths {sorted(lengths)}")
+    if spec.rank_by is not None:
+        from .ranking import check_rank_by
+
+        check_rank_by(spec.rank_by, spec.metrics, path, "rank_by")
     _check_finite(spec.axes, path, "axes")
     _check_finite(spec.fixed, path, "set")
     columns = list(RESERVED) + list(spec.axes) + list(spec.metrics)

@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+from .planner import table_lines as planner_lines
 from .summary import BREAKDOWN, Result
 
 
@@ -51,7 +52,9 @@ STEP_STATS = ("mean", "p50", "p99")
 PERCENTILES = ("mean", "p50", "p90", "p99")
 ALLREDUCE = ("bytes", "algorithm", "protocol", "time_us", "latency_us", "algbw_GBps", "busbw_GBps")
 LOAD = {**{k: PERCENTILES for k in ("ttft_ms", "tpot_ms", "queue_ms")}, "request_throughput_rps": None,
-        "goodput_rps": None, "slo_attainment": None, "target": ("ttft_ms", "tpot_ms"), "kv_peak_tokens": None,
+        "goodput_rps": None, "goodput_tok_s": None, "slo_attainment": None,
+        "target": ("ttft_ms", "tpot_ms", "percentile", "ttft_ms_at_percentile", "tpot_ms_at_percentile", "met"),
+        "kv_peak_tokens": None,
         "kv_capacity_tokens": None, "kv_peak_fraction": None, "preemptions": None, "mean_batch": None,
         "max_waiting": None}
 PROVENANCE = ("specsim_version", "scenario", "scenario_file", "topology", "topology_file", "model", "model_file",
@@ -70,6 +73,11 @@ CSV_SHAPE: dict[str, Any] = {
     "policy": ("kind", "steps", "speculative_share"),
     "what_if": {"cuda_graph_verify": ("verify_ms", "breakeven_accept_len", "speedup_at_this_accept_len")},
     "load": LOAD, "baseline_load": LOAD,
+    "planner": {**{k: None for k in ("gpus", "throughput_tok_s_per_gpu", "baseline_tok_s_per_gpu",
+                                     "goodput_tok_s_per_gpu", "baseline_goodput_tok_s_per_gpu", "target_met",
+                                     "baseline_target_met", "usd_per_mtok", "baseline_usd_per_mtok",
+                                     "usd_per_good_mtok")},
+                "price": ("usd_per_gpu_hour", "source", "as_of")},
     "provenance": PROVENANCE,
     "deployment": ("instances", "router", "tp", "gpus", "total_tok_s"),
 }
@@ -305,7 +313,7 @@ def to_table(result: Result) -> str:
     r = result
     spec = r.speculation["method"] != "none"
     lines = (_header_lines(r) + _speculation_lines(r, spec) + _machine_lines(r) + _policy_lines(r, spec)
-             + _load_lines(r.load) + deployment_lines(r) + [""])
+             + _load_lines(r.load) + planner_lines(r) + deployment_lines(r) + [""])
     bd = r.breakdown_ms_per_token
     lines.append("  time per token (ms): " + "  ".join(f"{k.replace('allreduce_', 'AR ')} {bd[k]:.2f}" for k in BREAKDOWN)
                  + f"  = {sum(bd.values()):.2f}")

@@ -12,6 +12,7 @@ from .deployment import deployment_report, summarize_servers
 from .derived import allreduce_choice, breakeven_accept_len, collectives_per_pass, expected_accept_len, policy_summary, what_if
 from .summary import Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, _stats_ms
 from ..model.cost import PassShape
+from .planner import planner_figures
 from .provenance import describe, provenance
 from ..config.typical import mean_length
 
@@ -75,6 +76,7 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
     spec = scenario.spec
     lengths = main.accept_lengths
     load = load_metrics(main, spec.workload.target)
+    baseline_load = load if base is main else load_metrics(base, spec.workload.target)
     target_plan = machine.plan("target", PassShape(1, 1, int(mean_length(spec.workload.prompt_tokens))),
                                spec.runtime.cuda_graph_decode)
     return Result(
@@ -102,7 +104,8 @@ def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float
         policy=policy_summary(spec, main),
         what_if=what_if(scenario, machine, main, base, main.slots),
         load=load,
-        baseline_load=load_metrics(base, spec.workload.target),
+        baseline_load=baseline_load,
+        planner=planner_figures(scenario, main.throughput_tok_s, base.throughput_tok_s, load, baseline_load),
         kernels=kernel_report(scenario, machine, main.slots),
         provenance=provenance(scenario),
         collectives=collectives_per_pass(scenario, machine),

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.records import KIND_DECODE, KIND_SPEC, StepColumns
+from .planner import target_check
 
 BREAKDOWN = ("compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other")
 
@@ -110,6 +111,7 @@ class Result:
     what_if: dict[str, Any] = field(default_factory=dict)  # the report's quick levers (derived.what_if)
     load: dict[str, Any] = field(default_factory=dict)  # latency percentiles, goodput, queueing, KV use
     baseline_load: dict[str, Any] = field(default_factory=dict)
+    planner: dict[str, Any] = field(default_factory=dict)  # per GPU, goodput at the target, cost (results/planner.py)
     kernels: dict[str, Any] = field(default_factory=dict)  # which source timed each kernel family (measured/roofline)
     provenance: dict[str, Any] = field(default_factory=dict)  # what was run (results/provenance.py)
     collectives: dict[str, Any] = field(default_factory=dict)  # a wider split's collectives per decode pass
@@ -163,8 +165,9 @@ def load_metrics(run: RunSummary, target) -> dict[str, Any]:
         "ttft_ms": _percentiles_ms(ttft), "tpot_ms": _percentiles_ms(tpot), "queue_ms": _percentiles_ms(queue),
         "request_throughput_rps": len(done) / seconds if seconds > 0 else 0.0,
         "goodput_rps": len(good) / seconds if seconds > 0 else 0.0,
+        "goodput_tok_s": sum(r.generated for r in good) / seconds if seconds > 0 else 0.0,
         "slo_attainment": len(good) / len(done) if done else 0.0,
-        "target": {"ttft_ms": target.ttft_ms, "tpot_ms": target.tpot_ms},
+        "target": target_check(ttft, tpot, target),
         "kv_peak_tokens": run.kv_peak_tokens, "kv_capacity_tokens": run.kv_capacity_tokens,
         "kv_peak_fraction": run.kv_peak_tokens / run.kv_capacity_tokens if run.kv_capacity_tokens else 0.0,
         "preemptions": run.preemptions,
