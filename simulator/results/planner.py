@@ -16,8 +16,6 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-import numpy as np
-
 
 class Ranking(NamedTuple):
     """A figure to rank deployments by: its dotted path in a result's JSON and whether higher is better."""
@@ -39,6 +37,8 @@ RANKINGS: dict[str, Ranking] = {
 
 def target_check(ttft_us: list[float], tpot_us: list[float], target) -> dict[str, Any]:
     """The target, the percentile latencies it is judged on (ms; None without requests) and whether both are met."""
+    import numpy as np  # here, not at the top: `--help` lists the rankings without loading numpy
+
     def at(values):
         return float(np.percentile(np.asarray(values) / 1e3, target.percentile)) if values else None
 
