@@ -156,3 +156,10 @@ def test_sweep_ranking_by_a_figure_it_does_not_keep_is_one_line(tmp_path, capsys
     assert len(err.splitlines()) == 1 and "planner.usd_per_mtok" in err
     assert main(["sweep", _sweep(tmp_path, rank_by="fastest")]) == 2
     assert "throughput_per_gpu" in capsys.readouterr().err
+
+
+def test_the_shipped_deployment_sweep_has_200_points_and_ranks_by_goodput():
+    from simulator.experiments.sweep import load_sweep, points
+
+    sweep = load_sweep(scenario_path("sweep_deployments.yaml"))
+    assert len(points(sweep)) == 200 and sweep.spec.rank_by == "goodput_per_gpu"

@@ -11,12 +11,15 @@ log = logging.getLogger("specsim")
 EXAMPLES = """
   specsim plots                                    every figure into ./plots (about 15 s)
   specsim plots --out figs --quick                 thin sweeps and short requests, for a quick look
+  specsim plots --only deploy                      the deployment questions: figures and their rows (CSV)
 """
 
 
 def configure(p) -> None:
     p.add_argument("--out", default="plots", help="folder for the figures (default: ./plots, made if missing)")
     p.add_argument("--quick", action="store_true", help="short requests and thin sweeps (for tests)")
+    p.add_argument("--only", action="append", default=[], metavar="NAME", help="only the figures whose name "
+                   "contains NAME (repeatable), e.g. --only deploy for the deployment questions")
 
 
 def main(args) -> int:
@@ -27,7 +30,12 @@ def main(args) -> int:
     check_outputs(args, files=(), folders=("out",))  # made if missing, refused if a file or not writable
     figures = Figures(args.out, args.quick)
     started = time.perf_counter()
-    items = figures.all()
+    items = [(name, make) for name, make in figures.all() if not args.only or any(o in name for o in args.only)]
+    if not items:
+        from ..config.errors import ConfigError
+
+        raise ConfigError("command line", "--only", f"no figure matches {', '.join(args.only)}",
+                          ", ".join(name for name, _ in figures.all()))
     bar = progress(items, desc="plots", unit="figure")
     for i, (name, make) in enumerate(bar, start=1):
         note(bar, f"[{i}/{len(items)}] {name}")

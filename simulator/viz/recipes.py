@@ -168,4 +168,10 @@ class Figures:
                 ("pcie_vs_nvlink", self.pcie_vs_nvlink), ("chain_vs_tree eager", lambda: self.chain_vs_tree(False)),
                 ("chain_vs_tree graph", lambda: self.chain_vs_tree(True)), ("breakdown", self.breakdown),
                 ("hybrid", self.hybrid), ("tornado", self.tornado), ("concurrency", self.concurrency),
-                ("run summary", self.summary)]
+                ("run summary", self.summary)] + self.deployments()
+
+    def deployments(self):
+        """(name, callable) for each deployment question (viz/deployments.py): a figure and its rows as CSV."""
+        from .deployments import QUESTIONS, answer
+
+        return [(q.name, lambda q=q: answer(q, self.out, self.quick)) for q in QUESTIONS]

@@ -1,0 +1,171 @@
+"""The README's deployment questions (issue 14): each runs a shipped scenario under a list of deployments (labelled
+override sets) at a few loads, and reports, per deployment and load, output tokens/s per GPU, goodput per GPU at the
+workload's latency target and, where the topology names a price, dollars per million output tokens.
+
+A deployment this version cannot simulate (a split the serving loop refuses, a model that does not fit) is a row
+with the one-line reason instead of figures, so a question says plainly what is missing; when the split becomes
+simulable, the same recipe fills it in. `quick` shortens the requests (for tests).
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config.errors import ConfigError
+
+Overrides = dict[str, Any]  # keyword overrides of simulator.run ("__" for ".")
+
+MTP_ACCEPT = 0.85  # DeepSeek-V3 technical report (arXiv 2412.19437) sec. 5.4.3: the second token's acceptance is 85-90%
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question: a base scenario, the deployments to compare and the loads to compare them at."""
+
+    name: str  # the figure's and the table's file stem
+    title: str
+    scenario: str  # a shipped scenario's name
+    deployments: dict[str, Overrides]
+    loads: dict[str, Overrides]  # label -> workload overrides (concurrency and requests)
+    common: Overrides = field(default_factory=dict)
+    note: str = ""
+
+
+def _load(users: int) -> Overrides:
+    """`users` requests sent at the same moment, all served at once: the TTFT is the burst's prefill, not a queue."""
+    return {"workload__concurrency": users, "workload__requests": users}
+
+
+SPEC_OFF = {"speculation__method": "none"}
+EAGER, GRAPH = {"runtime__cuda_graph_verify": False}, {"runtime__cuda_graph_verify": True}
+KIMI_SPLITS = {"TP8": {"parallelism": {"tp": 8}}, "2 x TP4": {"parallelism": {"tp": 4, "dp": 2}},
+               "DP-attn + EP8": {"parallelism": {"tp": 8, "dp": 8, "ep": 8, "dp_attention": True}}}
+SPEC_MODES = {"no spec": SPEC_OFF, "EAGLE-3 eager": EAGER, "EAGLE-3 graph": GRAPH}
+MTP = {"model": "deepseek_v3", "runtime__cuda_graph_verify": True, "speculation__method": "mtp", "speculation__draft_tokens": 1,
+       "speculation__acceptance": {"kind": "iid", "alpha": MTP_ACCEPT}}
+
+QUESTIONS = [
+    Question("deploy_reference_kimi", "Kimi-K2.5 on the reference machine (8x RTX PRO 6000, PCIe)", "pcie8_eagle3",
+             {f"{split}, {mode}": {**s, **m} for split, s in KIMI_SPLITS.items() for mode, m in SPEC_MODES.items()},
+             {"1 user": _load(1), "16 users": _load(16), "64 users": _load(64)},
+             {"workload__output_tokens": 256}),
+    Question("deploy_dsv3_h200", "DeepSeek-V3 with MTP on 8x H200: TP8 vs DP-attention + EP8", "nvlink8_h200_eagle3",
+             {"TP8": {"parallelism": {"tp": 8}},
+              "DP-attn + EP8": {"parallelism": {"tp": 8, "dp": 8, "ep": 8, "dp_attention": True}}},
+             {"batch 1 per rank": {"per_rank": 1}, "batch 32 per rank": {"per_rank": 32}},
+             {**MTP, "workload__output_tokens": 256},
+             note="batch per rank: TP8 serves the batch on every rank; DP-attention gives each of its 8 attention "
+                  "ranks its own batch, 8 times as many requests in all"),
+    Question("deploy_llama70b_2node", "Llama-3.1-70B on two H100 nodes", "nvlink8_h100_llama8b_eagle3",
+             {"TP16": {"parallelism": {"tp": 16}}, "TP8 x PP2": {"parallelism": {"tp": 8, "pp": 2}},
+              "2 x TP8": {"parallelism": {"tp": 8, "dp": 2}}},
+             {"1 user": _load(1), "16 users": _load(16), "64 users": _load(64)},
+             {"model": "llama_3_1_70b", "topology": "two_node_h100", "speculation__method": "none",
+              "workload__output_tokens": 256}),
+]
+
+
+def _per_rank(overrides: Overrides, deployment: Overrides) -> Overrides:
+    """'per_rank: n' becomes the concurrency of the whole deployment: n per attention group."""
+    if "per_rank" not in overrides:
+        return overrides
+    par = deployment.get("parallelism", {})
+    groups = par.get("dp", 1) if par.get("dp_attention") else 1
+    return _load(overrides["per_rank"] * groups)
+
+
+def figures_of(result) -> dict[str, Any]:
+    p, target = result.planner, result.load.get("target") or {}
+    return {"gpus": p["gpus"], "tok_s": result.throughput_tok_s, "tok_s_per_gpu": p["throughput_tok_s_per_gpu"],
+            "goodput_tok_s_per_gpu": p["goodput_tok_s_per_gpu"], "usd_per_mtok": p["usd_per_mtok"],
+            "target_met": p["target_met"], "ttft_ms_p": target.get("ttft_ms_at_percentile"),
+            "tpot_ms_p": target.get("tpot_ms_at_percentile"), "error": ""}
+
+
+def run_question(question: Question, quick: bool = False) -> list[dict[str, Any]]:
+    """One row per (deployment, load): the figures, or the reason the deployment cannot be simulated."""
+    from ..results.run import run
+    from .recipes import scenario
+
+    short = {"workload__output_tokens": 32} if quick else {}
+    rows = []
+    for label, deployment in question.deployments.items():
+        for load, overrides in question.loads.items():
+            row = {"deployment": label, "load": load}
+            try:
+                result = run(scenario(question.scenario), **{**question.common, **deployment,
+                                                             **_per_rank(overrides, deployment), **short})
+                row.update(figures_of(result))
+            except ConfigError as exc:
+                row["error"] = exc.problem
+            rows.append(row)
+    return rows
+
+
+COLUMNS = ("deployment", "load", "gpus", "tok_s", "tok_s_per_gpu", "goodput_tok_s_per_gpu", "usd_per_mtok",
+           "target_met", "ttft_ms_p", "tpot_ms_p", "error")
+
+
+def write_rows(rows: list[dict[str, Any]], path: str) -> str:
+    from ..results.files import atomic_write
+
+    with atomic_write(path, "w") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(COLUMNS), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows([{k: row.get(k, "") for k in COLUMNS} for row in rows])
+    return path
+
+
+def _cell(value, digits: int = 1) -> str:
+    if value is None or value == "" or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def markdown_table(rows: list[dict[str, Any]], target: str) -> str:
+    """The README's table: per deployment and load, tok/s per GPU, goodput per GPU at the target (with the
+    percentile TTFT and TPOT it was judged on), $ per M output tokens; or why the deployment has no figures."""
+    lines = [f"| deployment | load | GPUs | tok/s per GPU | goodput tok/s per GPU | {target}: TTFT / TPOT (ms) | "
+             "$ per M output tokens |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if r.get("error"):
+            lines.append(f"| {r['deployment']} | {r['load']} | | n/a: {r['error']} | | | |")
+            continue
+        lines.append(f"| {r['deployment']} | {r['load']} | {r['gpus']} | {_cell(r['tok_s_per_gpu'])} | "
+                     f"{_cell(r['goodput_tok_s_per_gpu'])} | {_cell(r['ttft_ms_p'], 0)} / {_cell(r['tpot_ms_p'])} | "
+                     f"{_cell(r['usd_per_mtok'], 2)} |")
+    return "\n".join(lines)
+
+
+def deployment_bars(question: Question, rows: list[dict[str, Any]], path: str) -> str:
+    """Two panels, tok/s per GPU and goodput per GPU: a group of bars per load, one bar per simulable deployment."""
+    from .style import _pyplot, _save
+
+    plt = _pyplot()
+    loads = list(question.loads)
+    labels = [d for d in question.deployments if any(r["deployment"] == d and not r["error"] for r in rows)]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.4), layout="constrained")
+    width = 0.8 / max(1, len(labels))
+    for ax, key, name in zip(axes, ("tok_s_per_gpu", "goodput_tok_s_per_gpu"),
+                             ("output tok/s per GPU", "goodput tok/s per GPU (latency target met)")):
+        for i, label in enumerate(labels):
+            values = [next((r[key] for r in rows if r["deployment"] == label and r["load"] == load and not r["error"]),
+                           0.0) for load in loads]
+            ax.bar([j + (i - (len(labels) - 1) / 2) * width for j in range(len(loads))], values, width, label=label)
+        ax.set_xticks(range(len(loads)), loads)
+        ax.set_ylabel(name)
+        ax.grid(axis="y", alpha=0.3)
+    missing = [d for d in question.deployments if d not in labels]
+    axes[0].legend(fontsize=7, loc="best")
+    fig.suptitle(question.title + (f"\nnot simulated: {', '.join(missing)}" if missing else ""), fontsize=10)
+    return _save(fig, path)
+
+
+def answer(question: Question, out: str, quick: bool = False) -> str:
+    """Run a question, write its rows (CSV) beside its figure (PNG); returns the figure's path."""
+    rows = run_question(question, quick)
+    write_rows(rows, os.path.join(out, f"{question.name}.csv"))
+    return deployment_bars(question, rows, os.path.join(out, f"{question.name}.png"))

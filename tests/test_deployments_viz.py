@@ -1,0 +1,62 @@
+"""The deployment questions' recipe (viz/deployments.py): rows carry the runs' planner figures, a deployment that
+cannot be simulated is a row with its one-line reason, the table and the figure show what the rows hold."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from simulator.results.run import run
+from simulator.viz import deployments, style
+from simulator.viz.deployments import Question, markdown_table, run_question, write_rows
+
+from conftest import scenario_path
+
+QUESTION = Question("q", "Llama-3.1-8B on H100", "nvlink8_h100_llama8b_eagle3",
+                    {"TP1": {"parallelism": {"tp": 1}}, "TP2": {"parallelism": {"tp": 2}},
+                     "2 x TP1": {"parallelism": {"tp": 1, "dp": 2}}},
+                    {"1 user": {"workload__concurrency": 1, "workload__requests": 1},
+                     "4 users": {"workload__concurrency": 4, "workload__requests": 4}},
+                    {"workload__prompt_tokens": 128})
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return run_question(QUESTION, quick=True)
+
+
+def test_rows_are_the_runs_figures(rows):
+    assert [(r["deployment"], r["load"]) for r in rows] == [(d, load) for d in QUESTION.deployments
+                                                             for load in QUESTION.loads]
+    direct = run(scenario_path("nvlink8_h100_llama8b_eagle3.yaml"), parallelism={"tp": 2}, workload__concurrency=4,
+                 workload__requests=4, workload__prompt_tokens=128, workload__output_tokens=32)
+    tp2 = next(r for r in rows if r["deployment"] == "TP2" and r["load"] == "4 users")
+    assert tp2["gpus"] == 2 and tp2["tok_s_per_gpu"] == direct.planner["throughput_tok_s_per_gpu"]
+    assert tp2["usd_per_mtok"] == direct.planner["usd_per_mtok"] and not tp2["error"]
+
+
+def test_a_deployment_that_cannot_run_says_why(rows, tmp_path):
+    missing = [r for r in rows if r["deployment"] == "2 x TP1"]
+    simulated = [r for r in rows if r["deployment"] != "2 x TP1"]
+    table = markdown_table(rows, "p90")
+    if all(r["error"] for r in missing):  # until replicas are simulated
+        assert all("dp" in r["error"] for r in missing) and "| 2 x TP1 | 1 user | | n/a: " in table
+    assert all(not r["error"] and r["tok_s_per_gpu"] > 0 for r in simulated)
+    assert f"| TP1 | 1 user | 1 | {simulated[0]['tok_s_per_gpu']:,.1f} |" in table
+    path = write_rows(rows, str(tmp_path / "q.csv"))
+    assert [r["deployment"] for r in csv.DictReader(open(path))] == [r["deployment"] for r in rows]
+
+
+def test_figure_bars_are_the_rows(rows, tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(style, "_save", lambda fig, path, provenance=None: drawn.append(fig) or path)
+    deployments.deployment_bars(QUESTION, rows, str(tmp_path / "q.png"))
+    (fig,) = drawn
+    per_gpu, goodput = fig.axes[:2]
+    shown = [d for d in QUESTION.deployments if any(r["deployment"] == d and not r["error"] for r in rows)]
+    expected = [r["tok_s_per_gpu"] for d in shown for r in rows if r["deployment"] == d]
+    assert [round(p.get_height(), 9) for p in per_gpu.patches] == [round(v, 9) for v in expected]
+    assert len(goodput.patches) == len(expected)
+    if len(shown) < len(QUESTION.deployments):
+        assert "not simulated: 2 x TP1" in fig._suptitle.get_text()
+    style._pyplot().close("all")
