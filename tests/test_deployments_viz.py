@@ -40,7 +40,7 @@ def test_a_deployment_that_cannot_run_says_why(rows, tmp_path):
     simulated = [r for r in rows if r["deployment"] != "2 x TP1"]
     table = markdown_table(rows, "p90")
     if all(r["error"] for r in missing):  # until replicas are simulated
-        assert all("dp" in r["error"] for r in missing) and "| 2 x TP1 | 1 user | | n/a: " in table
+        assert all("dp" in r["error"] for r in missing) and "| 2 x TP1 | any | | n/a: " in table
     assert all(not r["error"] and r["tok_s_per_gpu"] > 0 for r in simulated)
     assert f"| TP1 | 1 user | 1 | {simulated[0]['tok_s_per_gpu']:,.1f} |" in table
     path = write_rows(rows, str(tmp_path / "q.csv"))

@@ -77,7 +77,9 @@ def figures_of(result) -> dict[str, Any]:
     return {"gpus": p["gpus"], "tok_s": result.throughput_tok_s, "tok_s_per_gpu": p["throughput_tok_s_per_gpu"],
             "goodput_tok_s_per_gpu": p["goodput_tok_s_per_gpu"], "usd_per_mtok": p["usd_per_mtok"],
             "target_met": p["target_met"], "ttft_ms_p": target.get("ttft_ms_at_percentile"),
-            "tpot_ms_p": target.get("tpot_ms_at_percentile"), "error": ""}
+            "tpot_ms_p": target.get("tpot_ms_at_percentile"), "error": "",
+            "target": f"p{target.get('percentile', 0):g} TTFT <= {target.get('ttft_ms', 0):g} ms, TPOT <= "
+                      f"{target.get('tpot_ms', 0):g} ms"}
 
 
 def run_question(question: Question, quick: bool = False) -> list[dict[str, Any]]:
@@ -101,7 +103,7 @@ def run_question(question: Question, quick: bool = False) -> list[dict[str, Any]
 
 
 COLUMNS = ("deployment", "load", "gpus", "tok_s", "tok_s_per_gpu", "goodput_tok_s_per_gpu", "usd_per_mtok",
-           "target_met", "ttft_ms_p", "tpot_ms_p", "error")
+           "target_met", "ttft_ms_p", "tpot_ms_p", "target", "error")
 
 
 def write_rows(rows: list[dict[str, Any]], path: str) -> str:
@@ -125,13 +127,17 @@ def markdown_table(rows: list[dict[str, Any]], target: str) -> str:
     percentile TTFT and TPOT it was judged on), $ per M output tokens; or why the deployment has no figures."""
     lines = [f"| deployment | load | GPUs | tok/s per GPU | goodput tok/s per GPU | {target}: TTFT / TPOT (ms) | "
              "$ per M output tokens |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    failed: dict[str, list[str]] = {}  # one line per reason: the deployments it stops, at every load
     for r in rows:
         if r.get("error"):
-            lines.append(f"| {r['deployment']} | {r['load']} | | n/a: {r['error']} | | | |")
+            failed.setdefault(r["error"], [])
+            if r["deployment"] not in failed[r["error"]]:
+                failed[r["error"]].append(r["deployment"])
             continue
         lines.append(f"| {r['deployment']} | {r['load']} | {r['gpus']} | {_cell(r['tok_s_per_gpu'])} | "
                      f"{_cell(r['goodput_tok_s_per_gpu'])} | {_cell(r['ttft_ms_p'], 0)} / {_cell(r['tpot_ms_p'])} | "
                      f"{_cell(r['usd_per_mtok'], 2)} |")
+    lines += [f"| {'; '.join(names)} | any | | n/a: {reason} | | | |" for reason, names in failed.items()]
     return "\n".join(lines)
 
 
@@ -144,8 +150,9 @@ def deployment_bars(question: Question, rows: list[dict[str, Any]], path: str) -
     labels = [d for d in question.deployments if any(r["deployment"] == d and not r["error"] for r in rows)]
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.4), layout="constrained")
     width = 0.8 / max(1, len(labels))
+    target = next((r["target"] for r in rows if not r["error"]), "the latency target")
     for ax, key, name in zip(axes, ("tok_s_per_gpu", "goodput_tok_s_per_gpu"),
-                             ("output tok/s per GPU", "goodput tok/s per GPU (latency target met)")):
+                             ("output tok/s per GPU", f"goodput tok/s per GPU\n({target})")):
         for i, label in enumerate(labels):
             values = [next((r[key] for r in rows if r["deployment"] == label and r["load"] == load and not r["error"]),
                            0.0) for load in loads]
