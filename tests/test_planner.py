@@ -158,8 +158,9 @@ def test_sweep_ranking_by_a_figure_it_does_not_keep_is_one_line(tmp_path, capsys
     assert "throughput_per_gpu" in capsys.readouterr().err
 
 
-def test_the_shipped_deployment_sweep_has_200_points_and_ranks_by_goodput():
+@pytest.mark.parametrize("name", ["sweep_deployments.yaml", "sweep_deployments_moe.yaml"])
+def test_the_shipped_deployment_sweeps_have_200_points_and_rank_by_goodput(name):
     from simulator.experiments.sweep import load_sweep, points
 
-    sweep = load_sweep(scenario_path("sweep_deployments.yaml"))
+    sweep = load_sweep(scenario_path(name))
     assert len(points(sweep)) == 200 and sweep.spec.rank_by == "goodput_per_gpu"

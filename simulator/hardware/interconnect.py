@@ -80,6 +80,7 @@ class Fabric:
                 self.link_of[(a, b)] = self.link_of[(b, a)] = link
         self._dist, self._pred = zip(*(shortest_paths(weight, source) for source in range(len(self.names))))
         self._p2p_rank = PATH_CLASSES.index(fabric.p2p_level)
+        self._hops: dict[tuple[int, int], Hop] = {}  # (source rank, destination rank) -> its hop, found once
 
     def route(self, a: int, b: int) -> list[int]:
         """Node indices from a to b; empty if b is unreachable."""
@@ -110,7 +111,14 @@ class Fabric:
         return min(cpus, key=lambda c: self._dist[gpu][c]) if cpus else None
 
     def hop(self, src_rank: int, dst_rank: int) -> Hop:
-        """The transfer from one rank's GPU to another's: P2P along the route, or staged through host memory."""
+        """The transfer from one rank's GPU to another's: P2P along the route, or staged through host memory.
+        Found once per pair (an all-to-all asks for every pair of every pass shape it costs)."""
+        found = self._hops.get((src_rank, dst_rank))
+        if found is None:
+            found = self._hops[(src_rank, dst_rank)] = self._find_hop(src_rank, dst_rank)
+        return found
+
+    def _find_hop(self, src_rank: int, dst_rank: int) -> Hop:
         a, b = self.gpus[src_rank], self.gpus[dst_rank]
         nodes = self.route(a, b)
         if not nodes:
