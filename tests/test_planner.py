@@ -164,3 +164,29 @@ def test_the_shipped_deployment_sweeps_have_200_points_and_rank_by_goodput(name)
 
     sweep = load_sweep(scenario_path(name))
     assert len(points(sweep)) == 200 and sweep.spec.rank_by == "goodput_per_gpu"
+
+
+def test_the_split_lever_tries_the_same_gpus_split_other_ways():
+    from simulator.analysis.planning import describe_overrides
+    from simulator.analysis.split_levers import lever_split
+    from simulator.results.run import resolve
+
+    kimi = lever_split(resolve(EAGLE3), EAGLE3)
+    assert [c["parallelism"] for c in kimi] == [
+        {"tp": 4, "dp": 2}, {"tp": 2, "dp": 4}, {"tp": 1, "dp": 8}, {"tp": 8, "ep": 8},
+        {"tp": 8, "dp": 2, "ep": 8, "dp_attention": True}, {"tp": 8, "dp": 4, "ep": 8, "dp_attention": True},
+        {"tp": 8, "dp": 8, "ep": 8, "dp_attention": True}]  # every candidate holds the scenario's 8 GPUs
+    assert isinstance(lever_split(resolve(LLAMA), LLAMA), str)  # one GPU: nothing to split
+    assert describe_overrides(kimi[4]) == "parallelism={tp:8 dp:2 ep:8 dp_attention:true}"
+
+
+def test_plan_keeps_the_best_split_by_the_ranking_and_says_what_it_rejected():
+    from simulator.analysis.planning import Lever
+    from simulator.analysis.split_levers import lever_split
+
+    split = Lever("another split", "", lever_split)
+    plan = plan_levers(EAGLE3, ["workload.requests=1", "workload.output_tokens=32"], levers=[split],
+                       rank_by="throughput_per_gpu")
+    (best,) = plan.ranked
+    assert best.overrides["parallelism"]["ep"] == 8  # only the expert-parallel splits fit Kimi-K2.5 here
+    assert "does not fit" in best.note and best.tried == 7

@@ -14,6 +14,7 @@ from ..config.errors import ConfigError
 from ..config.paths import get_path
 from .accept_scaling import _SCALED, accept_scale_for, scaled_acceptance  # noqa: F401  (accept_scale_for re-exported)
 from ..speculation.setup import build_speculation
+from .split_levers import lever_split
 
 # -- levers ----------------------------------------------------------------------------------------------------
 Overrides = dict[str, Any]
@@ -149,6 +150,8 @@ LEVERS: list[Lever] = [
           lever_chain_tree, hardware=False),
     Lever("best draft length", "1..8 drafts (a top-k tree: depth 1..8); the best kept", lever_draft_length,
           hardware=False),
+    Lever("another split", "the same GPUs split another way: replicas of smaller TP groups; expert parallelism and "
+          "DP-attention for a model with experts (the best kept)", lever_split),
 ]
 
 
@@ -284,7 +287,9 @@ def describe_overrides(overrides: Overrides | None, width: int = 80) -> str:
     parts = []
     for key, value in overrides.items():
         if isinstance(value, dict):
-            text = "{...}" if len(str(value)) > 40 else str(value)
+            flat = all(isinstance(v, (bool, int, float, str)) for v in value.values())
+            text = " ".join(f"{k}:{str(v).lower() if isinstance(v, bool) else v}" for k, v in value.items())
+            text = "{" + text + "}" if flat and len(text) <= 60 else "{...}"
         elif isinstance(value, str) and os.sep in value:
             text = os.path.basename(value)
         else:
