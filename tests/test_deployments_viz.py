@@ -60,3 +60,14 @@ def test_figure_bars_are_the_rows(rows, tmp_path, monkeypatch):
     if len(shown) < len(QUESTION.deployments):
         assert "not simulated: 2 x TP1" in fig._suptitle.get_text()
     style._pyplot().close("all")
+
+
+def test_kv_transfer_is_the_prompts_cache_on_every_rank(rows):
+    # Llama-3.1-8B: 32 layers x 8 KV heads x 128 x (K and V) x 2 bytes = 128 KiB per token however it is split
+    # (TP2: 4 heads on each of 2 ranks); a 128-token prompt leaves 16.777216 MB
+    for r in rows:
+        if not r["error"]:
+            assert r["kv_MB_per_request"] == pytest.approx(131072 * 128 / 1e6, rel=1e-12)
+            assert r["kv_GBps_at_prefill_rate"] > 0
+    table = markdown_table(rows, "p90", kv=True)
+    assert " 17 | " in table and table.splitlines()[1].count("---") == 9

@@ -60,6 +60,13 @@ QUESTIONS = [
              {"TP16": {"parallelism": {"tp": 16}}, "TP8 x PP2": {"parallelism": {"tp": 8, "pp": 2}},
               "2 x TP8": {"parallelism": {"tp": 8, "dp": 2}}},
              USERS, {"workload__output_tokens": 256}),
+    Question("deploy_pd_reference", "Kimi-K2.5 on two reference machines, co-located (the baseline of disaggregation)",
+             "pcie8_eagle3",
+             {"2 x TP8 co-located, no spec": {"parallelism": {"tp": 8, "dp": 2}, **SPEC_OFF},
+              "2 x TP8 co-located, EAGLE-3 graph": {"parallelism": {"tp": 8, "dp": 2}, **GRAPH}},
+             {"2 users": _load(2), "32 users": _load(32), "128 users": _load(128)},
+             {"topology": "two_node_pcie8_rtx_pro_6000", "workload__output_tokens": 256},
+             note="prefill and decode on separate instances (with the KV transfer between them) is not simulated"),
 ]
 
 
@@ -84,7 +91,7 @@ def figures_of(result) -> dict[str, Any]:
 
 def run_question(question: Question, quick: bool = False) -> list[dict[str, Any]]:
     """One row per (deployment, load): the figures, or the reason the deployment cannot be simulated."""
-    from ..results.run import run
+    from ..results.run import resolve, run
     from .recipes import scenario
 
     short = {"workload__output_tokens": 32} if quick else {}
@@ -93,17 +100,36 @@ def run_question(question: Question, quick: bool = False) -> list[dict[str, Any]
         for load, overrides in question.loads.items():
             row = {"deployment": label, "load": load}
             try:
-                result = run(scenario(question.scenario), **{**question.common, **deployment,
-                                                             **_per_rank(overrides, deployment), **short})
-                row.update(figures_of(result))
+                resolved = resolve(scenario(question.scenario), {**question.common, **deployment,
+                                                                 **_per_rank(overrides, deployment), **short})
+                result = run(resolved)
+                row.update(figures_of(result), **kv_transfer(resolved, result))
             except ConfigError as exc:
                 row["error"] = exc.problem
             rows.append(row)
     return rows
 
 
+def kv_transfer(scenario, result) -> dict[str, float]:
+    """What moving prefill to other GPUs would have to carry: the KV cache a request's prompt leaves on all the
+    ranks of its instance (MB), and that cache's rate (GB/s) at the prefill speed this run reached (prompt tokens
+    over the time its prefill steps took, per instance). Every attention rank receives what it holds: MLA's latent
+    cache is replicated on each, GQA's heads are split (a head shared by ranks is sent to each)."""
+    from ..config.typical import mean_length
+    from ..model.cards import kv_bytes_per_token_layer
+
+    card, par = scenario.model, scenario.spec.parallelism
+    per_token = kv_bytes_per_token_layer(card, par.attention_tp) * card.num_layers * par.attention_tp
+    steps = result.run.steps
+    prefill = steps["kind"] == 0
+    seconds = float(steps["duration_us"][prefill].sum()) / 1e6 / par.instances
+    rate = float(steps["verify_tokens"][prefill].sum()) / par.instances / seconds if seconds > 0 else 0.0
+    return {"kv_MB_per_request": per_token * mean_length(scenario.spec.workload.prompt_tokens) / 1e6,
+            "kv_GBps_at_prefill_rate": per_token * rate / 1e9}
+
+
 COLUMNS = ("deployment", "load", "gpus", "tok_s", "tok_s_per_gpu", "goodput_tok_s_per_gpu", "usd_per_mtok",
-           "target_met", "ttft_ms_p", "tpot_ms_p", "target", "error")
+           "target_met", "ttft_ms_p", "tpot_ms_p", "kv_MB_per_request", "kv_GBps_at_prefill_rate", "target", "error")
 
 
 def write_rows(rows: list[dict[str, Any]], path: str) -> str:
@@ -122,11 +148,13 @@ def _cell(value, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
-def markdown_table(rows: list[dict[str, Any]], target: str) -> str:
+def markdown_table(rows: list[dict[str, Any]], target: str, kv: bool = False) -> str:
     """The README's table: per deployment and load, tok/s per GPU, goodput per GPU at the target (with the
-    percentile TTFT and TPOT it was judged on), $ per M output tokens; or why the deployment has no figures."""
+    percentile TTFT and TPOT it was judged on), $ per M output tokens (and with `kv`, the KV cache a request leaves
+    and its rate at the run's prefill speed); or why the deployment has no figures."""
+    extra = " KV per request (MB) | KV at prefill rate (GB/s) |" if kv else ""
     lines = [f"| deployment | load | GPUs | tok/s per GPU | goodput tok/s per GPU | {target}: TTFT / TPOT (ms) | "
-             "$ per M output tokens |", "| --- | --- | --- | --- | --- | --- | --- |"]
+             "$ per M output tokens |" + extra, "| --- " * (9 if kv else 7) + "|"]
     failed: dict[str, list[str]] = {}  # one line per reason: the deployments it stops, at every load
     for r in rows:
         if r.get("error"):
@@ -136,8 +164,10 @@ def markdown_table(rows: list[dict[str, Any]], target: str) -> str:
             continue
         lines.append(f"| {r['deployment']} | {r['load']} | {r['gpus']} | {_cell(r['tok_s_per_gpu'])} | "
                      f"{_cell(r['goodput_tok_s_per_gpu'])} | {_cell(r['ttft_ms_p'], 0)} / {_cell(r['tpot_ms_p'])} | "
-                     f"{_cell(r['usd_per_mtok'], 2)} |")
-    lines += [f"| {'; '.join(names)} | any | | n/a: {reason} | | | |" for reason, names in failed.items()]
+                     f"{_cell(r['usd_per_mtok'], 2)} |"
+                     + (f" {_cell(r['kv_MB_per_request'], 0)} | {_cell(r['kv_GBps_at_prefill_rate'], 2)} |" if kv else ""))
+    lines += [f"| {'; '.join(names)} | any | | n/a: {reason} | | | |" + (" | |" if kv else "")
+              for reason, names in failed.items()]
     return "\n".join(lines)
 
 
