@@ -108,3 +108,20 @@ def test_malloc_is_tuned_on_glibc():
     from simulator.experiments.memory import tune_malloc
 
     assert tune_malloc() is True
+
+
+def test_shared_launches_give_the_same_tables():
+    from simulator.engine import machine as module
+
+    def table_at_2048(first_anchors):
+        for cache in (module._SAMPLE_CACHE, module._DRAWS, module._LAUNCHES):
+            cache.clear()
+        machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+        for context in first_anchors:
+            machine.samples("target", PassShape(9, 1, context, True, True), False, 99)
+        shared = len(module._LAUNCHES)
+        return machine.samples("target", PassShape(9, 1, 2048, True, True), False, 99), shared
+
+    alone, _ = table_at_2048(())
+    after, shared = table_at_2048((512, 1024))  # the 2048 anchor reuses the launches computed at 512
+    assert shared == 1 and np.array_equal(alone, after)

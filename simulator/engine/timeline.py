@@ -107,19 +107,27 @@ def kernel_lines(segments) -> tuple[np.ndarray, np.ndarray]:
     return positions, suffixes
 
 
+def eager_launch(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int,
+                 draws: tuple | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An eager pass's launches: (L, H, one) per sample, rank and segment: each segment's launch time, when the
+    host has launched it (the running sum), and the time of one launch. They depend on the launch counts and the
+    draws only, so the anchors of one shape can share them (host_ready's `launch`)."""
+    L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks, draws)
+    return L, np.cumsum(L, axis=2), L / plan.launches
+
+
 def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int, with_host: bool = False,
-               draws: tuple | None = None):
+               draws: tuple | None = None, launch: tuple | None = None):
     """h[s, r, k]: the earliest time rank r's own host allows it to arrive at collective k.
 
     With with_host, also H[s, r, k]: when rank r's host has launched segment k (for timelines and traces).
+    `launch`: eager_launch's arrays for this plan's launch counts and draws, when already computed.
     """
     if plan.graph:
         start = host.graph_launch_us(rng, samples, plan.ranks, draws)[:, :, None]
         h = start + plan.gpu_us[None, None, :]  # every kernel is queued at the graph launch
         return (h, np.broadcast_to(start, h.shape)) if with_host else h
-    L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks, draws)
-    H = np.cumsum(L, axis=2)
-    one = L / plan.launches
+    L, H, one = launch if launch is not None else eager_launch(plan, host, rng, samples, draws)
     positions, suffixes = binding_lines(one, *plan.ready_lines)
     # the latest kernel finish its launches allow: the largest line, one column of lines at a time (the same floats
     # as a max over a fourth axis, without numpy's slow reduction over a short last axis)
@@ -220,9 +228,9 @@ def median_last(x: np.ndarray) -> np.ndarray:
 
 
 def sample_passes(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int,
-                  draws: tuple | None = None) -> dict[str, np.ndarray]:
+                  draws: tuple | None = None, launch: tuple | None = None) -> dict[str, np.ndarray]:
     """Many independent passes of one plan, evaluated at once (the closed form of the layer model)."""
-    h = host_ready(plan, host, rng, samples, draws=draws)
+    h = host_ready(plan, host, rng, samples, draws=draws, launch=launch)
     return breakdown(plan, h, collective_ends(plan, h))
 
 
