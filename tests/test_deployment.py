@@ -15,6 +15,7 @@ from simulator.cli import main
 from simulator.engine import Machine, simulate
 from simulator.engine.deployment import instance_gpus, instance_machines, instance_seeds, simulate_deployment
 from simulator.engine.router import Router
+from simulator.results.report import deployment_lines
 from simulator.results.run import resolve, run
 from simulator.results.summary import summarize
 
@@ -276,12 +277,28 @@ def test_disaggregation_report_and_mistakes(capsys):
     assert [dep["per_instance"][k]["role"] for k in ("0", "1")] == ["prefill", "decode"]
     pd = dep["disaggregation"]
     assert pd["kv_transfers"] == 4 and pd["prefill_instances"] == 1 and pd["decode_instances"] == 1
-    assert pd["kv_MB_per_request"] > 0 and pd["kv_GBps_mean"] > 0
+    per_token = instance_machines(resolve(DP2))[0].memory["kv_bytes_per_token"]
+    assert pd["kv_MB_per_request"] == pytest.approx(4 * (1000 + 1) * per_token / 1e6, rel=1e-12)  # 4 ranks' shards
+    assert pd["kv_GBps_mean"] > 0
     for bad, allowed in (("2", "up to 1"), ("1 --set parallelism.dp=1", "dp of 2 or more")):
         argv = [DP2, "--set", f"deployment.prefill_instances={bad.split()[0]}"] + bad.split()[1:]
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.strip().count("\n") == 0 and "deployment.prefill_instances" in err and allowed in err, err
+
+
+def test_kv_transfer_report_counts_every_pipeline_stages_shards():
+    """Under TP2 x PP2 each of an instance's 4 ranks (2 per stage) sends a shard: the report counts all 4 (tp x pp,
+    not tp alone) and the table names the split. A shard is the heaviest stage's per rank (the memory budget's
+    kv_bytes_per_token): Llama-3.1-70B's last 40 layers and the EAGLE-3 head's one, 4 of 8 KV heads x 128 x 2 (K, V)
+    x 2 bytes each (the first stage's ranks, without the head, are counted at that size too)."""
+    split = {"parallelism__tp": 2, "parallelism__pp": 2, "deployment__prefill_instances": 1, "workload__requests": 2}
+    result = run(DP2, baseline=False, fidelity="fast", **split, **SMALL)
+    per_token = instance_machines(resolve(DP2, split))[0].memory["kv_bytes_per_token"]
+    assert per_token == (40 + 1) * 4 * 128 * 2 * 2
+    pd = result.deployment["disaggregation"]
+    assert pd["kv_MB_per_request"] == pytest.approx(4 * (1000 + 1) * per_token / 1e6, rel=1e-12)
+    assert "2 instances of TP2 x PP2 on 8 GPUs" in "\n".join(deployment_lines(result))
 
 
 @pytest.mark.parametrize("fidelity", ["fast", "link"])

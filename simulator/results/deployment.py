@@ -59,7 +59,7 @@ def deployment_report(scenario: Scenario, main: RunSummary, gpus: list[list[str]
     par = scenario.spec.parallelism
     parts = main.instances or (main,)
     out = {
-        "instances": len(parts), "router": scenario.spec.deployment.router, "tp": par.tp,
+        "instances": len(parts), "router": scenario.spec.deployment.router, "tp": par.tp, "pp": par.pp,
         "gpus": sum(len(g) for g in gpus),
         "total_tok_s": main.throughput_tok_s,
         "per_instance": {str(i): _instance(part, g) for i, (part, g) in enumerate(zip(parts, gpus))},
@@ -69,7 +69,7 @@ def deployment_report(scenario: Scenario, main: RunSummary, gpus: list[list[str]
     for i, inst in out["per_instance"].items():
         inst["role"] = "prefill and decode" if not pool else "prefill" if int(i) < pool else "decode"
     if pool:
-        out["disaggregation"] = _disaggregation(main, pool, par.tp)
+        out["disaggregation"] = _disaggregation(main, pool, par.ranks_per_instance)
     if layer is not None:
         out["contention"] = {"link_tok_s": main.throughput_tok_s, "layer_tok_s": layer.throughput_tok_s,
                              "slowdown": 1.0 - main.throughput_tok_s / layer.throughput_tok_s,
@@ -77,15 +77,15 @@ def deployment_report(scenario: Scenario, main: RunSummary, gpus: list[list[str]
     return out
 
 
-def _disaggregation(main: RunSummary, pool: int, tp: int) -> dict:
+def _disaggregation(main: RunSummary, pool: int, ranks: int) -> dict:
     """The KV transfers from the prefill pool to the decode pool: how many, how large, how long, and the bandwidth
-    they used on average over the run (every rank's shard)."""
+    they used on average over the run (every rank's shard: tp x pp ranks per instance, each stage its own layers')."""
     transfers = main.kv_transfers
     nbytes = [b for b, _ in transfers]
     seconds = main.sim_time_us / 1e6
     return {
         "prefill_instances": pool, "decode_instances": len(main.instances) - pool, "kv_transfers": len(transfers),
-        "kv_MB_per_request": tp * sum(nbytes) / len(nbytes) / 1e6 if nbytes else 0.0,
+        "kv_MB_per_request": ranks * sum(nbytes) / len(nbytes) / 1e6 if nbytes else 0.0,
         "kv_transfer_ms": _percentiles_ms([us for _, us in transfers]),
-        "kv_GBps_mean": tp * sum(nbytes) / seconds / 1e9 if seconds > 0 else 0.0,
+        "kv_GBps_mean": ranks * sum(nbytes) / seconds / 1e9 if seconds > 0 else 0.0,
     }

@@ -194,7 +194,8 @@ def deployment_lines(result: Result) -> list[str]:
     dep = result.deployment
     if not dep or dep.get("instances", 1) < 2:
         return []
-    lines = [f"  deployment          {dep['instances']} instances of TP{dep['tp']} on {dep['gpus']} GPUs, "
+    split = f"TP{dep['tp']}" + (f" x PP{dep['pp']}" if dep.get("pp", 1) > 1 else "")
+    lines = [f"  deployment          {dep['instances']} instances of {split} on {dep['gpus']} GPUs, "
              f"{dep['router'].replace('_', '-')} router: {dep['total_tok_s']:.1f} tok/s in all"]
     for index, inst in dep["per_instance"].items():
         def pct(name):
