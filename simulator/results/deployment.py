@@ -34,18 +34,25 @@ def summarize_servers(servers: list) -> RunSummary:
                       sum(part.link_delay_us for part in parts), sum((part.kv_transfers for part in parts), ()))
 
 
-def _instance(part: RunSummary, gpus: list[str]) -> dict:
+def _instance(part: RunSummary, gpus: list[str], role: str) -> dict:
+    """One instance's figures. Under disaggregation a request is in both pools' lists: a prefill instance reports
+    its prefills per second and the TTFT (its tpot_ms is None), a decode instance its tokens per second and the
+    TPOT (its ttft_ms is None: the first token was not its own)."""
     done = [r for r in part.requests if r.completed_at is not None and r.first_token_at is not None]
     lengths = part.accept_lengths
-    return {
-        "gpus": gpus, "requests": len(part.requests), "tokens": part.tokens,
-        "throughput_tok_s": part.throughput_tok_s, "sim_time_s": part.sim_time_us / 1e6,
+    seconds = part.sim_time_us / 1e6
+    out = {
+        "gpus": gpus, "role": role, "requests": len(part.requests), "tokens": part.tokens,
+        "throughput_tok_s": part.throughput_tok_s, "sim_time_s": seconds,
         "link_delay_ms": part.link_delay_us / 1e3,
         "mean_accept_len": float(lengths.mean()) if lengths.size else 1.0,
-        "ttft_ms": _percentiles_ms([r.first_token_at - r.arrived_at for r in done]),
+        "ttft_ms": _percentiles_ms([r.first_token_at - r.arrived_at for r in done]) if role != "decode" else None,
         "tpot_ms": _percentiles_ms([(r.completed_at - r.first_token_at) / (r.generated - 1)
-                                    for r in done if r.generated > 1]),
+                                    for r in done if r.generated > 1]) if role != "prefill" else None,
     }
+    if role == "prefill":
+        out["prefills_per_s"] = len(part.requests) / seconds if seconds > 0 else 0.0
+    return out
 
 
 def deployment_report(scenario: Scenario, main: RunSummary, gpus: list[list[str]], shared: list[str] = (),
@@ -58,16 +65,15 @@ def deployment_report(scenario: Scenario, main: RunSummary, gpus: list[list[str]
     """
     par = scenario.spec.parallelism
     parts = main.instances or (main,)
+    pool = scenario.spec.deployment.prefill_instances
+    roles = ["prefill and decode" if not pool else "prefill" if i < pool else "decode" for i in range(len(parts))]
     out = {
         "instances": len(parts), "router": scenario.spec.deployment.router, "tp": par.tp, "pp": par.pp,
         "gpus": sum(len(g) for g in gpus),
         "total_tok_s": main.throughput_tok_s,
-        "per_instance": {str(i): _instance(part, g) for i, (part, g) in enumerate(zip(parts, gpus))},
+        "per_instance": {str(i): _instance(part, g, role) for i, (part, g, role) in enumerate(zip(parts, gpus, roles))},
         "shared_links": list(shared),
     }
-    pool = scenario.spec.deployment.prefill_instances
-    for i, inst in out["per_instance"].items():
-        inst["role"] = "prefill and decode" if not pool else "prefill" if int(i) < pool else "decode"
     if pool:
         out["disaggregation"] = _disaggregation(main, pool, par.ranks_per_instance)
     if layer is not None:
@@ -89,3 +95,40 @@ def _disaggregation(main: RunSummary, pool: int, ranks: int) -> dict:
         "kv_transfer_ms": _percentiles_ms([us for _, us in transfers]),
         "kv_GBps_mean": ranks * sum(nbytes) / seconds / 1e9 if seconds > 0 else 0.0,
     }
+
+
+def deployment_lines(result) -> list[str]:
+    """Each instance of a deployment of several: its GPUs, requests, throughput and latency percentiles."""
+    dep = result.deployment
+    if not dep or dep.get("instances", 1) < 2:
+        return []
+    split = f"TP{dep['tp']}" + (f" x PP{dep['pp']}" if dep.get("pp", 1) > 1 else "")
+    lines = [f"  deployment          {dep['instances']} instances of {split} on {dep['gpus']} GPUs, "
+             f"{dep['router'].replace('_', '-')} router: {dep['total_tok_s']:.1f} tok/s in all"]
+    for index, inst in dep["per_instance"].items():
+        def pct(name):
+            v = inst.get(name)
+            return f"p50 {v['p50']:,.1f} / p99 {v['p99']:,.1f} ms" if v else "-"
+        gpus = ",".join(inst["gpus"])
+        role = inst.get("role", "prefill and decode")
+        if role == "prefill":
+            lines.append(f"    instance {index} prefill ({gpus})  {inst['requests']} requests, "
+                         f"{inst['prefills_per_s']:.2f} prefills/s; TTFT {pct('ttft_ms')}")
+        else:
+            lines.append(f"    instance {index}{'' if role != 'decode' else ' decode'} ({gpus})  {inst['requests']} "
+                         f"requests, {inst['throughput_tok_s']:.1f} tok/s" +
+                         (f"; TTFT {pct('ttft_ms')}" if role != "decode" else "") + f"; TPOT {pct('tpot_ms')}")
+    pd = dep.get("disaggregation")
+    if pd and pd["kv_transfer_ms"]:
+        t = pd["kv_transfer_ms"]
+        lines.append(f"    KV transfers      {pd['kv_transfers']} of {pd['kv_MB_per_request']:,.1f} MB per request, "
+                     f"p50 {t['p50']:,.2f} / p99 {t['p99']:,.2f} ms; {pd['kv_GBps_mean']:,.2f} GB/s on average")
+    if dep.get("shared_links"):
+        lines.append(f"    shared links      {', '.join(dep['shared_links'])}: the instances' collectives can slow "
+                     "each other there")
+    contention = dep.get("contention")
+    if contention:
+        lines.append(f"    contention        {contention['link_tok_s']:.1f} tok/s with the links shared (link fidelity), "
+                     f"{contention['layer_tok_s']:.1f} without (layer): {contention['slowdown']:.1%} slower; "
+                     f"collectives waited {contention['link_delay_ms']:,.1f} ms for bandwidth")
+    return lines

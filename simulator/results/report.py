@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+from .deployment import deployment_lines
 from .planner import table_lines as planner_lines
 from .summary import BREAKDOWN, Result
 
@@ -186,38 +187,6 @@ def verdict(result: Result) -> list[str]:
     if total > 0:
         top = max(bd, key=bd.get)
         lines.append(f"largest cost per token: {top.replace('_', ' ')} ({bd[top]:.2f} of {total:.2f} ms).")
-    return lines
-
-
-def deployment_lines(result: Result) -> list[str]:
-    """Each instance of a deployment of several: its GPUs, requests, throughput and latency percentiles."""
-    dep = result.deployment
-    if not dep or dep.get("instances", 1) < 2:
-        return []
-    split = f"TP{dep['tp']}" + (f" x PP{dep['pp']}" if dep.get("pp", 1) > 1 else "")
-    lines = [f"  deployment          {dep['instances']} instances of {split} on {dep['gpus']} GPUs, "
-             f"{dep['router'].replace('_', '-')} router: {dep['total_tok_s']:.1f} tok/s in all"]
-    for index, inst in dep["per_instance"].items():
-        def pct(name):
-            v = inst.get(name)
-            return f"p50 {v['p50']:,.1f} / p99 {v['p99']:,.1f} ms" if v else "-"
-        gpus = ",".join(inst["gpus"])
-        role = "" if inst.get("role", "prefill and decode") == "prefill and decode" else f" {inst['role']}"
-        lines.append(f"    instance {index}{role} ({gpus})  {inst['requests']} requests, "
-                     f"{inst['throughput_tok_s']:.1f} tok/s; TTFT {pct('ttft_ms')}; TPOT {pct('tpot_ms')}")
-    pd = dep.get("disaggregation")
-    if pd and pd["kv_transfer_ms"]:
-        t = pd["kv_transfer_ms"]
-        lines.append(f"    KV transfers      {pd['kv_transfers']} of {pd['kv_MB_per_request']:,.1f} MB per request, "
-                     f"p50 {t['p50']:,.2f} / p99 {t['p99']:,.2f} ms; {pd['kv_GBps_mean']:,.2f} GB/s on average")
-    if dep.get("shared_links"):
-        lines.append(f"    shared links      {', '.join(dep['shared_links'])}: the instances' collectives can slow "
-                     "each other there")
-    contention = dep.get("contention")
-    if contention:
-        lines.append(f"    contention        {contention['link_tok_s']:.1f} tok/s with the links shared (link fidelity), "
-                     f"{contention['layer_tok_s']:.1f} without (layer): {contention['slowdown']:.1%} slower; "
-                     f"collectives waited {contention['link_delay_ms']:,.1f} ms for bandwidth")
     return lines
 
 
