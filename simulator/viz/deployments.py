@@ -44,6 +44,7 @@ KIMI_SPLITS = {"TP8": {"parallelism": {"tp": 8}}, "2 x TP4": {"parallelism": {"t
                "DP-attn (4 x 2) + EP8": {"parallelism": {**DP_ATTN_EP8, "dp": 4}}}
 SPEC_MODES = {"no spec": SPEC_OFF, "EAGLE-3 eager": EAGER, "EAGLE-3 graph": GRAPH}
 USERS = {"1 user": _load(1), "16 users": _load(16), "64 users": _load(64)}
+PD = {"deployment": {"prefill_instances": 1}}  # instance 0 only prefills, instance 1 only decodes
 
 QUESTIONS = [
     Question("deploy_reference_kimi", "Kimi-K2.5 on the reference machine (8x RTX PRO 6000, PCIe)", "pcie8_eagle3",
@@ -60,13 +61,16 @@ QUESTIONS = [
              {"TP16": {"parallelism": {"tp": 16}}, "TP8 x PP2": {"parallelism": {"tp": 8, "pp": 2}},
               "2 x TP8": {"parallelism": {"tp": 8, "dp": 2}}},
              USERS, {"workload__output_tokens": 256}),
-    Question("deploy_pd_reference", "Kimi-K2.5 on two reference machines, co-located (the baseline of disaggregation)",
+    Question("deploy_pd_reference", "Kimi-K2.5 on two reference machines: co-located replicas or prefill/decode "
+             "disaggregation",
              "pcie8_eagle3",
              {"2 x TP8 co-located, no spec": {"parallelism": {"tp": 8, "dp": 2}, **SPEC_OFF},
-              "2 x TP8 co-located, EAGLE-3 graph": {"parallelism": {"tp": 8, "dp": 2}, **GRAPH}},
+              "2 x TP8 co-located, EAGLE-3 graph": {"parallelism": {"tp": 8, "dp": 2}, **GRAPH},
+              "TP8 prefill + TP8 decode, no spec": {"parallelism": {"tp": 8, "dp": 2}, **PD, **SPEC_OFF},
+              "TP8 prefill + TP8 decode, EAGLE-3 graph": {"parallelism": {"tp": 8, "dp": 2}, **PD, **GRAPH}},
              {"2 users": _load(2), "32 users": _load(32), "128 users": _load(128)},
              {"topology": "two_node_pcie8_rtx_pro_6000", "workload__output_tokens": 256},
-             note="prefill and decode on separate instances (with the KV transfer between them) is not simulated"),
+             note="disaggregated: instance 0 (node 0) only prefills, instance 1 (node 1) only decodes"),
 ]
 
 
