@@ -190,3 +190,50 @@ def test_a_flow_group_fires_once_after_its_last_flow_and_tail():
     # both flows on b at 12 GB/s: 48 KB each by 4 us; a's alone at 48 GB/s: 1 us
     assert log == [("other", pytest.approx(4.0, rel=REL)), ("group", pytest.approx(5.5, rel=REL))]
     assert network.active == []
+
+
+@PROPERTY
+@given(flow_sets(max_flows=8), st.data())
+def test_groups_end_when_their_flows_sent_one_by_one_end(case, data):
+    """Flows split into groups started at random times: each group's event fires when the same flows, sent one by one
+    with `transfer` (every one re-rated on the shared network), have all finished, plus its tail. Groups whose links
+    nothing else crosses run on their own schedule (hardware/lonegroup.py) and go back into the network when a later
+    group crosses one of their links; neither may move a completion."""
+    capacity, flows = case
+    groups: dict[int, list] = {}
+    for route, _limit in flows:
+        groups.setdefault(data.draw(st.integers(0, 2)), []).append(route)
+    timing = {g: (data.draw(st.integers(0, 4)), data.draw(st.integers(1, 100)) * 1e3, data.draw(st.integers(0, 3)) * 0.5)
+              for g in groups}
+
+    def grouped():
+        env = simpy.Environment()
+        network, ends = FlowNetwork(env, capacity), {}
+
+        def sender(g):
+            start, nbytes, tail = timing[g]
+            yield env.timeout(start)
+            yield network.transfer_group(groups[g], nbytes, tail)
+            ends[g] = env.now
+        for g in groups:
+            env.process(sender(g))
+        env.run()
+        assert network.active == []
+        return ends
+
+    def one_by_one():
+        env = simpy.Environment()
+        network, ends = FlowNetwork(env, capacity), {}
+
+        def sender(g):
+            start, nbytes, tail = timing[g]
+            yield env.timeout(start)
+            yield env.all_of([network.transfer(route, nbytes) for route in groups[g]])
+            ends[g] = env.now + tail
+        for g in groups:
+            env.process(sender(g))
+        env.run()
+        return ends
+
+    expected = one_by_one()
+    assert grouped() == pytest.approx(expected, rel=REL)

@@ -39,13 +39,14 @@ class SharedLinks:
         self.delay_us.setdefault(owner, 0.0)
         return InstanceLinks(self, owner)
 
-    def routes(self, hops: tuple) -> tuple:
-        """Each hop's directed links, once each (cached by the hops, frozen values)."""
+    def routes(self, hops: tuple):
+        """Each hop's directed links, once each, as the network's RouteSet (cached by the hops, frozen values)."""
         routes = self._routes.get(hops)
         if routes is None:
             if len(self._routes) >= MAX_ROUTES:
                 self._routes.clear()
-            routes = self._routes[hops] = tuple(tuple(dict.fromkeys(hop.links)) for hop in hops if hop.links)
+            routes = self._routes[hops] = self.flows.route_set(
+                tuple(dict.fromkeys(hop.links)) for hop in hops if hop.links)
         return routes
 
     def collective(self, steps, owner: int):
@@ -55,7 +56,7 @@ class SharedLinks:
         latency = steps.base_us + steps.steps * steps.step_latency_us
         transfer = steps.steps * steps.transfer_us
         routes = self.routes(steps.hops)
-        if transfer > 0 and routes:
+        if transfer > 0 and routes.routes:
             yield self.flows.transfer_group(routes, transfer * steps.bandwidth_GBps * BYTES_PER_US_PER_GBPS, latency)
         elif latency + transfer > 0:
             yield env.timeout(latency + transfer)

@@ -20,9 +20,9 @@ from typing import Hashable, Mapping, Sequence
 
 import simpy
 
-BYTES_PER_US_PER_GBPS = 1e3
-SOLVED_CACHE_SIZE = 4096  # flow sets whose max-min rates a network keeps
-_RELATIVE_TIE = 1e-12  # rates within this relative distance of a saturation level freeze together (float rounding)
+from .lonegroup import BYTES_PER_US_PER_GBPS, RELATIVE_TIE as _RELATIVE_TIE, LoneGroup, RouteSet, lone_schedule
+
+SOLVED_CACHE_SIZE = 4096  # flow sets whose max-min rates a network keeps, and lone groups' schedules
 
 
 def max_min_rates(routes: Sequence[Sequence[Hashable]], capacity_GBps: Mapping[Hashable, float],
@@ -141,7 +141,7 @@ class FlowNetwork:
         self._updated_at = env.now
         self._generation = 0  # a completion timer is live only while no re-rate has happened since it was set
         self._solved: dict[tuple, list[float]] = {}
-        self._checked: set[tuple] = set()  # routes already validated (transfer_group)
+        self._lone: list[LoneGroup] = []  # groups in flight on links nothing else crosses (hardware/lonegroup.py)
 
     @classmethod
     def from_fabric(cls, env: simpy.Environment, fabric) -> "FlowNetwork":
@@ -157,28 +157,78 @@ class FlowNetwork:
         if nbytes < 0 or (limit_GBps is not None and not limit_GBps > 0):
             raise ValueError(f"a flow needs nbytes >= 0 and a positive limit, got {nbytes!r}, {limit_GBps!r}")
 
-    def transfer_group(self, routes: Sequence[Sequence[Hashable]], nbytes: float, tail_us: float = 0.0) -> simpy.Event:
+    def route_set(self, routes: Sequence[Sequence[Hashable]]) -> RouteSet:
+        """The routes of a group, validated once, for transfer_group (a caller that sends over the same routes again
+        keeps it: its links and lone schedules are worked out once)."""
+        routes = tuple(tuple(route) for route in routes)
+        for route in routes:
+            self._check(route, 0.0, None)
+        return RouteSet(routes, frozenset(link for route in routes for link in route))
+
+    def transfer_group(self, routes: RouteSet | Sequence[Sequence[Hashable]], nbytes: float,
+                       tail_us: float = 0.0) -> simpy.Event:
         """Start one flow of `nbytes` per route, all now, with one re-rate (the rates are those of starting them one
         by one at this instant); the returned event fires `tail_us` after the last byte of the last flow has crossed
-        (a collective's transfers, then its latency, as one event)."""
-        routes = [tuple(route) for route in routes]
-        for route in routes:
-            if route not in self._checked:
-                self._check(route, 0.0, None)
-                self._checked.add(route)
+        (a collective's transfers, then its latency, as one event). A group whose links no active flow crosses runs
+        on its own (hardware/lonegroup.py): the same times, one timer."""
+        routes = routes if isinstance(routes, RouteSet) else self.route_set(routes)
         if nbytes < 0:
             raise ValueError(f"a flow needs nbytes >= 0, got {nbytes!r}")
-        group = FlowGroup(self.env.event(), len(routes) if nbytes > 0 else 0, float(tail_us))
+        group = FlowGroup(self.env.event(), len(routes.routes) if nbytes > 0 else 0, float(tail_us))
         if group.left == 0:
             group.left = 1
             group.finish_one(self.env)
             return group.done
+        links = routes.links
+        if not self._rejoin(links) and not (self.active and any(
+                link in links for flow in self.active for link in flow.route)):
+            self._start_lone(group, routes, float(nbytes))
+            return group.done
         self._advance()
         now = self.env.now
         self.active.extend(Flow(route, float(nbytes), now, None, remaining=float(nbytes), group=group)
-                           for route in routes)
+                           for route in routes.routes)
         self._rerate()
         return group.done
+
+    def _start_lone(self, group: FlowGroup, routes: RouteSet, nbytes: float) -> None:
+        """Run a group that shares no link with any active flow on its own schedule, with one timer at its end."""
+        schedule = routes.schedules.get(nbytes)
+        if schedule is None:
+            if len(routes.schedules) >= SOLVED_CACHE_SIZE:
+                routes.schedules.clear()
+            schedule = routes.schedules[nbytes] = lone_schedule(routes.routes, nbytes, self._solve)
+        lone = LoneGroup(group, routes.routes, nbytes, self.env.now, schedule, routes.links)
+        self._lone.append(lone)
+        timer = self.env.timeout(schedule[0])
+        timer.callbacks.append(lambda _event: self._lone_done(lone))
+
+    def _lone_done(self, lone: LoneGroup) -> None:
+        if not lone.live:
+            return  # put back into the network meanwhile: its flows finish there
+        self._lone.remove(lone)
+        lone.group.left = 1
+        lone.group.finish_one(self.env)
+
+    def _rejoin(self, links) -> bool:
+        """Put every lone group that crosses one of `links` back into the network as ordinary flows, with the bytes
+        they have left now (a group at its very end stays lone: it carries nothing more). True if any was; the caller
+        then re-rates."""
+        if not self._lone:
+            return False
+        now = self.env.now
+        crossing = [lone for lone in self._lone if not lone.links.isdisjoint(links) and lone.end_at > now]
+        if not crossing:
+            return False
+        self._advance()
+        for lone in crossing:
+            self._lone.remove(lone)
+            lone.live = False
+            left = lone.flows_left(now)
+            lone.group.left = len(left)
+            self.active.extend(Flow(route, lone.nbytes, lone.started_at, None, remaining=remaining, rate_GBps=rate,
+                                    group=lone.group) for route, remaining, rate in left)
+        return True
 
     def transfer(self, route: Sequence[Hashable], nbytes: float, limit_GBps: float | None = None) -> simpy.Event:
         """Start a flow now; the returned event succeeds with the Flow when its last byte has crossed."""
@@ -189,6 +239,7 @@ class FlowNetwork:
             flow.finished_at = self.env.now
             flow.done.succeed(flow)
             return flow.done
+        self._rejoin(route)
         self._advance()
         self.active.append(flow)
         self._rerate()
