@@ -34,6 +34,7 @@ class SharedLinks:
         self.flows = FlowNetwork.from_fabric(env, fabric)
         self.delay_us: dict[int, float] = {}
         self._routes: dict[tuple, tuple] = {}
+        self._last = (None, None)  # the last StepPlan and its start terms: a pass repeats one collective
 
     def view(self, owner: int) -> "InstanceLinks":
         self.delay_us.setdefault(owner, 0.0)
@@ -49,18 +50,35 @@ class SharedLinks:
                 tuple(dict.fromkeys(hop.links)) for hop in hops if hop.links)
         return routes
 
-    def collective(self, steps, owner: int):
-        """Generator: the collective's transfers as flows, then its latencies (see the module docstring)."""
-        env = self.env
-        start = env.now
+    def _terms(self, steps) -> tuple:
+        """(routes or None, bytes per flow, latency us, time alone us) of a StepPlan; the last plan's are kept (held,
+        so compared by identity safely), as consecutive collectives of a pass are mostly the same plan."""
+        last, terms = self._last
+        if steps is last:
+            return terms
         latency = steps.base_us + steps.steps * steps.step_latency_us
         transfer = steps.steps * steps.transfer_us
         routes = self.routes(steps.hops)
-        if transfer > 0 and routes.routes:
-            yield self.flows.transfer_group(routes, transfer * steps.bandwidth_GBps * BYTES_PER_US_PER_GBPS, latency)
-        elif latency + transfer > 0:
-            yield env.timeout(latency + transfer)
-        self.delay_us[owner] = self.delay_us.get(owner, 0.0) + env.now - start - (latency + transfer)
+        routes = routes if transfer > 0 and routes.routes else None
+        terms = (routes, transfer * steps.bandwidth_GBps * BYTES_PER_US_PER_GBPS, latency, latency + transfer)
+        self._last = (steps, terms)
+        return terms
+
+    def start(self, steps):
+        """The collective's event (its transfers as flows, then its latencies: see the module docstring) and the time
+        it takes alone; None for the event if it takes no time."""
+        routes, nbytes, latency, alone = self._terms(steps)
+        if routes is not None:
+            return self.flows.transfer_group(routes, nbytes, latency), alone
+        return (self.env.timeout(alone) if alone > 0 else None), alone
+
+    def collective(self, steps, owner: int):
+        """Generator: the collective on the links; its time beyond `alone` is booked to the owner."""
+        start = self.env.now
+        event, alone = self.start(steps)
+        if event is not None:
+            yield event
+        self.delay_us[owner] = self.delay_us[owner] + self.env.now - start - alone
 
 
 class InstanceLinks:
@@ -103,6 +121,7 @@ class LinkPass:
         W = plan.gpu_us.tolist()
         collective_us = plan.collective_us.tolist()
         steps_of = plan.collective_steps or (None,) * len(W)
+        shared, owner = self.network.shared, self.network.owner
         ends = []
         for k, work in enumerate(W):
             now = env.now
@@ -113,7 +132,11 @@ class LinkPass:
                 yield env.timeout(last - now)  # the last rank arrives: the collective starts
             steps = steps_of[k]
             if steps is not None and steps.steps:
-                yield from self.network.collective(steps)
+                start = env.now
+                event, alone = shared.start(steps)  # SharedLinks.collective, inlined (one per segment)
+                if event is not None:
+                    yield event
+                    shared.delay_us[owner] = shared.delay_us[owner] + env.now - start - alone
             elif collective_us[k] > 0:
                 yield env.timeout(collective_us[k])
             ends.append(env.now - begin)

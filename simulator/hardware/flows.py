@@ -112,7 +112,7 @@ class Flow:
     group: "FlowGroup | None" = None  # the group it belongs to (transfer_group), whose event fires instead of `done`
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class FlowGroup:
     """Flows started together whose one event fires `tail_us` after the last of them has crossed."""
 

@@ -57,7 +57,7 @@ class RouteSet:
     schedules: dict = field(default_factory=dict)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class LoneGroup:
     """A group in flight on its own: where it started, its schedule, and the set of links it holds."""
 
