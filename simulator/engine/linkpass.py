@@ -78,7 +78,7 @@ class SharedLinks:
         event, alone = self.start(steps)
         if event is not None:
             yield event
-        self.delay_us[owner] = self.delay_us[owner] + self.env.now - start - alone
+        self.delay_us[owner] = self.delay_us.get(owner, 0.0) + self.env.now - start - alone
 
 
 class InstanceLinks:
