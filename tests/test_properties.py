@@ -126,8 +126,10 @@ def test_full_acceptance_chain_of_k_emits_k_plus_1_per_step(raw, k):
 @given(scenarios(), st.sampled_from(["iid", "positional"]))
 def test_zero_acceptance_is_never_faster_than_plain_decode(raw, kind):
     rt = raw["runtime"]
-    # an eager plain decode against a CUDA-graph verify is a different runtime, not speculation: leave it out
-    assume(rt["cuda_graph_decode"] or not rt["cuda_graph_verify"])
+    # verify and plain decode under different runtimes (graph vs eager) compare the runtimes, not speculation: a
+    # generated host whose graph launch (20 us) costs more than a tiny model's eager launches makes an eager verify
+    # cheaper than a graph decode (found by this test). Same runtime: a 2-token pass costs at least a 1-token one.
+    assume(rt["cuda_graph_decode"] == rt["cuda_graph_verify"])
     raw["speculation"]["acceptance"] = ({"kind": "iid", "alpha": 0.0} if kind == "iid" else
                                         {"kind": "positional", "probs": [0.0], "repeat_last": True})
     r = run(raw)
