@@ -206,34 +206,23 @@ def test_groups_end_when_their_flows_sent_one_by_one_end(case, data):
     timing = {g: (data.draw(st.integers(0, 4)), data.draw(st.integers(1, 100)) * 1e3, data.draw(st.integers(0, 3)) * 0.5)
               for g in groups}
 
-    def grouped():
+    def ends(grouped: bool) -> dict:
+        """When each group is done: sent as one group (its event includes the tail) or flow by flow (tail added)."""
         env = simpy.Environment()
-        network, ends = FlowNetwork(env, capacity), {}
+        network, done = FlowNetwork(env, capacity), {}
 
         def sender(g):
             start, nbytes, tail = timing[g]
             yield env.timeout(start)
-            yield network.transfer_group(groups[g], nbytes, tail)
-            ends[g] = env.now
+            if grouped:
+                yield network.transfer_group(groups[g], nbytes, tail)
+            else:
+                yield env.all_of([network.transfer(route, nbytes) for route in groups[g]])
+            done[g] = env.now + (0.0 if grouped else tail)
         for g in groups:
             env.process(sender(g))
         env.run()
         assert network.active == []
-        return ends
+        return done
 
-    def one_by_one():
-        env = simpy.Environment()
-        network, ends = FlowNetwork(env, capacity), {}
-
-        def sender(g):
-            start, nbytes, tail = timing[g]
-            yield env.timeout(start)
-            yield env.all_of([network.transfer(route, nbytes) for route in groups[g]])
-            ends[g] = env.now + tail
-        for g in groups:
-            env.process(sender(g))
-        env.run()
-        return ends
-
-    expected = one_by_one()
-    assert grouped() == pytest.approx(expected, rel=REL)
+    assert ends(grouped=True) == pytest.approx(ends(grouped=False), rel=REL)
