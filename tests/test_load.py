@@ -6,7 +6,7 @@ import pytest
 
 import simulator
 from simulator.cli import main
-from simulator.config.workload import PoissonArrivals, Workload
+from simulator.config.workload import RateArrivals, Workload
 from simulator.engine.requests import make_requests
 from conftest import scenario_path
 
@@ -18,7 +18,7 @@ GOODPUT = {"kind": "goodput", "choices": [0, 1, 2, 3, 4, 5, 6, 7]}
 
 def test_poisson_arrivals_have_the_configured_rate():
     """Mean inter-arrival time of 2000 requests within 3 standard errors of 1/rate (exponential: sd = mean)."""
-    work = Workload(requests=2000, arrival=PoissonArrivals(kind="poisson", rate_per_s=4.0))
+    work = Workload(requests=2000, arrival=RateArrivals(kind="poisson", rate_per_s=4.0))
     times = np.array([r.arrived_at for r in make_requests(work, seed=3)]) / 1e6
     gaps = np.diff(times)
     assert abs(gaps.mean() - 0.25) < 3 * 0.25 / np.sqrt(gaps.size)

@@ -59,9 +59,6 @@ class RateArrivals(Strict):
     rate_per_s: PositiveFloat = Field(description="Requests per second (the mean, for poisson)")
 
 
-FixedRate = PoissonArrivals = RateArrivals  # the two rated kinds share one declaration
-
-
 class ArrivalTrace(Strict):
     """Replayed arrivals: a CSV with arrival_s, prompt_tokens, output_tokens per request."""
 
