@@ -156,6 +156,21 @@ def test_gemm_pays_whole_waves_of_tiles():
     assert roofline._parts(Gemm(1, 8192, 8192, "bf16"))[0] == roofline._parts(Gemm(TILE_M, 8192, 8192, "bf16"))[0]
 
 
+def test_int4_gemm_roofline_streams_its_group_metadata():
+    """A weight-only int4 GEMV (no fitted set: the spec's efficiencies) reads its group scales and zeros with the
+    weights: gpt-fast's group-32 bf16 scale + zero (4/32 bytes per weight) make 8192 x 8192 weights 0.625 bytes each."""
+    from simulator.kernels.roofline import ShapeRoofline
+    spec = _gpu("nvlink8_h100")
+    roofline = ShapeRoofline(spec, {})  # the spec's memory efficiency for every family, no overhead split
+    plain, grouped = Gemm(1, 8192, 8192, "int4"), Gemm(1, 8192, 8192, "int4", 4 / 32)
+    activations = 2.0 * (8192 + 8192)
+    bandwidth = spec.memory_bandwidth_GBps * 1e3 * spec.memory_efficiency  # bytes per us
+    assert roofline._parts(plain)[1] == pytest.approx((8192 * 8192 * 0.5 + activations) / bandwidth)
+    assert roofline._parts(grouped)[1] == pytest.approx((8192 * 8192 * 0.625 + activations) / bandwidth)
+    # fp4 / fp8 sets were fitted to tables measured in those formats, block scales included: not counted again
+    assert roofline._parts(Gemm(1, 8192, 8192, "fp4", 1 / 16))[1] == roofline._parts(Gemm(1, 8192, 8192, "fp4"))[1]
+
+
 def test_attention_roofline_reads_the_cache_once_per_request():
     from simulator.kernels.roofline import ShapeRoofline
     roofline = ShapeRoofline(_gpu("nvlink8_h200"), {"attention_decode_bf16": (1.0, 1.0, 0.0, 0.0)})
@@ -215,3 +230,15 @@ def test_weight_only_gemm_filled_from_another_engine_with_group_scales_streamed(
     assert per_channel == pytest.approx(1e3 * rows.latency.min())  # the rows' monotone envelope in m at m = 1
     assert a100.time_us(Gemm(1, 4096, 4096, "int4", 2 / 32)) == pytest.approx(per_channel * (1 + (2 / 32) / 0.5))
     assert a100.time_us(Gemm(1, 4096, 4096, "int8")) < a100.time_us(Gemm(1, 4096, 4096, "bf16"))
+
+
+@needs_data
+def test_report_names_the_engine_whose_table_stood_in(tmp_path):
+    """gpt-fast's A100 int4 decode: the int4 GEMMs are timed from TensorRT-LLM's table (SGLang's has none on the
+    A100), and the result says so for the gemm family."""
+    from simulator.model.cost import Kernel
+    machine = Machine(load_scenario(_scenario(tmp_path, "llama_3_1_8b", "nvlink8_a100", 1)))
+    report = machine.kernels.report([Kernel("x", 1.0, 1.0, "bf16", Gemm(1, 4096, 4096, "int4", 4 / 32)),
+                                     Kernel("y", 1.0, 1.0, "bf16", Gemm(1, 4096, 4096, "bf16"))])
+    assert report["families"]["gemm"] == ("measured; 1 of 2 shapes from trtllm 1.0.0 int4_wo (SGLang's tables lack "
+                                          "that dtype on this GPU)")

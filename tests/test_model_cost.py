@@ -62,6 +62,18 @@ def test_bytes_per_weight_with_group_scales(dtype, group, expected):
     assert bytes_per_param(shaped, dtype) == expected
 
 
+@pytest.mark.parametrize("dtype,group,scale,zero,expected", [
+    ("int4", 32, "bf16", True, 0.625),  # gpt-fast / tinygemm: a bf16 scale and a bf16 zero per 32 (quantize.py): 5 bits
+    ("int4", 128, "bf16", True, 0.53125),  # 64 + 4 B per 128
+    ("fp4", 16, "fp8", False, 0.5625),  # NVFP4: one E4M3 scale per 16 values, 8 + 1 B per 16
+    ("int8", 32, "bf16", True, 1.0),  # 8-bit formats carry no group metadata here
+])
+def test_bytes_per_weight_with_scale_dtype_and_zero_points(dtype, group, scale, zero, expected):
+    weights = KIMI.weights.model_copy(update={"quant_group_size": group, "quant_scale_dtype": scale,
+                                              "quant_zero_point": zero})
+    assert bytes_per_param(KIMI.model_copy(update={"weights": weights}), dtype) == expected
+
+
 # --- weights a rank reads for one token -------------------------------------------------------------------------
 
 

@@ -117,3 +117,22 @@ def test_validate_command_prints_every_case_and_the_errors(capsys):
     out = capsys.readouterr().out
     assert "nccl-tests-272" in out and "sglang-docs-eagle3" in out
     assert "2 figures from 2 sources" in out and "mean absolute error" in out
+
+
+def test_gpt_fast_int4_cases_carry_its_quantize_py_format(validation_files):
+    """gpt-fast's int4 (quantize.py at the README's benchmark commit d2c5d82, 2023-11-30) stores per group of 32 weights
+    a bf16 scale and a bf16 zero point (`scales_and_zeros`, in_features / 32 x out_features x 2, bfloat16) for every
+    linear layer, the output layer included: 0.5 + 4/32 bytes per weight. The format comes from the code, not from a
+    fit to the case's figure."""
+    from simulator.model.cards import bytes_per_param
+    from simulator.results.run import resolve
+
+    path = os.path.join(VALIDATION, "gpt_fast.yaml")
+    cases = [c for c in v.load(path).cases if "int4" in c.name]
+    assert len(cases) == 2
+    for case in cases:
+        scenario = resolve(os.path.join(VALIDATION, case.scenario),
+                           {k.replace(".", "__"): value for k, value in case.set.items()})
+        weights = scenario.model.weights
+        assert (weights.attention, weights.dense_mlp, weights.lm_head) == ("int4",) * 3
+        assert bytes_per_param(scenario.model, "int4") == 0.5 + 4 / 32

@@ -79,7 +79,8 @@ class MoESpec(Strict):
 
 
 class WeightDtypes(Strict):
-    """Stored dtype of each weight family (int4/fp4 with group scales)."""
+    """Stored dtype of each weight family; int4/fp4 weights carry per-group metadata (a scale, optionally a zero
+    point) that is streamed with them."""
 
     attention: Dtype = Field(description="Attention projections")
     dense_mlp: Dtype = Field(description="MLP of the dense layers")
@@ -88,7 +89,13 @@ class WeightDtypes(Strict):
     router: Dtype = Field("bf16", description="The router (gate)")
     embedding: Dtype = Field("bf16", description="Token embedding")
     lm_head: Dtype = Field("bf16", description="Output projection to the vocabulary")
-    quant_group_size: NonNegativeInt = Field(0, description="Weights per bf16 scale for int4/fp4 groups (0: no group scales)")
+    quant_group_size: NonNegativeInt = Field(
+        0, description="Weights per group scale for int4/fp4 groups (0: no group scales)")
+    quant_scale_dtype: Literal["bf16", "fp16", "fp8"] = Field("bf16", description=(
+        "Dtype of each group's scale (bf16: compressed-tensors, gpt-fast; fp8: NVFP4's E4M3 block scales)"))
+    quant_zero_point: bool = Field(False, description=(
+        "Each group also stores a zero point in the scale's dtype (asymmetric, e.g. gpt-fast / tinygemm's bf16 "
+        "scales_and_zeros); false: symmetric, scales only"))
 
 
 class EagerKernels(Strict):

@@ -13,8 +13,9 @@ What we take from which table (SGLang's kernels, the engine the simulator models
 - GEMM (gemm_perf): m tokens x n x k per GPU, bf16 / fp8 (block-scaled where measured, as DeepSeek-style
   checkpoints) / nvfp4; beyond the largest measured m or n, as equal pieces split along it. Weight-only int8 / int4
   GEMMs (bf16 activations) where SGLang's table has them, else from another engine's table of the same GPU
-  (FILL_ENGINES). Those tables are per-channel; group scales (int4 group 32: 2/32 bytes per weight more) are
-  streamed at the rate the kernel was measured to stream the weights.
+  (FILL_ENGINES). Those tables are per-channel; group metadata (int4 group 32 with a bf16 scale: 2/32 bytes per
+  weight more, with a bf16 zero point too: 4/32) is streamed at the rate the kernel was measured to stream the
+  weights.
 - GQA attention: decode and verify from generation_attention_perf. A verify of q tokens per request reads the
   request's KV once with q times the query rows per KV head, as FlashAttention's packed-GQA layout and FlashMLA do,
   so it is looked up as decode with q x the query heads (while that stays on the measured grid); the causal or tree
@@ -130,6 +131,11 @@ class MeasuredKernels:
     def __init__(self, system: str):
         self.system = system
         self.label = f"aiconfigurator-core {package_version()}, {system}, {ENGINE} {ENGINE_VERSION}"
+        self._filled: dict[KernelShape, str] = {}  # shapes answered by another engine's table: which one
+
+    def filled_from(self, shape: KernelShape) -> str | None:
+        """The other engine's table that timed this shape (SGLang's lacks its dtype on this GPU), or None."""
+        return self._filled.get(shape)
 
     def time_us(self, shape: KernelShape) -> float | None:
         if isinstance(shape, Gemm):
@@ -159,6 +165,9 @@ class MeasuredKernels:
                 pieces_m = math.ceil(s.m / grid.axes[0][-1])
                 pieces_n = math.ceil(s.n / grid.axes[1][-1])
                 t = grid((s.m / pieces_m, s.n / pieces_n, s.k))
+                if t is not None and engine != ENGINE:
+                    version = table_path(self.system, "gemm", "gemm_perf", engine).parent.name
+                    self._filled[s] = f"{engine} {version} {dtype}"
                 return None if t is None else t * pieces_m * pieces_n * _group_scales(s, dtype)
         return None
 

@@ -18,7 +18,7 @@ class Gemm:
     n: int
     k: int
     dtype: str
-    scale_bytes: float = 0.0  # bytes of group scales per weight beyond the dtype's own (int4 group 32: 2 / 32)
+    scale_bytes: float = 0.0  # group metadata per weight beyond the dtype's own (int4 group 32, bf16 scale: 2 / 32)
     family = "gemm"
 
 

@@ -107,6 +107,17 @@ class KernelTimer:
         per_small = small * (segment.small_kernels - absorbed) / segment.small_kernels if segment.small_kernels else 0.0
         return KernelTimes(compute, memory, last, segment.num_kernels, whole_ops + absorbed, tuple(times), per_small)
 
+    def _fills(self, covered_by: dict) -> str:
+        """Where another engine's table stood in for SGLang's (a dtype SGLang's tables lack on this GPU)."""
+        filled_from = getattr(self.source, "filled_from", None)
+        fills = [filled_from(shape) for shape, hit in covered_by.items() if hit] if filled_from else []
+        by_table: dict[str, int] = defaultdict(int)
+        for table in fills:
+            if table:
+                by_table[table] += 1
+        return "".join(f"; {n} of {len(covered_by)} shapes from {table} (SGLang's tables lack that dtype on this GPU)"
+                       for table, n in sorted(by_table.items()))
+
     def report(self, kernels) -> dict:
         """The kernel-cost source, and per family which source times these kernels (a fixed set, e.g. the scenario's
         decode and verify passes, so the report does not depend on what earlier runs left in the caches)."""
@@ -128,5 +139,6 @@ class KernelTimer:
             else:
                 families[family] = (f"measured, {fallback} for {len(covered_by) - covered} of {len(covered_by)} "
                                     f"shapes (outside the measured data)")
+            families[family] += self._fills(covered_by)
         families["elementwise"] = "roofline (not in the database)"
         return {"source": f"measured ({self.source.label})", "families": families}

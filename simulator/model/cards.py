@@ -10,11 +10,13 @@ BYTES_PER_VALUE = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.
 
 
 def bytes_per_param(card: ModelCard, dtype: str) -> float:
-    """Storage per weight, with bf16 group scales for 4-bit formats (e.g. int4 group 32: 0.5 + 2/32 bytes)."""
+    """Storage per weight, with the group metadata of 4-bit formats: a scale per group, plus a zero point in the
+    scale's dtype for asymmetric formats (int4 group 32, bf16 scale: 0.5 + 2/32 bytes; gpt-fast's tinygemm int4
+    group 32, bf16 scale and zero: 0.5 + 4/32, i.e. 5 bits; NVFP4, an fp8 scale per 16: 0.5 + 1/16)."""
     size = BYTES_PER_VALUE[dtype]
-    group = card.weights.quant_group_size
-    if dtype in ("int4", "fp4") and group:
-        size += 2.0 / group
+    w = card.weights
+    if dtype in ("int4", "fp4") and w.quant_group_size:
+        size += BYTES_PER_VALUE[w.quant_scale_dtype] * (2 if w.quant_zero_point else 1) / w.quant_group_size
     return size
 
 
