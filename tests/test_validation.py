@@ -90,6 +90,49 @@ def test_measured_and_validation_sets_share_no_figure(validation_files):
         assert not {round(m.value, 6) for m in measured.measurements} & validation, path
 
 
+
+def _acceptance(data: dict):
+    return ((data.get("speculation") or {}).get("acceptance")) or None
+
+
+def _same_estimate(used: dict, shipped: dict) -> bool:
+    """The same acceptance model; a positional one may use a prefix of the shipped depths (a shorter chain)."""
+    if used.get("kind") == shipped.get("kind") == "positional":
+        rest = {k: v for k, v in used.items() if k != "probs"}
+        return shipped["probs"][:len(used["probs"])] == used["probs"] and \
+            all(shipped.get(k) == v for k, v in rest.items() if k != "kind")
+    return used == shipped
+
+
+def test_a_case_without_the_sources_accept_length_runs_a_shipped_estimate(validation_files):
+    """A speculative case whose source prints no accept length may not carry an acceptance of its own (one could be
+    tuned to the figure): it runs an acceptance model a shipped scenario (scenarios/*.yaml) already uses."""
+    from simulator.config.loader import read_yaml
+    from simulator.results.run import resolve
+
+    shipped = [a for path in glob.glob(os.path.join(ROOT, "scenarios", "*.yaml"))
+               if (a := _acceptance(read_yaml(path)))]
+    checked = 0
+    for path, f in zip(v.files(VALIDATION), validation_files):
+        for case in f.cases:
+            if case.kind != "scenario" or case.accept_len is not None:
+                continue
+            target = os.path.join(os.path.dirname(path), case.scenario)
+            spec = resolve(target, {k.replace(".", "__"): val for k, val in case.set.items()}).spec
+            if spec.speculation.method == "none":
+                continue
+            used = _acceptance(read_yaml(target))
+            assert "speculation.acceptance" not in case.set, (path, case.name)
+            assert any(_same_estimate(used, a) for a in shipped), (path, case.name, used)
+            checked += 1
+    assert checked >= 5  # eagle3_sglang_batch.yaml: nine batch sizes on the shipped EAGLE-3 estimate
+
+
+def test_every_validation_source_is_listed_in_the_sources_doc(validation_files):
+    doc = open(os.path.join(ROOT, "docs", "sources.md"), encoding="utf-8").read()
+    for f in validation_files:
+        assert f"`{f.source.id}`" in doc and f.source.url in doc, f.source.id
+
 @pytest.mark.parametrize("accept_len", [1.0, 1.75, 2.82, 4.34, 5.99])
 def test_accept_trace_has_the_published_mean_in_every_window(accept_len):
     trace = v.accept_trace(accept_len)
