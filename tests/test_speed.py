@@ -125,3 +125,41 @@ def test_shared_launches_give_the_same_tables():
     alone, _ = table_at_2048(())
     after, shared = table_at_2048((512, 1024))  # the 2048 anchor reuses the launches computed at 512
     assert shared == 1 and np.array_equal(alone, after)
+
+
+@pytest.mark.parametrize("name, overrides", [
+    ("pcie8_ngram.yaml", {"workload__requests": 3, "workload__output_tokens": 700}),
+    ("nvlink8_h100_llama8b_poisson.yaml", {"workload__requests": 24}),  # batches that change, arrivals mid-step
+])
+def test_fixed_decision_loop_is_the_general_loop(monkeypatch, name, overrides):
+    from simulator.engine import server as module
+    from simulator.engine import simulate
+
+    scenario = resolve(scenario_path(name), overrides)
+
+    def run():
+        s = simulate(scenario, Machine(scenario), seed=3, fidelity="fast")
+        return s.log.columns().as_dict(), s.accept_lengths, [(r.completed_at, r.first_token_at) for r in s.requests]
+
+    fused = run()
+    monkeypatch.setattr(module, "runs_fixed", lambda server: False)
+    general = run()
+    assert fused[1] == general[1] and fused[2] == general[2]
+    assert all(np.array_equal(fused[0][k], general[0][k]) for k in general[0])
+    assert len(set(general[0]["batch"].tolist())) > (2 if "poisson" in name else 0)
+
+
+def test_a_stationary_models_step_is_its_walk():
+    from simulator.speculation.setup import build_speculation
+
+    slot = build_speculation(resolve(scenario_path("pcie8_eagle3.yaml"), {}), True).slots[0]
+    rng = np.random.default_rng(1)
+    uniforms = rng.random(20_000).tolist()
+    accepted = []
+    for i in range(1000):
+        at, remaining = 16 * i, int(rng.integers(1, 10))
+        want = slot.acceptance.walker(slot.tree)(uniforms, at)
+        accepted.append(want)
+        assert slot.acceptance.step(slot.tree, None, uniforms, at, at + 16, remaining) == \
+            (want, min(want + 1, remaining), None)
+    assert min(accepted) == 0 < max(accepted)  # the root shortcut and the walk both taken

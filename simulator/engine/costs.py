@@ -85,8 +85,8 @@ class FastStepCosts:
         self._tables: dict[tuple, list] = {}
         self._pairs: dict[tuple, tuple] = {}
         self._means: dict[tuple, float] = {}
-        self._indices: list[int] = []
-        self._at = 0
+        self.indices: list[int] = []  # the row-index stream, drawn in blocks, and the position in the block
+        self.index_at = 0
         self._last: tuple = (None, -1, -1, None)  # (step, low and high anchors, their table) of the last step drawn
 
     def _table(self, step: StepSpec, context: int) -> list:
@@ -139,7 +139,7 @@ class FastStepCosts:
         weight = np.array([a[2] for a in anchors])
         return np.where(weight == 0.0, low, blend(low, high, weight))
 
-    def _pair(self, step: StepSpec, low: int, high: int) -> CostTable:
+    def pair(self, step: StepSpec, low: int, high: int) -> CostTable:
         """The anchor table at `low` and its differences to the one at `high`."""
         key = (step, low, high)
         pair = self._pairs.get(key)
@@ -149,6 +149,11 @@ class FastStepCosts:
             pair = _bounded_put(self._pairs, key, CostTable(a, d))
         return pair
 
+    def next_index_block(self) -> list[int]:
+        """The next block of the row-index stream (position 0)."""
+        self.indices, self.index_at = self._rng.integers(0, 1 << 30, INDEX_BLOCK).tolist(), 0
+        return self.indices
+
     def step(self, step: StepSpec, context: int) -> tuple:
         """One step's cost at `context`: (duration, table, row, weight); every STEP_COST field is table.anchor[row]
         + weight x table.delta[row] (hot path: the duration is blended now, the other fields when the log is read)."""
@@ -157,14 +162,13 @@ class FastStepCosts:
         if last[0] is step and last[1] == low and last[2] == high:  # the same step and anchors as the last one
             table = last[3]
         else:
-            table = self._pair(step, low, high)
+            table = self.pair(step, low, high)
             self._last = (step, low, high, table)
         durations = table.durations
-        if self._at >= len(self._indices):
-            self._indices = self._rng.integers(0, 1 << 30, INDEX_BLOCK).tolist()
-            self._at = 0
-        i = self._indices[self._at] % len(durations)
-        self._at += 1
+        if self.index_at >= len(self.indices):
+            self.next_index_block()
+        i = self.indices[self.index_at] % len(durations)
+        self.index_at += 1
         return durations[i] + table.duration_deltas[i] * weight, table, i, weight
 
 

@@ -161,6 +161,15 @@ class StepLog:
     def __len__(self) -> int:
         return self._size + len(self._pending_costs) // 3
 
+    def pending(self) -> tuple[list, list, int]:
+        """The pending lists append() extends (facts, then (table, row, weight) per step), and the length of the
+        second at which a loop that extends them itself calls flush()."""
+        return self._pending_facts, self._pending_costs, 3 * BLOCK
+
+    def flush(self) -> None:
+        """Move the pending steps into the arrays."""
+        self._flush()
+
     def _flush(self) -> None:
         costs = self._pending_costs
         if not costs:

@@ -23,6 +23,7 @@ from .records import (KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FACTS, STEP_FIE
                       StepLog)
 from .requests import make_requests
 from .walking import Walks
+from .fixeddecode import decode_fixed, runs_fixed
 from .clock import delay_to
 
 STEP_SPEC_CACHE_SIZE = 1024  # step specs kept by (kind, decision, batch, tokens); a run uses a few per batch size
@@ -185,14 +186,14 @@ class Server:
         env, adm, log = self.env, self.admission, self.log
         if not self.routed:
             env.process(self._arrivals())
-        max_steps = self.max_steps
+        max_steps, fixed = self.max_steps, runs_fixed(self)
         while max_steps is None or len(log) < max_steps:
             if adm.waiting and len(adm.active) + len(adm.prefilling) < adm.concurrency:
                 adm.admit(self.now, self._start_acceptance)
             if adm.prefilling:
                 yield from self._prefill()
             elif adm.active:
-                yield from self._decode()
+                yield from (decode_fixed(self) if fixed else self._decode())
             elif self._arrived_all and not adm.waiting:
                 break
             else:

@@ -53,6 +53,7 @@ class AcceptanceModel:
     def __init__(self, probs: list[float], sibling_decay: float = 1.0, repeat_last: bool = False):
         self.probs, self.sibling_decay, self.repeat_last = list(probs), sibling_decay, repeat_last
         self._walkers: dict[Tree, Walker] = {}
+        self._last: tuple = (None, None)  # the tree step() walked last and its walker (or walkers per level)
 
     def table(self, depth: int, state=None):
         return positional_table(self.probs, self.sibling_decay, depth, self.repeat_last)
@@ -76,7 +77,11 @@ class AcceptanceModel:
         state after), the walk reading uniforms[at:] and a stateful model's regime switch uniforms[switch_at].
         The serving loop's hot path: accepted, then advance, in one call (the same values). A stationary model's
         state does not move (and it reads no switch uniform)."""
-        accepted = self.accepted(tree, state, uniforms, at)
+        last_tree, walker = self._last
+        if tree is not last_tree:  # a policy hands out long-lived trees: usually the same object
+            walker = self.walker(tree, state)
+            self._last = (tree, walker)
+        accepted = 0 if uniforms[at] >= walker.root_limit else walker(uniforms, at)  # see Walker.root_limit
         return accepted, (accepted + 1 if accepted < remaining else remaining), state
 
     def match_tokens(self, state) -> int:
@@ -210,7 +215,7 @@ class NgramContextModel(RegimeModel):
         self.config = config
         # the parameters as plain attributes: read once per request per step
         self._warmup, self._repetitiveness = config.warmup_tokens, config.repetitiveness
-        self._leave, self._flat = 1.0 / config.mean_copy_tokens, config.novel_gain == 0.0
+        self._leave, self._flat, self._levels = 1.0 / config.mean_copy_tokens, config.novel_gain == 0.0, self.LEVELS
 
     def start(self, prompt_tokens: int):
         return (False, prompt_tokens)
@@ -248,16 +253,22 @@ class NgramContextModel(RegimeModel):
         the table level and the switch probability (the same floats as level() and advance())."""
         easy, seen = state
         if easy:
-            level, per_token = 0, self._leave
+            level, per_token = -1, self._leave  # the easy regime's walker sits last in the tree's row
         else:
             s3 = (seen / self._warmup) ** 3
             fill = s3 / (1.0 + s3)
-            level = 0 if self._flat else min(self.LEVELS, int(fill * self.LEVELS + 0.5))
+            level = 0 if self._flat else int(fill * self._levels + 0.5)
+            if level > self._levels:
+                level = self._levels
             per_token = self._repetitiveness * fill
-        walker = self._walkers2.get((tree.parents, easy, level))
+        last_tree, walkers = self._last
+        if tree is not last_tree:  # per tree, a row of walkers: the hard regime's per level, then the easy one's
+            walkers = [None] * (self._levels + 2)
+            self._last = (tree, walkers)
+        walker = walkers[level]
         if walker is None:
-            walker = self.walker(tree, state)
-        accepted = walker(uniforms, at)
+            walker = walkers[level] = self.walker(tree, state)
+        accepted = 0 if uniforms[at] >= walker.root_limit else walker(uniforms, at)  # see Walker.root_limit
         emitted = accepted + 1 if accepted < remaining else remaining
         if uniforms[switch_at] < 1.0 - (1.0 - per_token) ** emitted:
             easy = not easy
@@ -285,6 +296,10 @@ class TraceModel(AcceptanceModel):
         value = self.lengths[self.position % len(self.lengths)]
         self.position += 1
         return min(value - 1, tree.depth)
+
+    def step(self, tree: Tree, state, uniforms, at: int, switch_at: int, remaining: int):
+        accepted = self.accepted(tree, state, uniforms, at)  # the next row of the trace, not a walk
+        return accepted, (accepted + 1 if accepted < remaining else remaining), state
 
     def expected_tokens(self, tree: Tree) -> float:
         return sum(min(v - 1, tree.depth) + 1 for v in self.lengths) / len(self.lengths)

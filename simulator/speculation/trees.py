@@ -230,12 +230,15 @@ class Walker:
     children in rank order, move to child k when cum[k-1] <= u < cum[k], else stop.
     """
 
-    __slots__ = ("depth", "cums", "children", "_nodes")
+    __slots__ = ("depth", "cums", "children", "_nodes", "root_limit")
 
     def __init__(self, tree: Tree, P):
         self.depth = tree.depth
         self.cums, self.children = tree.thresholds(P)
         self._nodes = tuple(zip(self.cums, self.children))
+        # a first uniform at or above this accepts nothing: the walk's first step, without the call (most walks of
+        # a weak drafter end there)
+        self.root_limit = self.cums[0][-1] if self.depth and self.cums[0] else -math.inf
 
     def __call__(self, uniforms, at: int = 0) -> int:
         """Accepted drafts; the walk reads uniforms[at], uniforms[at + 1], ... (one per depth)."""

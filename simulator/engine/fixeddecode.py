@@ -1,0 +1,83 @@
+"""The fast fidelity's decode loop under a policy whose decision never changes (static speculation): the simulator's
+hot path, in one place.
+
+Server._decode serves every policy and fidelity; when the decision is fixed, the fidelity is fast, a full KV cache
+queues instead of preempting and no policy watches the walks, a step is only: draw its cost row
+(FastStepCosts.step), move the clock (Server._advance), walk every request's verify tree (Walks.walk), log the step
+(StepLog.append). This loop does exactly that, with the cost draw, the clock and the log inlined (inlined for speed: a
+step costs a few SimPy timeouts of Python, and each call is a large share of it) and the per-step choices of the
+general loop (decide, observe, preempt, a changed batch) left out. Nothing else can act between two steps unless another
+process is due by the step's end (then a timeout, as in Server._decode), so admission is looked at when the loop
+starts and after every timeout, not at every step. It reads the same random streams in the same order, so the
+results are the same floats as Server._decode's (tests/test_speed.py runs both).
+"""
+from __future__ import annotations
+
+from .clock import delay_to
+from .machine import context_anchors
+from .records import KIND_SPEC
+
+
+def runs_fixed(server) -> bool:
+    """Whether decode_fixed serves this server's decode steps."""
+    policy = server.policy
+    return (server.fast and getattr(policy, "fixed", False) and policy.decision is not None
+            and server.admission.queue_mode and server.max_steps is None and server.walks.watch is None)
+
+
+def decode_fixed(server):
+    """Generator: the decode steps of the running batch until it changes (a request completes, or one is admitted),
+    then back to Server.run (the same steps as Server._decode; see the module docstring)."""
+    env, adm, costs, walks, log, decision = server.env, server.admission, server.costs, server.walks, server.log, \
+        server.policy.decision
+    active, peek, timeout, batch = adm.active, env.peek, env.timeout, len(adm.active)
+    context = sum(r.prompt_tokens + r.generated for r in active)
+    spec = server.step_spec(KIND_SPEC, decision, batch)
+    tree = decision.tree
+    drafter, depth, size, lookahead = decision.drafter, tree.depth, tree.size, tree.size * batch
+    facts, rows, flush_at = log.pending()
+    indices, at_index, walk = costs.indices, costs.index_at, walks.walk
+    now, due, check, low, high = server.now, peek(), True, -1, -1
+    while True:
+        if check:  # the loop's start, or another process ran: admission may have work
+            if _admitted(server, now, batch):
+                break
+            waiting, check = len(adm.waiting), False
+        kv_tokens = context + lookahead
+        if kv_tokens > adm.kv_peak:
+            adm.kv_peak = kv_tokens
+        anchors = context_anchors(context)  # FastStepCosts.step, inlined
+        if anchors[0] != low or anchors[1] != high:
+            low, high = anchors[0], anchors[1]
+            table = costs.pair(spec, low, high)
+            durations, deltas, count = table.durations, table.duration_deltas, len(table.durations)
+        weight = anchors[2]
+        if at_index >= len(indices):
+            indices, at_index = costs.next_index_block(), 0
+        row = indices[at_index] % count
+        at_index += 1
+        start = now
+        now = start + (durations[row] + deltas[row] * weight)
+        if due <= now:  # Server._advance, inlined
+            server.now = start
+            yield timeout(delay_to(env.now, now))
+            due, waiting, check = peek(), len(adm.waiting), True
+        tokens, done = walk(active, decision, now)
+        facts += (KIND_SPEC, start, batch, tokens, depth, drafter, size, kv_tokens, waiting, context)
+        rows += (table, row, weight)  # StepLog.append, inlined
+        if len(rows) >= flush_at:
+            log.flush()
+        context += tokens
+        if done:
+            adm.retire(active)
+            break
+    costs.index_at, server.now = at_index, now
+
+
+def _admitted(server, now: float, batch: int) -> bool:
+    """Admit what fits (Server._decode's check); True if the batch changed (a request to prefill, or one decoding)."""
+    adm = server.admission
+    if adm.waiting and len(adm.active) + len(adm.prefilling) < adm.concurrency:
+        adm.admit(now, server._start_acceptance)
+        return bool(adm.prefilling) or len(adm.active) != batch
+    return False
