@@ -163,3 +163,12 @@ def test_a_stationary_models_step_is_its_walk():
         assert slot.acceptance.step(slot.tree, None, uniforms, at, at + 16, remaining) == \
             (want, min(want + 1, remaining), None)
     assert min(accepted) == 0 < max(accepted)  # the root shortcut and the walk both taken
+
+
+def test_anchors_of_many_contexts_are_each_ones():
+    from simulator.engine.machine import context_anchors, context_anchors_many
+
+    contexts = list(range(-2, 5000)) + [2**k + d for k in range(8, 40) for d in (-1, 0, 1)]
+    lows, highs, weights = context_anchors_many(np.array(contexts))
+    assert [(int(a), int(b), float(w)) for a, b, w in zip(lows, highs, weights)] == \
+        [context_anchors(c) for c in contexts]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..model.cost import PassShape
-from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors
+from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors, context_anchors_many
 from .linkpass import LinkPass
 from .passbook import BookedCost, PassBook
 from .records import STEP_COST, CostTable
@@ -107,23 +107,39 @@ class FastStepCosts:
         m = self.machine
         main = m.samples(step.main.part, replace(step.main.shape, context=context), step.main.graph, self.seed)
         n = main.shape[0]
-        draft = np.full(n, step.draft_host_us)
-        entropy = int.from_bytes(hashlib.sha1(repr(step).encode()).digest()[:8], "little")
-        perm_rng = np.random.default_rng([self.seed, entropy])
-        for d in step.drafts:
-            samples = m.samples(d.part, replace(d.shape, context=context), d.graph, self.seed)
-            draft += samples[perm_rng.permutation(n), 0]  # independent passes: pair samples at random
+        draft = self._draft_us(step, context, n, lambda *args: m.samples(*args)[:, 0])
         cols = {name: main[:, i] for i, name in enumerate(SAMPLE_FIELDS)}
         cols["pass_us"] = cols.pop("duration")
         cols.update(duration=cols["pass_us"] + draft + step.other_us, draft_us=draft, other=np.full(n, step.other_us))
         return np.stack([cols[name] for name in STEP_COST], axis=1).tolist()
 
+    def _draft_us(self, step: StepSpec, context: int, n: int, durations) -> np.ndarray:
+        """Drafting per sample: host time and the draft passes (durations(part, shape, graph, seed): a pass's sample
+        durations), each pass's samples paired with the main pass's at random."""
+        draft = np.full(n, step.draft_host_us)
+        entropy = int.from_bytes(hashlib.sha1(repr(step).encode()).digest()[:8], "little")
+        perm_rng = np.random.default_rng([self.seed, entropy])
+        for d in step.drafts:
+            draft += durations(d.part, replace(d.shape, context=context), d.graph, self.seed)[perm_rng.permutation(n)]
+        return draft
+
+    def _durations(self, step: StepSpec, context: int) -> list:
+        """The duration column of the step's table at an anchor (the same floats), from the passes' durations alone
+        unless the table is built already (a mean needs no breakdown)."""
+        table = self._tables.get((step, context)) or _STEP_TABLES.get((self.machine.key, self.seed, step, context))
+        if table is not None:
+            return [row[0] for row in table]
+        m = self.machine
+        main = m.sample_durations(step.main.part, replace(step.main.shape, context=context), step.main.graph,
+                                  self.seed)
+        return (main + self._draft_us(step, context, main.shape[0], m.sample_durations) + step.other_us).tolist()
+
     def _mean_at(self, step: StepSpec, context: int) -> float:
         key = (step, context)
         mean = self._means.get(key)
         if mean is None:
-            table = self._table(step, context)
-            mean = _bounded_put(self._means, key, sum(row[0] for row in table) / len(table))
+            durations = self._durations(step, context)
+            mean = _bounded_put(self._means, key, sum(durations) / len(durations))
         return mean
 
     def mean_step_us(self, step: StepSpec, context: int) -> float:
@@ -132,11 +148,10 @@ class FastStepCosts:
 
     def mean_step_us_many(self, step: StepSpec, contexts) -> np.ndarray:
         """mean_step_us at each of many contexts (the same values), one anchor lookup per distinct anchor."""
-        anchors = [context_anchors(int(c)) for c in contexts]
-        means = {a: self._mean_at(step, a) for a in {x for low, high, _ in anchors for x in (low, high)}}
-        low = np.array([means[a[0]] for a in anchors])
-        high = np.array([means[a[1]] for a in anchors])
-        weight = np.array([a[2] for a in anchors])
+        lows, highs, weight = context_anchors_many(contexts)
+        anchors = np.unique(np.concatenate([lows, highs]))
+        means = np.array([self._mean_at(step, a) for a in anchors.tolist()])
+        low, high = means[np.searchsorted(anchors, lows)], means[np.searchsorted(anchors, highs)]
         return np.where(weight == 0.0, low, blend(low, high, weight))
 
     def pair(self, step: StepSpec, low: int, high: int) -> CostTable:

@@ -28,12 +28,13 @@ from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
 from ..model.split_layout import Split
 from .placement import replicates_shared_experts, require_simulated, split_memory_budget
 from .split_costs import SplitCollectives
-from .timeline import PassPlan, blend, eager_launch, kernel_lines, sample_passes
+from .timeline import PassPlan, blend, collective_ends, eager_launch, host_ready, kernel_lines, sample_passes
 
 FAST_SAMPLES = 64  # passes drawn per shape (stratified) for the fast fidelity: the run-to-run SE of a mean pass ~0.3%
 _SAMPLE_CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
 _SAMPLE_CACHE_SIZE = 4096
 _DRAWS: dict[tuple, tuple] = {}
+_DURATIONS: dict[tuple, np.ndarray] = {}  # samples()' key -> its duration column, where only that was asked for
 _LAUNCHES: dict[tuple, tuple] = {}  # (machine key, draws key, launch counts) -> timeline.eager_launch's arrays
 _LAUNCHES_SIZE = 16  # each ~1.5 MB at 8 ranks x 124 segments; a run has a few eager shapes
 _PLAN_CACHE: "OrderedDict[tuple, PassPlan]" = OrderedDict()  # (machine key, part, shape, graph) -> anchor plan
@@ -55,6 +56,19 @@ def context_anchors(context: int) -> tuple[int, int, float]:
         return low, low, 0.0
     high = 2 * low
     return low, high, (context - low) / (high - low)
+
+
+def context_anchors_many(contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """context_anchors of every context at once (the same values): arrays of low and high anchors and weights."""
+    c = np.maximum(np.asarray(contexts, dtype=np.int64), 0)
+    grid = [0, 256]
+    while c.size and grid[-1] <= int(c.max()):
+        grid.append(2 * grid[-1])
+    low = np.asarray(grid)[np.searchsorted(grid, c, side="right") - 1]
+    exact = c == low  # an anchor itself (or a context <= 0): weight 0
+    high = np.where(exact, low, np.where(low == 0, 256, 2 * low))
+    weight = np.where(exact, 0.0, (c - low) / np.where(exact, 1, high - low))  # ints below 2^53: the same division
+    return low, high, weight
 
 
 def at_context(context: int, value_at: Callable[[int], Any]):
@@ -228,11 +242,39 @@ class Machine:
         if hit is not None:
             _SAMPLE_CACHE.move_to_end(key)
             return hit
+        plan, draws, launch = self._sample_inputs(part, shape, graph, seed)
+        result = sample_passes(plan, self.host, None, FAST_SAMPLES, draws, launch)
+        table = np.stack([result[f] for f in SAMPLE_FIELDS], axis=1)
+        _SAMPLE_CACHE[key] = table
+        if len(_SAMPLE_CACHE) > _SAMPLE_CACHE_SIZE:
+            _SAMPLE_CACHE.popitem(last=False)
+        return table
+
+    def sample_durations(self, part: str, shape: PassShape, graph: bool, seed: int) -> np.ndarray:
+        """The duration column of samples() (the same floats), without the breakdown into categories unless
+        samples() has it already: a planner that only averages durations (the break-even) pays for those alone."""
+        key = (self.key, part, shape, graph, seed)
+        hit = _SAMPLE_CACHE.get(key)
+        if hit is not None:
+            return hit[:, 0]
+        durations = _DURATIONS.get(key)
+        if durations is None:
+            plan, draws, launch = self._sample_inputs(part, shape, graph, seed)
+            h = host_ready(plan, self.host, None, FAST_SAMPLES, draws=draws, launch=launch)
+            durations = _DURATIONS[key] = collective_ends(plan, h)[:, -1]
+            if len(_DURATIONS) > _SAMPLE_CACHE_SIZE:
+                _DURATIONS.pop(next(iter(_DURATIONS)))
+        return durations
+
+    def _sample_inputs(self, part: str, shape: PassShape, graph: bool, seed: int) -> tuple:
+        """(plan, draws, launches) of the samples at an anchor: the standard normals are shared by every anchor and
+        machine of the shape's family, an eager shape's launches by its anchors (exact: they do not depend on the
+        context)."""
         family = (part, replace(shape, context=0), graph)
         plan = self.anchor_plan(part, shape, graph)
         draws_key = (family, seed, plan.num_segments, self.tp)
         draws = _DRAWS.get(draws_key)
-        if draws is None:  # standard normals shared by every anchor and machine of this family
+        if draws is None:
             entropy = int.from_bytes(hashlib.sha1(repr(family).encode()).digest()[:8], "little")
             draws = _DRAWS[draws_key] = self.host.draws(np.random.default_rng([seed, entropy]), FAST_SAMPLES,
                                                         self.tp, plan.num_segments, stratified=True,
@@ -240,16 +282,11 @@ class Machine:
             if len(_DRAWS) > _SAMPLE_CACHE_SIZE:
                 _DRAWS.pop(next(iter(_DRAWS)))
         launch = None
-        if not graph:  # the launches of every anchor of this shape are the same: computed once (exact)
+        if not graph:
             launch_key = (self.key, draws_key, plan.launches.tobytes())
             launch = _LAUNCHES.get(launch_key)
             if launch is None:
                 launch = _LAUNCHES[launch_key] = eager_launch(plan, self.host, None, FAST_SAMPLES, draws)
                 if len(_LAUNCHES) > _LAUNCHES_SIZE:
                     _LAUNCHES.pop(next(iter(_LAUNCHES)))
-        result = sample_passes(plan, self.host, None, FAST_SAMPLES, draws, launch)
-        table = np.stack([result[f] for f in SAMPLE_FIELDS], axis=1)
-        _SAMPLE_CACHE[key] = table
-        if len(_SAMPLE_CACHE) > _SAMPLE_CACHE_SIZE:
-            _SAMPLE_CACHE.popitem(last=False)
-        return table
+        return plan, draws, launch

@@ -44,7 +44,7 @@ class GPU:
 MIN_LAUNCH_FRACTION = 0.1
 
 
-def _latin_hypercube_uniforms(rng: np.random.Generator, samples: int, dims: int) -> np.ndarray:
+def _latin_hypercube_uniforms(rng: np.random.Generator, samples: int, dims: int, rows: int | None = None) -> np.ndarray:
     """A Latin hypercube of uniforms, shape (dims, samples) (McKay, Beckman & Conover 1979), whose quantiles
     (normal_quantile, row by row) are standard normals.
 
@@ -52,12 +52,15 @@ def _latin_hypercube_uniforms(rng: np.random.Generator, samples: int, dims: int)
     a uniform point within the stratum: u = (stratum + U) / n. Each draw is then exactly standard normal (a midpoint
     per stratum would not be: its variance is below 1, 0.98 at n = 64), and the set's mean has at most n / (n - 1)
     times the variance of n independent draws' (Owen 1997). A dimension's normals are the quantiles of its row
-    alone, so a caller that needs some dimensions transforms only those rows (the same values).
+    alone, so a caller that needs some dimensions transforms only those rows (the same values); `rows` keeps the
+    first rows alone (the random stream is consumed as for all of them).
     """
     strata = rng.permuted(np.broadcast_to(np.arange(samples), (dims, samples)), axis=1)
-    u = (strata + rng.random((dims, samples))) / samples
+    u = rng.random((dims, samples))[:rows]
+    u += strata[:rows]  # (stratum + U) / n, in place: the same floats
+    u /= samples
     edge = 2.0**-53  # (n - 1 + U) / n can round to 1.0: keep the quantile finite
-    return np.clip(u, edge, 1.0 - edge)
+    return np.clip(u, edge, 1.0 - edge, out=u)
 
 
 class Host:
@@ -82,7 +85,7 @@ class Host:
         """
         if not stratified:
             return rng.standard_normal((samples, ranks, segments)), rng.standard_normal((samples, ranks, 1))
-        u = _latin_hypercube_uniforms(rng, samples, ranks * (segments + 1))
+        u = _latin_hypercube_uniforms(rng, samples, ranks * (segments + 1), None if launches else ranks)
         skew = normal_quantile(u[:ranks]).T.reshape(samples, ranks, 1)
         if not launches:
             return None, skew
