@@ -438,3 +438,35 @@ def test_workers_are_capped_at_points_and_cpus(tmp_path):
     axes = {"topology.host.eager_launch_us": [6, 7], "runtime.cuda_graph_verify": [False]}
     report = run_sweep(write_sweep(tmp_path, "capped", axes=axes), workers=100000, progress=False)
     assert report.num_ok == 2
+
+
+def test_sweep_gc_holds_while_points_run_and_is_undone(tmp_path, monkeypatch):
+    """Inside a sweep (its point runner, one worker here) the start-up heap is frozen, young collections are rare
+    and each point's cycles are freed when it ends; after the sweep the collector is as it was."""
+    import gc
+    import weakref
+
+    from simulator.experiments import memory, sweep
+
+    class Cycle:
+        pass
+
+    before = (gc.get_threshold(), gc.get_freeze_count())
+    seen, freed = [], []
+    real = sweep.run_chunk
+
+    def watched(task):
+        seen.append((gc.get_threshold()[0], gc.get_freeze_count() > 0))
+        cycle = Cycle()
+        cycle.me = cycle
+        alive = weakref.ref(cycle)
+        del cycle
+        memory.after_point()
+        freed.append(alive() is None)
+        return real(task)
+
+    monkeypatch.setattr(sweep, "run_chunk", watched)
+    axes = {"topology.host.eager_launch_us": [6, 7], "runtime.cuda_graph_verify": [False]}
+    assert run_sweep(write_sweep(tmp_path, "gc", axes=axes), workers=1, progress=False, chunk_size=1).num_ok == 2
+    assert seen == [(memory.SWEEP_GC_YOUNG, True)] * 2 and freed == [True, True]
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before

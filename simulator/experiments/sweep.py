@@ -25,7 +25,7 @@ from ..results.files import check_output_file
 from ..results.planner import lookup
 from ..results.limits import cap_workers, check_points, check_work
 from .metrics import PROVENANCE_COLUMNS, check_metrics
-from .memory import tune_malloc
+from .memory import after_point, sweep_gc, tune_malloc
 from .pool import Died, ForkPool
 from .store import Store, read_results  # noqa: F401  (read_results re-exported for callers)
 from .sweepfile import Point, Sweep, check_axes, load_sweep, num_points, point_id, points  # noqa: F401
@@ -93,6 +93,7 @@ def run_chunk(task: ChunkTask) -> list[tuple[str, str, str, list[Any]]]:
             out.append((point.id, "ok", "", [lookup(result, m) for m in task.metrics]))
         except Exception as exc:  # a failed point is a result: recorded, and the sweep goes on
             out.append((point.id, "error", _one_line(exc), []))
+        after_point()
     return out
 
 
@@ -144,9 +145,11 @@ def run_sweep(sweep: Sweep | str, *, workers: int | None = None, dask_address: s
                     recorder.record_all(_on_dask(client, tasks))
                 elif capacity == 1 or len(tasks) <= 1:
                     tune_malloc()
-                    recorder.record_all((task, run_chunk(task)) for task in tasks)
+                    with sweep_gc():
+                        recorder.record_all((task, run_chunk(task)) for task in tasks)
                 else:
-                    _on_processes(tasks, capacity, store.fds, recorder)
+                    with sweep_gc():  # entered before the fork: the workers inherit it
+                        _on_processes(tasks, capacity, store.fds, recorder)
             finally:
                 bar.close()
             store.reorder(order)  # complete: rows in point order, whatever order they finished in
