@@ -129,6 +129,8 @@ def test_shared_launches_give_the_same_tables():
 
 @pytest.mark.parametrize("name, overrides", [
     ("pcie8_ngram.yaml", {"workload__requests": 3, "workload__output_tokens": 700}),
+    ("pcie8_ngram.yaml", {"workload__requests": 4, "workload__output_tokens": 700,  # one at a time, arrivals mid-run
+                          "workload__arrival": {"kind": "poisson", "rate_per_s": 0.2}}),
     ("nvlink8_h100_llama8b_poisson.yaml", {"workload__requests": 24}),  # batches that change, arrivals mid-step
 ])
 def test_fixed_decision_loop_is_the_general_loop(monkeypatch, name, overrides):
@@ -147,6 +149,7 @@ def test_fixed_decision_loop_is_the_general_loop(monkeypatch, name, overrides):
     assert fused[1] == general[1] and fused[2] == general[2]
     assert all(np.array_equal(fused[0][k], general[0][k]) for k in general[0])
     assert len(set(general[0]["batch"].tolist())) > (2 if "poisson" in name else 0)
+    assert len(set(general[0]["waiting"].tolist())) > (1 if "arrival" in str(overrides) else 0)
 
 
 def test_a_stationary_models_step_is_its_walk():

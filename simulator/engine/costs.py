@@ -169,6 +169,32 @@ class FastStepCosts:
         self.indices, self.index_at = self._rng.integers(0, 1 << 30, INDEX_BLOCK).tolist(), 0
         return self.indices
 
+    def take_indices(self, n: int) -> np.ndarray:
+        """The next n values of the row-index stream (as n calls of step() would read them)."""
+        taken: list[int] = []
+        while len(taken) < n:
+            if self.index_at >= len(self.indices):
+                self.next_index_block()
+            take = min(n - len(taken), len(self.indices) - self.index_at)
+            taken += self.indices[self.index_at:self.index_at + take]
+            self.index_at += take
+        return np.array(taken, dtype=np.int64)
+
+    def steps(self, step: StepSpec, contexts: np.ndarray) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+        """step() at each of many contexts in turn, as arrays (the same rows and floats): the cost tables as (table,
+        steps) runs, the rows, the weights and the durations."""
+        n = len(contexts)
+        lows, highs, weights = context_anchors_many(contexts)
+        indices = self.take_indices(n)
+        rows, durations, tables = np.empty(n, dtype=np.int64), np.empty(n), []
+        bounds = [0, *(np.flatnonzero((lows[1:] != lows[:-1]) | (highs[1:] != highs[:-1])) + 1).tolist(), n]
+        for a, b in zip(bounds[:-1], bounds[1:]):  # runs of steps between the same anchors
+            table = self.pair(step, int(lows[a]), int(highs[a]))
+            rows[a:b] = indices[a:b] % table.anchor.shape[0]
+            durations[a:b] = table.anchor[rows[a:b], 0] + table.delta[rows[a:b], 0] * weights[a:b]
+            tables.append((table, b - a))
+        return tables, rows, weights, durations
+
     def step(self, step: StepSpec, context: int) -> tuple:
         """One step's cost at `context`: (duration, table, row, weight); every STEP_COST field is table.anchor[row]
         + weight x table.delta[row] (hot path: the duration is blended now, the other fields when the log is read)."""

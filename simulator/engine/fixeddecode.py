@@ -13,6 +13,8 @@ results are the same floats as Server._decode's (tests/test_speed.py runs both).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .clock import delay_to
 from .machine import context_anchors
 from .records import KIND_SPEC
@@ -81,3 +83,36 @@ def _admitted(server, now: float, batch: int) -> bool:
         adm.admit(now, server._start_acceptance)
         return bool(adm.prefilling) or len(adm.active) != batch
     return False
+
+
+def decode_alone(server):
+    """Generator: a lone request's decode steps when nothing can join it before it completes (one batch slot):
+    decode_fixed's steps, computed as arrays. Its walks are taken at once (Walks.walk_alone: nothing else reads
+    the acceptance stream meanwhile), which gives every step's context; the cost rows, durations and step ends
+    follow as arrays (FastStepCosts.steps; the ends as a running sum: numpy adds in the same order, so the same
+    floats), and SimPy sees a timeout only at the steps where another process is due, as in decode_fixed."""
+    env, adm, decision = server.env, server.admission, server.policy.decision
+    request, tree = adm.active[0], decision.tree
+    waiting = len(adm.waiting)  # no batch slot is free: admission has nothing to do
+    context = request.prompt_tokens + request.generated
+    emitted = np.array(server.walks.walk_alone(request, decision), dtype=np.int64)
+    contexts = context + np.concatenate(([0], np.cumsum(emitted[:-1])))
+    tables, rows, weights, durations = server.costs.steps(server.step_spec(KIND_SPEC, decision, 1), contexts)
+    ends = np.cumsum(np.concatenate(([server.now], durations)))
+    ends_at, n, k = ends.tolist(), len(emitted), 0
+    waits = np.empty(n)
+    while k < n:
+        j = k + int(np.searchsorted(ends[1 + k:], env.peek(), side="left"))  # the next step another process is due by
+        waits[k:j] = waiting
+        if j == n:
+            break
+        server.now = ends_at[j]
+        yield env.timeout(delay_to(env.now, ends_at[j + 1]))
+        waits[j] = waiting = len(adm.waiting)
+        k = j + 1
+    server.log.extend({"kind": KIND_SPEC, "start_at": ends[:-1], "batch": 1, "tokens": emitted, "depth": tree.depth,
+                       "drafter": decision.drafter, "verify_tokens": tree.size, "kv_tokens": contexts + tree.size,
+                       "waiting": waits, "context": contexts}, tables, rows, weights)
+    adm.kv_peak = max(adm.kv_peak, int(contexts[-1]) + tree.size)
+    request.completed_at = server.now = ends_at[-1]
+    adm.retire(adm.active)

@@ -175,6 +175,37 @@ class StepLog:
         if not costs:
             return
         count = len(costs) // 3
+        tables = self._tables
+        serials = []
+        for table in costs[0::3]:
+            serial = table.serial
+            if serial not in tables:
+                tables[serial] = table
+            serials.append(serial)
+        at = self._reserve(count)
+        self._facts[at] = np.array(self._pending_facts, dtype=float).reshape(count, len(STEP_FACTS))
+        self._table[at] = serials
+        self._row[at] = costs[1::3]
+        self._weight[at] = costs[2::3]
+        self._pending_facts.clear()
+        costs.clear()
+
+    def extend(self, facts: dict[str, np.ndarray], tables: list[tuple[CostTable, int]], rows: np.ndarray,
+               weights: np.ndarray) -> None:
+        """Many steps at once, after the pending ones: their STEP_FACTS by name (arrays, or one value for all), the
+        cost tables as (table, steps) runs in step order, and each step's row and weight."""
+        self._flush()
+        at = self._reserve(len(rows))
+        for i, name in enumerate(STEP_FACTS):
+            self._facts[at, i] = facts[name]
+        for table, _ in tables:
+            self._tables.setdefault(table.serial, table)
+        self._table[at] = np.repeat([t.serial for t, _ in tables], [n for _, n in tables])
+        self._row[at] = rows
+        self._weight[at] = weights
+
+    def _reserve(self, count: int) -> slice:
+        """Room for `count` more steps (the arrays grow by doubling); returns their slice."""
         end = self._size + count
         if end > self._weight.shape[0]:
             capacity = max(end, 2 * self._weight.shape[0])
@@ -183,21 +214,9 @@ class StepLog:
                 grown = np.zeros((capacity,) + old.shape[1:], dtype=old.dtype)
                 grown[:self._size] = old[:self._size]
                 setattr(self, name, grown)
-        tables = self._tables
-        serials = []
-        for table in costs[0::3]:
-            serial = table.serial
-            if serial not in tables:
-                tables[serial] = table
-            serials.append(serial)
         at = slice(self._size, end)
-        self._facts[at] = np.array(self._pending_facts, dtype=float).reshape(count, len(STEP_FACTS))
-        self._table[at] = serials
-        self._row[at] = costs[1::3]
-        self._weight[at] = costs[2::3]
         self._size = end
-        self._pending_facts.clear()
-        costs.clear()
+        return at
 
     def costs(self) -> np.ndarray:
         """(steps, STEP_COST) blended between the context anchors, in one vectorised pass."""

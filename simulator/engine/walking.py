@@ -74,6 +74,33 @@ class Walks:
         self._uniforms, self._at = uniforms, at
         return tokens, done
 
+    def walk_alone(self, request, decision) -> list[int]:
+        """A lone request's walks, step after step until it completes: the tokens each step emits. The same draws
+        and records as walk() step by step, for a batch that cannot change before then (nothing else reads the
+        acceptance stream in between); the caller sets completed_at when it knows the last step's time."""
+        if decision is not self._decided:
+            self._decided, self._setup = decision, self._setup_for(decision)
+        tree, _, walk_uniforms, need, step, primary = self._setup
+        uniforms, at, positions = self._uniforms, self._at, self.positions
+        state, generated, output = request.acceptance_state, request.generated, request.output_tokens
+        emitted_per_step: list[int] = []
+        emit = emitted_per_step.append
+        while generated < output:
+            if at + need > len(uniforms):
+                uniforms, at = self._rng.random(UNIFORM_BLOCK).tolist(), 0
+            switch = at + walk_uniforms
+            _, emitted, state = step(tree, state, uniforms, at, switch, output - generated)
+            if primary is not None:
+                state = primary.advance(state, emitted, uniforms[switch])
+            positions.append(generated)
+            emit(emitted)
+            at += need
+            generated += emitted
+        self.lengths += emitted_per_step
+        request.acceptance_state, request.generated = state, generated
+        self._uniforms, self._at = uniforms, at
+        return emitted_per_step
+
     def plain(self, active: list, now: float) -> tuple[int, bool]:
         """A plain decode step: one token per request (the regime still moves); returns (tokens, any completed)."""
         primary = self.primary
