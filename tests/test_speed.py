@@ -175,3 +175,34 @@ def test_anchors_of_many_contexts_are_each_ones():
     lows, highs, weights = context_anchors_many(np.array(contexts))
     assert [(int(a), int(b), float(w)) for a, b, w in zip(lows, highs, weights)] == \
         [context_anchors(c) for c in contexts]
+
+
+@pytest.mark.parametrize("shape, graph", [(PassShape(1024, 1, 0), False), (PassShape(9, 1, 2048, True, True), False),
+                                          (PassShape(1, 1, 1024), True), (PassShape(512, 3, 1500), False)])
+def test_a_few_sample_rows_are_those_of_the_whole_table(shape, graph):
+    from simulator.engine import sampling
+
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    whole = machine.samples("target", shape, graph, 77)
+    rng = np.random.default_rng(0)
+    for n in [1, 1, 2, 3, 7, 8, 9, 33, 64]:  # one row, a few, more than the pruning threshold, all (with repeats)
+        sampling._SAMPLE_CACHE.clear()
+        rows = rng.choice(64, n, replace=bool(n % 2)).tolist()
+        assert np.array_equal(machine.sample_rows("target", shape, graph, 77, rows), whole[rows]), rows
+
+
+def test_a_sparse_step_is_the_whole_tables_step():
+    from simulator.engine.costs import FastStepCosts, PassSpec, StepSpec
+
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    spec = StepSpec(PassSpec("target", PassShape(512, 2), False), other_us=30.0)
+    contexts = [0, 100, 1000, 1000, 3000, 256, 5000, 70000]
+    sparse = FastStepCosts(machine, 11, np.random.default_rng(4))
+    got = [sparse.sparse_step(spec, c) for c in contexts]  # before any whole table of this seed exists
+    assert sparse._pairs == {}
+    whole = FastStepCosts(machine, 11, np.random.default_rng(4))
+    for c, (duration, table, row, weight) in zip(contexts, got):
+        want = whole.step(spec, c)
+        assert (duration, row, weight) == (want[0], want[2], want[3])
+        assert np.array_equal(table.anchor[row], want[1].anchor[row])
+        assert np.array_equal(table.delta[row], want[1].delta[row])

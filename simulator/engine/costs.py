@@ -1,8 +1,9 @@
 """What a step costs: its passes (drafts, then a decode/verify/prefill pass), host-side drafting and overheads.
 
 `FastStepCosts` draws a whole step from memoised samples of the layer model at the two anchor contexts around the
-step's context and interpolates (one lookup per step); `LayerStepCosts` runs every pass at layer fidelity, one
-SimPy event per collective. Both return the step's cost as STEP_COST values (engine.records names them).
+step's context and interpolates (one lookup per step); engine.layercosts.LayerStepCosts runs every pass at layer
+fidelity, one SimPy event per collective. Both return the step's cost as STEP_COST values (engine.records names
+them).
 """
 from __future__ import annotations
 
@@ -13,10 +14,8 @@ import numpy as np
 
 from ..model.cost import PassShape
 from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors, context_anchors_many
-from .linkpass import LinkPass
-from .passbook import BookedCost, PassBook
 from .records import STEP_COST, CostTable
-from .timeline import DURATION_ONLY, LayerPass
+from .sampling import FAST_SAMPLES
 
 INDEX_BLOCK = 1 << 14
 TABLE_CACHE_SIZE = 4096  # (step, anchor) tables a run keeps; the anchors double, so a run needs a few per step kind
@@ -67,6 +66,15 @@ class StepSpec:
         return self._hash
 
 
+def _cost_rows(step: StepSpec, main: np.ndarray, draft: np.ndarray) -> np.ndarray:
+    """STEP_COST rows from the main pass's samples (rows of SAMPLE_FIELDS) and the drafting per sample."""
+    cols = {name: main[:, i] for i, name in enumerate(SAMPLE_FIELDS)}
+    cols["pass_us"] = cols.pop("duration")
+    cols.update(duration=cols["pass_us"] + draft + step.other_us, draft_us=draft,
+                other=np.full(main.shape[0], step.other_us))
+    return np.stack([cols[name] for name in STEP_COST], axis=1)
+
+
 def _bounded_put(cache: dict, key, value):
     """Store in a cache that is emptied when it reaches TABLE_CACHE_SIZE (cheap on the hot path, bounded)."""
     if len(cache) >= TABLE_CACHE_SIZE:
@@ -88,6 +96,7 @@ class FastStepCosts:
         self.indices: list[int] = []  # the row-index stream, drawn in blocks, and the position in the block
         self.index_at = 0
         self._last: tuple = (None, -1, -1, None)  # (step, low and high anchors, their table) of the last step drawn
+        self._sparse: dict[tuple, tuple] = {}  # (step, low, high) -> a table whose drawn rows alone are filled
 
     def _table(self, step: StepSpec, context: int) -> list:
         key = (step, context)
@@ -106,12 +115,8 @@ class FastStepCosts:
         """The step's STEP_COST rows at an anchor context: the main pass's samples, drafts paired at random."""
         m = self.machine
         main = m.samples(step.main.part, replace(step.main.shape, context=context), step.main.graph, self.seed)
-        n = main.shape[0]
-        draft = self._draft_us(step, context, n, lambda *args: m.samples(*args)[:, 0])
-        cols = {name: main[:, i] for i, name in enumerate(SAMPLE_FIELDS)}
-        cols["pass_us"] = cols.pop("duration")
-        cols.update(duration=cols["pass_us"] + draft + step.other_us, draft_us=draft, other=np.full(n, step.other_us))
-        return np.stack([cols[name] for name in STEP_COST], axis=1).tolist()
+        draft = self._draft_us(step, context, main.shape[0], lambda *args: m.samples(*args)[:, 0])
+        return _cost_rows(step, main, draft).tolist()
 
     def _draft_us(self, step: StepSpec, context: int, n: int, durations) -> np.ndarray:
         """Drafting per sample: host time and the draft passes (durations(part, shape, graph, seed): a pass's sample
@@ -164,6 +169,35 @@ class FastStepCosts:
             pair = _bounded_put(self._pairs, key, CostTable(a, d))
         return pair
 
+    def sparse_step(self, step: StepSpec, context: int) -> tuple:
+        """step() for a step drawn rarely (a prefill: one or a few per request): the row it draws is evaluated
+        alone at its anchors (Machine.sample_rows, the same floats as the whole table's row) unless the whole
+        tables are at hand; a step with draft passes (paired with the main pass's samples at random) takes step()."""
+        low, high, weight = context_anchors(context)
+        key = (step, low, high)
+        if step.drafts or key in self._pairs or all(self._tables.get((step, a)) is not None or (
+                self.machine.key, self.seed, step, a) in _STEP_TABLES for a in (low, high)):
+            return self.step(step, context)
+        table, filled = self._sparse.get(key) or _bounded_put(self._sparse, key, (CostTable(
+            np.full((FAST_SAMPLES, len(STEP_COST)), np.nan)), set()))
+        if self.index_at >= len(self.indices):
+            self.next_index_block()
+        i = self.indices[self.index_at] % FAST_SAMPLES  # as step() reads it from a whole table
+        self.index_at += 1
+        if i not in filled:
+            at_low = self._sparse_row(step, low, i)
+            table.anchor[i] = at_low
+            table.delta[i] = self._sparse_row(step, high, i) - at_low if high != low else 0.0
+            table.durations[i], table.duration_deltas[i] = float(table.anchor[i, 0]), float(table.delta[i, 0])
+            filled.add(i)
+        return table.durations[i] + table.duration_deltas[i] * weight, table, i, weight
+
+    def _sparse_row(self, step: StepSpec, context: int, i: int) -> np.ndarray:
+        """Row i of the step's table at an anchor (no draft passes), as _build_table computes it."""
+        main = self.machine.sample_rows(step.main.part, replace(step.main.shape, context=context), step.main.graph,
+                                        self.seed, [i])
+        return _cost_rows(step, main, np.full(1, step.draft_host_us))[0]
+
     def next_index_block(self) -> list[int]:
         """The next block of the row-index stream (position 0)."""
         self.indices, self.index_at = self._rng.integers(0, 1 << 30, INDEX_BLOCK).tolist(), 0
@@ -211,56 +245,3 @@ class FastStepCosts:
         i = self.indices[self.index_at] % len(durations)
         self.index_at += 1
         return durations[i] + table.duration_deltas[i] * weight, table, i, weight
-
-
-class LayerStepCosts:
-    """Steps whose passes run at layer (an event per collective) or link fidelity (rank and collective processes).
-
-    `on_pass(spec, plan, result)`, when given, receives every pass with its rank timeline (result['_spans']).
-    """
-
-    def __init__(self, machine: Machine, rng: np.random.Generator, on_pass=None, seed: int = 0, network=None):
-        """network: at link fidelity, this instance's handle on the shared links (linkpass.InstanceLinks)."""
-        self.machine = machine
-        self._rng = rng
-        self.on_pass = on_pass
-        self.network = network
-        self.book = PassBook()
-        self._planner = FastStepCosts(machine, seed, np.random.default_rng(seed))
-
-    def mean_step_us(self, step: StepSpec, context: int) -> float:
-        """Expected step duration, from the same memoised samples the fast fidelity uses (for policies)."""
-        return self._planner.mean_step_us(step, context)
-
-    def _run(self, env, spec: PassSpec, context: int, main: bool = True):
-        """Generator: one pass; a draft pass (main False) yields only its duration unless a trace wants it all."""
-        plan = self.machine.plan_at(spec.part, spec.shape, spec.graph, context)
-        traced = self.on_pass is not None
-        # a trace reads every pass's breakdown at once; a step's breakdown is its main pass's (drafting is a whole)
-        book = None if traced else self.book if main else DURATION_ONLY
-        if self.network is not None:  # link fidelity: ranks and collective steps as processes
-            result = yield from LinkPass(plan, self.machine.host, self.network).run(env, self._rng, traced, book)
-        else:
-            result = yield from LayerPass(plan, self.machine.host).run(env, self._rng, with_spans=traced, book=book)
-        if self.on_pass is not None:
-            self.on_pass(spec, plan, result)
-        return result
-
-    def step(self, env, step: StepSpec, context: int):
-        """Generator: runs the step's passes and host costs; returns (duration, cost table, row 0, weight 0) like
-        FastStepCosts.step, the main pass's categories booked for when the log is read (engine.passbook)."""
-        draft = step.draft_host_us
-        if step.draft_host_us > 0:
-            yield env.timeout(step.draft_host_us)
-        for d in step.drafts:
-            result = yield from self._run(env, d, context, main=False)
-            draft += result["duration"]
-        r = yield from self._run(env, step.main, context)
-        if step.other_us > 0:
-            yield env.timeout(step.other_us)
-        known = {"duration": r["duration"] + draft + step.other_us, "pass_us": r["duration"], "draft_us": draft,
-                 "other": step.other_us}
-        if "slot" in r:
-            return known["duration"], BookedCost(self.book, r["slot"], known), 0, 0.0
-        cost = dict(r, **known)
-        return known["duration"], CostTable.measured([cost[name] for name in STEP_COST]), 0, 0.0

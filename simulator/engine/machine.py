@@ -28,20 +28,13 @@ from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
 from ..model.split_layout import Split
 from .placement import replicates_shared_experts, require_simulated, split_memory_budget
 from .split_costs import SplitCollectives
-from .timeline import PassPlan, blend, collective_ends, eager_launch, host_ready, kernel_lines, sample_passes
+from . import sampling
+from .sampling import _DRAWS, _LAUNCHES, _SAMPLE_CACHE, FAST_SAMPLES, SAMPLE_FIELDS  # noqa: F401  (re-exported)
+from .timeline import PassPlan, blend, kernel_lines
 
-FAST_SAMPLES = 64  # passes drawn per shape (stratified) for the fast fidelity: the run-to-run SE of a mean pass ~0.3%
-_SAMPLE_CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
-_SAMPLE_CACHE_SIZE = 4096
-_DRAWS: dict[tuple, tuple] = {}
-_DURATIONS: dict[tuple, np.ndarray] = {}  # samples()' key -> its duration column, where only that was asked for
-_LAUNCHES: dict[tuple, tuple] = {}  # (machine key, draws key, launch counts) -> timeline.eager_launch's arrays
-_LAUNCHES_SIZE = 16  # each ~1.5 MB at 8 ranks x 124 segments; a run has a few eager shapes
 _PLAN_CACHE: "OrderedDict[tuple, PassPlan]" = OrderedDict()  # (machine key, part, shape, graph) -> anchor plan
 _PLAN_CACHE_SIZE = 2048
 _LAYOUT_CACHE: "OrderedDict[tuple, object]" = OrderedDict()  # (model key, part, tp, shape, fused, split) -> layout
-SAMPLE_FIELDS = ("duration", "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait",
-                 "allreduce_only", "allreduce_profile")
 
 
 @lru_cache(maxsize=1 << 16)
@@ -231,62 +224,14 @@ class Machine:
             self.samples(part, replace(shape, context=c), graph, seed)[:, duration].mean()))
 
     def samples(self, part: str, shape: PassShape, graph: bool, seed: int) -> np.ndarray:
-        """FAST_SAMPLES passes of this shape at an anchor context: array (samples, SAMPLE_FIELDS), memoised.
-
-        The draws depend on the seed and the shape without its context, not on the machine: anchors of one shape
-        and what-if runs of other machines share them (common random numbers), so interpolating between anchors
-        and comparing scenarios moves every sample smoothly.
-        """
-        key = (self.key, part, shape, graph, seed)
-        hit = _SAMPLE_CACHE.get(key)
-        if hit is not None:
-            _SAMPLE_CACHE.move_to_end(key)
-            return hit
-        plan, draws, launch = self._sample_inputs(part, shape, graph, seed)
-        result = sample_passes(plan, self.host, None, FAST_SAMPLES, draws, launch)
-        table = np.stack([result[f] for f in SAMPLE_FIELDS], axis=1)
-        _SAMPLE_CACHE[key] = table
-        if len(_SAMPLE_CACHE) > _SAMPLE_CACHE_SIZE:
-            _SAMPLE_CACHE.popitem(last=False)
-        return table
+        """FAST_SAMPLES passes of this shape at an anchor context: array (samples, SAMPLE_FIELDS), memoised
+        (engine.sampling)."""
+        return sampling.samples(self, part, shape, graph, seed)
 
     def sample_durations(self, part: str, shape: PassShape, graph: bool, seed: int) -> np.ndarray:
-        """The duration column of samples() (the same floats), without the breakdown into categories unless
-        samples() has it already: a planner that only averages durations (the break-even) pays for those alone."""
-        key = (self.key, part, shape, graph, seed)
-        hit = _SAMPLE_CACHE.get(key)
-        if hit is not None:
-            return hit[:, 0]
-        durations = _DURATIONS.get(key)
-        if durations is None:
-            plan, draws, launch = self._sample_inputs(part, shape, graph, seed)
-            h = host_ready(plan, self.host, None, FAST_SAMPLES, draws=draws, launch=launch)
-            durations = _DURATIONS[key] = collective_ends(plan, h)[:, -1]
-            if len(_DURATIONS) > _SAMPLE_CACHE_SIZE:
-                _DURATIONS.pop(next(iter(_DURATIONS)))
-        return durations
+        """The duration column of samples(), the same floats, without the breakdown (engine.sampling)."""
+        return sampling.sample_durations(self, part, shape, graph, seed)
 
-    def _sample_inputs(self, part: str, shape: PassShape, graph: bool, seed: int) -> tuple:
-        """(plan, draws, launches) of the samples at an anchor: the standard normals are shared by every anchor and
-        machine of the shape's family, an eager shape's launches by its anchors (exact: they do not depend on the
-        context)."""
-        family = (part, replace(shape, context=0), graph)
-        plan = self.anchor_plan(part, shape, graph)
-        draws_key = (family, seed, plan.num_segments, self.tp)
-        draws = _DRAWS.get(draws_key)
-        if draws is None:
-            entropy = int.from_bytes(hashlib.sha1(repr(family).encode()).digest()[:8], "little")
-            draws = _DRAWS[draws_key] = self.host.draws(np.random.default_rng([seed, entropy]), FAST_SAMPLES,
-                                                        self.tp, plan.num_segments, stratified=True,
-                                                        launches=not graph)
-            if len(_DRAWS) > _SAMPLE_CACHE_SIZE:
-                _DRAWS.pop(next(iter(_DRAWS)))
-        launch = None
-        if not graph:
-            launch_key = (self.key, draws_key, plan.launches.tobytes())
-            launch = _LAUNCHES.get(launch_key)
-            if launch is None:
-                launch = _LAUNCHES[launch_key] = eager_launch(plan, self.host, None, FAST_SAMPLES, draws)
-                if len(_LAUNCHES) > _LAUNCHES_SIZE:
-                    _LAUNCHES.pop(next(iter(_LAUNCHES)))
-        return plan, draws, launch
+    def sample_rows(self, part: str, shape: PassShape, graph: bool, seed: int, rows: list[int]) -> np.ndarray:
+        """samples()[rows], the same floats, evaluating those passes alone (engine.sampling)."""
+        return sampling.sample_rows(self, part, shape, graph, seed, rows)

@@ -16,7 +16,8 @@ from ..model.cost import PassShape
 from ..speculation.setup import build_speculation
 from .admission import Admission
 from .batch_view import BatchView
-from .costs import FastStepCosts, LayerStepCosts, PassSpec, StepSpec, draft_passes, step_overhead_us, verify_pass
+from .costs import FastStepCosts, PassSpec, StepSpec, draft_passes, step_overhead_us, verify_pass
+from .layercosts import LayerStepCosts
 from .linkpass import SharedLinks
 from .machine import Machine
 from .records import (KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FACTS, STEP_FIELDS,  # noqa: F401  (re-exported)
@@ -120,7 +121,7 @@ class Server:
         """Generator: a step's time passes; returns (duration, cost table, row, weight) for the log (the decode
         loop inlines the same, see run)."""
         if self.fast:
-            cost = self.costs.step(spec, context)
+            cost = self.costs.sparse_step(spec, context)  # a prefill: its few rows evaluated alone
             yield from self._advance(cost[0])
             return cost
         cost = yield from self.costs.step(self.env, spec, context)

@@ -7,6 +7,8 @@ gap per kernel node.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from ..config.topology import GPUSpec, HostSpec
@@ -44,6 +46,15 @@ class GPU:
 MIN_LAUNCH_FRACTION = 0.1
 
 
+@lru_cache(maxsize=16)
+def _strata(samples: int, dims: int) -> np.ndarray:
+    """0..samples-1 in every row (read-only): what a Latin hypercube permutes, copied from here (a contiguous copy
+    is a memcpy, a broadcast one is not)."""
+    strata = np.tile(np.arange(samples), (dims, 1))
+    strata.flags.writeable = False
+    return strata
+
+
 def _latin_hypercube_uniforms(rng: np.random.Generator, samples: int, dims: int, rows: int | None = None) -> np.ndarray:
     """A Latin hypercube of uniforms, shape (dims, samples) (McKay, Beckman & Conover 1979), whose quantiles
     (normal_quantile, row by row) are standard normals.
@@ -55,7 +66,7 @@ def _latin_hypercube_uniforms(rng: np.random.Generator, samples: int, dims: int,
     alone, so a caller that needs some dimensions transforms only those rows (the same values); `rows` keeps the
     first rows alone (the random stream is consumed as for all of them).
     """
-    strata = rng.permuted(np.broadcast_to(np.arange(samples), (dims, samples)), axis=1)
+    strata = rng.permuted(_strata(samples, dims), axis=1)
     u = rng.random((dims, samples))[:rows]
     u += strata[:rows]  # (stratum + U) / n, in place: the same floats
     u /= samples
@@ -85,11 +96,27 @@ class Host:
         """
         if not stratified:
             return rng.standard_normal((samples, ranks, segments)), rng.standard_normal((samples, ranks, 1))
-        u = _latin_hypercube_uniforms(rng, samples, ranks * (segments + 1), None if launches else ranks)
-        skew = normal_quantile(u[:ranks]).T.reshape(samples, ranks, 1)
+        return Host.normals(Host.hypercube(rng, samples, ranks, segments, launches), ranks, segments, launches)
+
+    @staticmethod
+    def hypercube(rng: np.random.Generator, samples: int, ranks: int, segments: int,
+                  launches: bool = True) -> np.ndarray:
+        """The uniforms of draws(stratified=True): (dimensions, samples), the ranks' speeds first, then per rank
+        its segments; without launches the ranks' rows alone (the stream consumed alike)."""
+        return _latin_hypercube_uniforms(rng, samples, ranks * (segments + 1), None if launches else ranks)
+
+    @staticmethod
+    def normals(cube: np.ndarray, ranks: int, segments: int, launches: bool = True,
+                samples: list[int] | None = None) -> tuple[np.ndarray | None, np.ndarray]:
+        """draws()' normals from its hypercube, for the given samples (columns; default all) in their order, laid
+        out in memory as for all samples (numpy's reductions over them pick their order by layout)."""
+        if samples is not None:
+            cube = np.ascontiguousarray(cube[:, samples])
+        count = cube.shape[1]
+        skew = normal_quantile(cube[:ranks]).T.reshape(count, ranks, 1)
         if not launches:
             return None, skew
-        return normal_quantile(u[ranks:]).T.reshape(samples, ranks, segments), skew
+        return normal_quantile(cube[ranks:]).T.reshape(count, ranks, segments), skew
 
     def eager_launch_us(self, launches: np.ndarray, rng: np.random.Generator | None, samples: int, ranks: int,
                         draws: tuple | None = None) -> np.ndarray:

@@ -29,8 +29,9 @@ _OUTER_TAIL = ([2.01033439929228813265e-7, 2.71155556874348757815e-5, 1.24266094
 
 def _polyval(coefficients, x: np.ndarray) -> np.ndarray:
     """numpy.polyval's Horner loop (y = y * x + c from y = 0), in place: the same floats, fewer temporaries."""
-    y = np.full_like(x, coefficients[0])  # 0 * x + c0 for finite x
-    for c in coefficients[1:]:
+    y = x * coefficients[0]  # (0 * x + c0) * x for finite x
+    y += coefficients[1]
+    for c in coefficients[2:]:
         y *= x
         y += c
     return y

@@ -1,0 +1,135 @@
+"""The fast fidelity's per-shape samples: FAST_SAMPLES passes of a shape at an anchor context, drawn from the layer
+model's closed form (timeline.sample_passes), memoised per process by value.
+
+The standard normals depend on the seed and the shape without its context, not on the machine: anchors of one shape
+and what-if runs of other machines share them (common random numbers), so interpolating between anchors and
+comparing scenarios moves every sample smoothly. An eager shape's launches are the same at every anchor and are
+computed once. Three ways to read the same samples, each the same floats: all of them with their breakdown
+(samples), their durations alone (sample_durations: a mean needs no breakdown), or a few of them (sample_rows: a
+step drawn rarely, such as a prefill, evaluates the passes it draws; a Latin hypercube is drawn whole, the normals
+and passes only for those rows).
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import replace
+
+import numpy as np
+
+from ..hardware.gpu import Host
+from .timeline import collective_ends, eager_launch, host_ready, sample_passes
+
+FAST_SAMPLES = 64  # passes drawn per shape (stratified) for the fast fidelity: the run-to-run SE of a mean pass ~0.3%
+SAMPLE_FIELDS = ("duration", "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait",
+                 "allreduce_only", "allreduce_profile")
+_SAMPLE_CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()  # (machine key, part, shape, graph, seed) -> samples
+_SAMPLE_CACHE_SIZE = 4096
+_DRAWS: dict[tuple, tuple] = {}  # (family, seed, segments, ranks) -> Host.draws' normals
+_DURATIONS: dict[tuple, np.ndarray] = {}  # samples()' key -> its duration column, where only that was asked for
+_LAUNCHES: dict[tuple, tuple] = {}  # (machine key, draws key, launch counts) -> timeline.eager_launch's arrays
+_LAUNCHES_SIZE = 16  # each ~1.5 MB at 8 ranks x 124 segments; a run has a few eager shapes
+_HYPERCUBES: dict[tuple, np.ndarray] = {}  # draws key -> the uniforms of its normals, for sample_rows
+_HYPERCUBES_SIZE = 16  # each ~0.5 MB at 8 ranks x 124 segments
+
+
+def _bounded(cache: dict, key, value, size: int):
+    """Store in a cache that forgets its oldest entry beyond `size`."""
+    cache[key] = value
+    if len(cache) > size:
+        cache.pop(next(iter(cache)))
+    return value
+
+
+def samples(machine, part: str, shape, graph: bool, seed: int) -> np.ndarray:
+    """FAST_SAMPLES passes of this shape at an anchor context: array (samples, SAMPLE_FIELDS), memoised."""
+    key = (machine.key, part, shape, graph, seed)
+    hit = _SAMPLE_CACHE.get(key)
+    if hit is not None:
+        _SAMPLE_CACHE.move_to_end(key)
+        return hit
+    plan, draws_key = _plan(machine, part, shape, graph, seed)
+    draws = _draws(machine, part, shape, graph, seed, draws_key, plan.num_segments)
+    result = sample_passes(plan, machine.host, None, FAST_SAMPLES, draws, _launch(machine, plan, draws_key, draws))
+    table = np.stack([result[f] for f in SAMPLE_FIELDS], axis=1)
+    _SAMPLE_CACHE[key] = table
+    if len(_SAMPLE_CACHE) > _SAMPLE_CACHE_SIZE:
+        _SAMPLE_CACHE.popitem(last=False)
+    return table
+
+
+def sample_durations(machine, part: str, shape, graph: bool, seed: int) -> np.ndarray:
+    """The duration column of samples() (the same floats), without the breakdown into categories unless samples()
+    has it already: a planner that only averages durations (the break-even) pays for those alone."""
+    key = (machine.key, part, shape, graph, seed)
+    hit = _SAMPLE_CACHE.get(key)
+    if hit is not None:
+        return hit[:, 0]
+    durations = _DURATIONS.get(key)
+    if durations is None:
+        plan, draws_key = _plan(machine, part, shape, graph, seed)
+        draws = _draws(machine, part, shape, graph, seed, draws_key, plan.num_segments)
+        h = host_ready(plan, machine.host, None, FAST_SAMPLES, draws=draws,
+                       launch=_launch(machine, plan, draws_key, draws))
+        durations = _bounded(_DURATIONS, key, collective_ends(plan, h)[:, -1], _SAMPLE_CACHE_SIZE)
+    return durations
+
+
+def sample_rows(machine, part: str, shape, graph: bool, seed: int, rows: list[int]) -> np.ndarray:
+    """samples()[rows] (the same floats), evaluating only those passes unless samples() has them all: the normals of
+    those columns of the family's hypercube (drawn whole, once), so that every array has the layout it has in the
+    whole table (numpy's reductions pick their order by layout), and at least two passes (a lone pass reduces in
+    another order)."""
+    hit = _SAMPLE_CACHE.get((machine.key, part, shape, graph, seed))
+    if hit is not None:
+        return hit[rows]
+    plan, draws_key = _plan(machine, part, shape, graph, seed)
+    picked = rows if len(rows) > 1 else rows * 2
+    cube = _cube(machine, part, shape, graph, seed, draws_key, plan.num_segments)
+    draws = Host.normals(cube, machine.tp, plan.num_segments, not graph, picked)
+    launch = None if graph else eager_launch(plan, machine.host, None, len(picked), draws)
+    result = sample_passes(plan, machine.host, None, len(picked), draws, launch)
+    return np.stack([result[f] for f in SAMPLE_FIELDS], axis=1)[:len(rows)]
+
+
+def _rng(part: str, shape, graph: bool, seed: int) -> np.random.Generator:
+    """The stream of a shape family's normals: the seed and the shape without its context."""
+    family = (part, replace(shape, context=0), graph)
+    entropy = int.from_bytes(hashlib.sha1(repr(family).encode()).digest()[:8], "little")
+    return np.random.default_rng([seed, entropy])
+
+
+def _plan(machine, part: str, shape, graph: bool, seed: int) -> tuple:
+    """The anchor's plan, and the key of its family's normals."""
+    plan = machine.anchor_plan(part, shape, graph)
+    return plan, ((part, replace(shape, context=0), graph), seed, plan.num_segments, machine.tp)
+
+
+def _draws(machine, part: str, shape, graph: bool, seed: int, draws_key: tuple, segments: int) -> tuple:
+    """The family's standard normals (Host.draws, stratified), shared by every anchor and machine of the family."""
+    draws = _DRAWS.get(draws_key)
+    if draws is None:
+        cube = _cube(machine, part, shape, graph, seed, draws_key, segments)
+        draws = _bounded(_DRAWS, draws_key, Host.normals(cube, machine.tp, segments, not graph), _SAMPLE_CACHE_SIZE)
+    return draws
+
+
+def _cube(machine, part: str, shape, graph: bool, seed: int, draws_key: tuple, segments: int) -> np.ndarray:
+    """The Latin hypercube of the family's normals (Host.hypercube)."""
+    cube = _HYPERCUBES.get(draws_key)
+    if cube is None:
+        cube = _bounded(_HYPERCUBES, draws_key, Host.hypercube(_rng(part, shape, graph, seed), FAST_SAMPLES,
+                                                                machine.tp, segments, not graph), _HYPERCUBES_SIZE)
+    return cube
+
+
+def _launch(machine, plan, draws_key: tuple, draws: tuple) -> tuple | None:
+    """An eager shape's launches, the same at every anchor (they do not depend on the context): computed once."""
+    if plan.graph:
+        return None
+    launch_key = (machine.key, draws_key, plan.launches.tobytes())
+    launch = _LAUNCHES.get(launch_key)
+    if launch is None:
+        launch = _bounded(_LAUNCHES, launch_key, eager_launch(plan, machine.host, None, FAST_SAMPLES, draws),
+                          _LAUNCHES_SIZE)
+    return launch
