@@ -34,6 +34,8 @@ from .timeline import PassPlan, blend, kernel_lines
 
 _PLAN_CACHE: "OrderedDict[tuple, PassPlan]" = OrderedDict()  # (machine key, part, shape, graph) -> anchor plan
 _PLAN_CACHE_SIZE = 2048
+_HARDWARE: dict[tuple, tuple] = {}  # (machine key, scenario file) -> Machine._hardware's objects (they hold no run state)
+_HARDWARE_SIZE = 64
 _LAYOUT_CACHE: "OrderedDict[tuple, object]" = OrderedDict()  # (model key, part, tp, shape, fused, split) -> layout
 
 
@@ -110,24 +112,6 @@ class Machine:
         self.gpu = GPU(scenario.topology.gpu)
         self.host = Host(scenario.topology.host)
         self.kernels = KernelTimer(self.gpu, spec.runtime.kernels)
-        try:
-            self.fabric = Fabric(scenario.topology, gpus)
-            self.allreduce = make_allreduce(self.fabric, self.tp, spec.runtime.allreduce, self.gpu.floor_us)
-            self.allgather = make_allreduce(self.fabric, self.tp, "nccl", self.gpu.floor_us)
-            self.collectives = SplitCollectives(self.fabric, spec.parallelism, spec.runtime, self.card, self.allreduce,
-                                                self.allgather, self.gpu.floor_us, scenario.source)
-        except NotPermitted as exc:
-            raise ConfigError(scenario.source, "runtime.allreduce", str(exc), "auto, nccl, nccl_ring, nccl_tree") from None
-        except ValueError as exc:
-            raise ConfigError(scenario.source, "topology.fabric", str(exc)) from None
-        self.cards = {"target": self.card}
-        if self.card.draft_head is not None:
-            self.cards["draft_head"] = draft_head_card(self.card)
-        if self.card.mtp_layers:
-            self.cards["mtp"] = mtp_card(self.card)
-        if scenario.draft_model is not None:
-            self.cards["draft_model"] = scenario.draft_model
-        self.memory = memory_budget(scenario, self.cards, self.tp)
         physical = {
             "topology": scenario.topology.model_dump(mode="json"), "model": self.card.model_dump(mode="json"),
             "tp": self.tp, "parallelism": spec.parallelism.model_dump(mode="json"),
@@ -136,12 +120,42 @@ class Machine:
             "draft_model": scenario.draft_model.model_dump(mode="json") if scenario.draft_model else None,
         }
         self.key = hashlib.sha1(json.dumps(physical, sort_keys=True).encode()).hexdigest()
+        hardware = _HARDWARE.get((self.key, scenario.source))  # every value it depends on (the file: its errors)
+        if hardware is None:
+            hardware = _HARDWARE[(self.key, scenario.source)] = self._hardware(scenario, gpus)
+            if len(_HARDWARE) > _HARDWARE_SIZE:
+                _HARDWARE.pop(next(iter(_HARDWARE)))
+        self.fabric, self.allreduce, self.allgather, self.collectives = hardware
+        self.cards = {"target": self.card}
+        if self.card.draft_head is not None:
+            self.cards["draft_head"] = draft_head_card(self.card)
+        if self.card.mtp_layers:
+            self.cards["mtp"] = mtp_card(self.card)
+        if scenario.draft_model is not None:
+            self.cards["draft_model"] = scenario.draft_model
+        self.memory = memory_budget(scenario, self.cards, self.tp)
         # what a pass's layout depends on: the model cards and the split, not the hardware (sweep points that
         # change only the machine share layouts)
         self.model_key = hashlib.sha1(json.dumps([physical["model"], physical["draft_model"]],
                                                  sort_keys=True).encode()).hexdigest()
         self._plans: dict[tuple, PassPlan] = {}
         self._anchors: dict[tuple, PassPlan] = {}  # (part, shape at context 0, graph, anchor) -> _plans' entry
+
+    def _hardware(self, scenario: Scenario, gpus: list[str] | None) -> tuple:
+        """(fabric, all-reduce, all-gather, the split's collectives): NCCL's graphs over the routes, built once per
+        process for a physical key (a sweep point or another seed on the same machine reuses them)."""
+        spec = scenario.spec
+        try:
+            fabric = Fabric(scenario.topology, gpus)
+            allreduce = make_allreduce(fabric, self.tp, spec.runtime.allreduce, self.gpu.floor_us)
+            allgather = make_allreduce(fabric, self.tp, "nccl", self.gpu.floor_us)
+            return fabric, allreduce, allgather, SplitCollectives(fabric, spec.parallelism, spec.runtime, self.card,
+                                                                  allreduce, allgather, self.gpu.floor_us,
+                                                                  scenario.source)
+        except NotPermitted as exc:
+            raise ConfigError(scenario.source, "runtime.allreduce", str(exc), "auto, nccl, nccl_ring, nccl_tree") from None
+        except ValueError as exc:
+            raise ConfigError(scenario.source, "topology.fabric", str(exc)) from None
 
     # -- plans -------------------------------------------------------------------------------------------------
     def anchor_plan(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
