@@ -109,11 +109,20 @@ def kernel_lines(segments) -> tuple[np.ndarray, np.ndarray]:
 
 def eager_launch(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int,
                  draws: tuple | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """An eager pass's launches: (L, H, one) per sample, rank and segment: each segment's launch time, when the
-    host has launched it (the running sum), and the time of one launch. They depend on the launch counts and the
-    draws only, so the anchors of one shape can share them (host_ready's `launch`)."""
+    """An eager pass's launches: (L, H, one, bounds) per sample, rank and segment: each segment's launch time, when
+    the host has launched it (the running sum), the time of one launch, and its range per segment over the samples
+    and ranks where binding_lines prunes (else None). They depend on the launch counts and the draws only, so the
+    anchors of one shape can share them (host_ready's `launch`)."""
     L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks, draws)
-    return L, np.cumsum(L, axis=2), L / plan.launches
+    one = L / plan.launches
+    if L.shape[0] * L.shape[1] < PRUNE_ROWS:  # a pass or a few
+        return L, np.cumsum(L, axis=2), one, None
+    H = np.empty_like(L)  # np.cumsum(L, axis=2): the same sums in the same order, a segment at a time (faster for
+    H[:, :, 0] = L[:, :, 0]  # many samples than numpy's accumulate along a strided axis)
+    for k in range(1, L.shape[2]):
+        np.add(H[:, :, k - 1], L[:, :, k], out=H[:, :, k])
+    flat = one.reshape(-1, one.shape[-1])
+    return L, H, one, (flat.min(axis=0), flat.max(axis=0))
 
 
 def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int, with_host: bool = False,
@@ -127,8 +136,8 @@ def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samp
         start = host.graph_launch_us(rng, samples, plan.ranks, draws)[:, :, None]
         h = start + plan.gpu_us[None, None, :]  # every kernel is queued at the graph launch
         return (h, np.broadcast_to(start, h.shape)) if with_host else h
-    L, H, one = launch if launch is not None else eager_launch(plan, host, rng, samples, draws)
-    positions, suffixes = binding_lines(one, *plan.ready_lines)
+    L, H, one, bounds = launch if launch is not None else eager_launch(plan, host, rng, samples, draws)
+    positions, suffixes = binding_lines(one, *plan.ready_lines, bounds)
     # the latest kernel finish its launches allow: the largest line, one column of lines at a time (the same floats
     # as a max over a fourth axis, without numpy's slow reduction over a short last axis)
     kernels = one * positions[:, 0] + suffixes[:, 0]
@@ -142,7 +151,8 @@ LINE_MARGIN = 1e-9  # a line is dropped only where another exceeds it by this re
 PRUNE_ROWS = 64  # (sample, rank) rows from which pruning pays for itself (one pass of 8 ranks does not)
 
 
-def binding_lines(one: np.ndarray, positions: np.ndarray, suffixes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def binding_lines(one: np.ndarray, positions: np.ndarray, suffixes: np.ndarray,
+                  bounds: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The lines (position, suffix) per segment that can be the largest at the launch times `one` (..., K) that
     occur: the same maximum, with fewer columns to evaluate.
 
@@ -152,10 +162,12 @@ def binding_lines(one: np.ndarray, positions: np.ndarray, suffixes: np.ndarray) 
     line's value is never the largest float, and the maximum over the kept lines is the same float. Segments keep
     different numbers of lines; shorter rows repeat a kept line (a repeated value does not change a maximum).
     """
-    flat = one.reshape(-1, one.shape[-1])
-    if positions.shape[1] < 2 or flat.shape[0] < PRUNE_ROWS:
+    if positions.shape[1] < 2 or one.size < PRUNE_ROWS * one.shape[-1]:
         return positions, suffixes
-    lo, hi = flat.min(axis=0), flat.max(axis=0)
+    if bounds is None:
+        flat = one.reshape(-1, one.shape[-1])
+        bounds = flat.min(axis=0), flat.max(axis=0)
+    lo, hi = bounds
     if not (np.isfinite(hi).all() and lo.min() >= 0.0 and positions.min() >= 0.0 and suffixes.min() >= 0.0):
         return positions, suffixes  # the argument needs finite, non-negative terms
     at_lo = lo[:, None] * positions + suffixes  # (K, M) every line at both ends

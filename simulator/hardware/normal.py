@@ -45,21 +45,25 @@ def _ratio(coefficients, x: np.ndarray) -> np.ndarray:
 
 
 def normal_quantile(p: np.ndarray) -> np.ndarray:
-    """x with Phi(x) = p, for p in (0, 1) elementwise: the central branch over the whole array (cheaper than
-    selecting its ~85% of the elements), then the tails, evaluated only where they apply, overwrite it."""
-    p = np.asarray(p, dtype=float)
+    """x with Phi(x) = p, for p in (0, 1) elementwise (a C-ordered array): the central branch over the whole array
+    (cheaper than selecting its ~85% of the elements), then the tails, evaluated only where they apply (found once,
+    as flat indices), overwrite it; the far tail (p below ~1e-11) only if some p is there."""
+    p = np.ascontiguousarray(p, dtype=float)
     q = p - 0.5
     with np.errstate(all="ignore"):  # the central formula is meaningless (and may overflow) in the tails
         x = q * _ratio(_CENTRAL, 0.180625 - q ** 2)
-    tail = np.abs(q) > 0.425
-    if tail.any():
-        qt, pt = q[tail], p[tail]
+    flat_q = q.reshape(-1)
+    tail = np.flatnonzero(np.abs(flat_q) > 0.425)
+    if tail.size:
+        qt, pt = flat_q[tail], p.reshape(-1)[tail]
         r = np.sqrt(-np.log(np.where(qt <= 0.0, pt, 1.0 - pt)))
         inner = r <= 5.0
-        out = np.empty_like(r)
-        out[inner] = _ratio(_INNER_TAIL, r[inner] - 1.6)
-        outer = ~inner
-        if outer.any():
+        if inner.all():
+            out = _ratio(_INNER_TAIL, r - 1.6)
+        else:
+            out = np.empty_like(r)
+            out[inner] = _ratio(_INNER_TAIL, r[inner] - 1.6)
+            outer = ~inner
             out[outer] = _ratio(_OUTER_TAIL, r[outer] - 5.0)
-        x[tail] = out * np.sign(qt)
+        x.reshape(-1)[tail] = out * np.sign(qt)
     return x
