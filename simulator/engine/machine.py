@@ -196,7 +196,7 @@ class Machine:
 
     def _build(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
         split = self.split if part == "target" else replace(self.split, pp=1)  # drafts run on the last stage
-        layout = self._layout(part, shape, split)
+        layout = self.layout(part, shape, split)
         node_us = self.scenario.topology.host.graph_node_us if graph else 0.0
         rows, step_plans, kernels = [], [], []
         for s in layout.segments:
@@ -218,7 +218,7 @@ class Machine:
                   f" {'graph' if graph else 'eager'}",
         )
 
-    def _layout(self, part: str, shape: PassShape, split):
+    def layout(self, part: str, shape: PassShape, split=None):
         """pass_layout of a part's card, memoised per process by value (the layout is only read)."""
         fused = self.runtime.fuse_allreduce_rmsnorm
         key = (self.model_key, part, self.tp, shape, fused, split)

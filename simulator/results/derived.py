@@ -14,7 +14,7 @@ from ..config.typical import typical_context
 from ..engine import Machine
 from ..engine.costs import FastStepCosts, PassSpec, StepSpec, step_overhead_us, verify_pass
 from ..engine.machine import SAMPLE_FIELDS
-from ..model.cost import PassShape, pass_layout
+from ..model.cost import PassShape
 from .summary import mean_step_us
 
 
@@ -25,7 +25,7 @@ def allreduce_choice(scenario: Scenario, machine: Machine, slots) -> dict:
         shapes["verify"] = verify_pass(slots[0].tree, 1, False).shape
     out = {}
     for name, shape in shapes.items():
-        layout = pass_layout(scenario.model, machine.tp, shape, scenario.spec.runtime.fuse_allreduce_rmsnorm)
+        layout = machine.layout("target", shape)  # pass_layout(model, tp, shape, fused), memoised
         nbytes = layout.segments[1].collective_bytes  # an attention block's all-reduce
         out[name] = {"bytes": nbytes, **machine.allreduce.cost(nbytes).as_dict()}
     return out
@@ -42,7 +42,7 @@ def collectives_per_pass(scenario: Scenario, machine: Machine) -> dict:
     context = typical_context(w) * batch
     shape = PassShape(1, batch, context)
     plan = machine.plan("target", shape, scenario.spec.runtime.cuda_graph_decode)
-    layout = pass_layout(machine.card, machine.tp, shape, scenario.spec.runtime.fuse_allreduce_rmsnorm, machine.split)
+    layout = machine.layout("target", shape, machine.split)
     out: dict = {}
     for kind, us in zip((layout.segments[i].collective for i in layout.order), plan.collective_us.tolist()):
         if kind is not None:

@@ -120,16 +120,15 @@ def kernel_report(scenario: Scenario, machine: Machine, slots) -> dict:
     from dataclasses import replace
 
     from ..engine.costs import verify_pass
-    from ..model.cost import pass_layout
 
     context = int(mean_length(scenario.spec.workload.prompt_tokens))
     shapes = [PassShape(1, 1, context)]
     if slots:
         shapes.append(replace(verify_pass(slots[0].tree, 1, False).shape, context=context))
     kernels = []
-    for part, card in machine.cards.items():
+    for part in machine.cards:
         split = machine.split if part == "target" else replace(machine.split, pp=1)
         for shape in shapes:
-            layout = pass_layout(card, machine.tp, shape, scenario.spec.runtime.fuse_allreduce_rmsnorm, split)
+            layout = machine.layout(part, shape, split)  # pass_layout of the part's card, memoised
             kernels += [k for segment in layout.segments for k in segment.kernels]
     return machine.kernels.report(kernels)
