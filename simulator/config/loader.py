@@ -238,7 +238,7 @@ def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any
         files[key] = name
         if not isinstance(data, dict):
             raise ConfigError(name, "<root>", f"expected a mapping for the {key}")
-        data = copy.deepcopy(data)
+        # data is the run's own: a file's parse is a fresh copy (read_yaml), an inline mapping is part of raw's copy
         for sub, value in part_overrides[key]:
             set_path(data, sub, value, name)
         parts[key] = validate(model, data, name)
