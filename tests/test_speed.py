@@ -127,21 +127,24 @@ def test_shared_launches_give_the_same_tables():
     assert shared == 1 and np.array_equal(alone, after)
 
 
-@pytest.mark.parametrize("name, overrides", [
-    ("pcie8_ngram.yaml", {"workload__requests": 3, "workload__output_tokens": 700}),
+@pytest.mark.parametrize("name, overrides, speculate", [
+    ("pcie8_ngram.yaml", {"workload__requests": 3, "workload__output_tokens": 700}, True),
     ("pcie8_ngram.yaml", {"workload__requests": 4, "workload__output_tokens": 700,  # one at a time, arrivals mid-run
-                          "workload__arrival": {"kind": "poisson", "rate_per_s": 0.2}}),
-    ("nvlink8_h100_llama8b_poisson.yaml", {"workload__requests": 24}),  # batches that change, arrivals mid-step
+                          "workload__arrival": {"kind": "poisson", "rate_per_s": 0.2}}, True),
+    ("pcie8_ngram.yaml", {"workload__requests": 4, "workload__output_tokens": 700,  # the baseline: plain decode
+                          "workload__arrival": {"kind": "poisson", "rate_per_s": 0.2}}, False),
+    ("nvlink8_h100_llama8b_poisson.yaml", {"workload__requests": 24}, True),  # batches that change, arrivals mid-step
 ])
-def test_fixed_decision_loop_is_the_general_loop(monkeypatch, name, overrides):
+def test_fixed_decision_loop_is_the_general_loop(monkeypatch, name, overrides, speculate):
     from simulator.engine import server as module
     from simulator.engine import simulate
 
     scenario = resolve(scenario_path(name), overrides)
 
     def run():
-        s = simulate(scenario, Machine(scenario), seed=3, fidelity="fast")
-        return s.log.columns().as_dict(), s.accept_lengths, [(r.completed_at, r.first_token_at) for r in s.requests]
+        s = simulate(scenario, Machine(scenario), seed=3, fidelity="fast", speculate=speculate)
+        return s.log.columns().as_dict(), s.accept_lengths, [(r.completed_at, r.first_token_at, r.acceptance_state)
+                                                             for r in s.requests]
 
     fused = run()
     monkeypatch.setattr(module, "runs_fixed", lambda server: False)

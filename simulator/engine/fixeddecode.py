@@ -17,14 +17,24 @@ import numpy as np
 
 from .clock import delay_to
 from .machine import context_anchors
-from .records import KIND_SPEC
+from .records import KIND_DECODE, KIND_SPEC
 
 
 def runs_fixed(server) -> bool:
-    """Whether decode_fixed serves this server's decode steps."""
-    policy = server.policy
-    return (server.fast and getattr(policy, "fixed", False) and policy.decision is not None
-            and server.admission.queue_mode and server.max_steps is None and server.walks.watch is None)
+    """Whether this module serves the server's decode steps: fast fidelity, a decision that never changes, a full
+    KV cache that queues, no step limit and no policy watching the walks."""
+    return (server.fast and getattr(server.policy, "fixed", False) and server.admission.queue_mode
+            and server.max_steps is None and server.walks.watch is None)
+
+
+def decode(server):
+    """Generator: the next decode steps of a server that runs_fixed: all of a lone request's at once when nothing can
+    join it before it completes (one batch slot; plain decode where no regime moves), else decode_fixed's
+    (speculating) or Server._decode's."""
+    adm, decision = server.admission, server.policy.decision
+    if len(adm.active) == adm.concurrency == 1 and (decision is not None or server.walks.primary is None):
+        return decode_alone(server)
+    return decode_fixed(server) if decision is not None else server._decode()
 
 
 def decode_fixed(server):
@@ -92,12 +102,18 @@ def decode_alone(server):
     follow as arrays (FastStepCosts.steps; the ends as a running sum: numpy adds in the same order, so the same
     floats), and SimPy sees a timeout only at the steps where another process is due, as in decode_fixed."""
     env, adm, decision = server.env, server.admission, server.policy.decision
-    request, tree = adm.active[0], decision.tree
+    request = adm.active[0]
     waiting = len(adm.waiting)  # no batch slot is free: admission has nothing to do
     context = request.prompt_tokens + request.generated
-    emitted = np.array(server.walks.walk_alone(request, decision), dtype=np.int64)
+    if decision is None:  # plain decode: a token a step (Walks.plain)
+        emitted = np.ones(server.walks.plain_alone(request), dtype=np.int64)
+        kind, depth, drafter, size, lookahead = KIND_DECODE, 0, -1, 0, 1
+    else:
+        emitted = np.array(server.walks.walk_alone(request, decision), dtype=np.int64)
+        kind, depth, drafter = KIND_SPEC, decision.tree.depth, decision.drafter
+        size = lookahead = decision.tree.size
     contexts = context + np.concatenate(([0], np.cumsum(emitted[:-1])))
-    tables, rows, weights, durations = server.costs.steps(server.step_spec(KIND_SPEC, decision, 1), contexts)
+    tables, rows, weights, durations = server.costs.steps(server.step_spec(kind, decision, 1), contexts)
     ends = np.cumsum(np.concatenate(([server.now], durations)))
     ends_at, n, k = ends.tolist(), len(emitted), 0
     waits = np.empty(n)
@@ -110,9 +126,9 @@ def decode_alone(server):
         yield env.timeout(delay_to(env.now, ends_at[j + 1]))
         waits[j] = waiting = len(adm.waiting)
         k = j + 1
-    server.log.extend({"kind": KIND_SPEC, "start_at": ends[:-1], "batch": 1, "tokens": emitted, "depth": tree.depth,
-                       "drafter": decision.drafter, "verify_tokens": tree.size, "kv_tokens": contexts + tree.size,
+    server.log.extend({"kind": kind, "start_at": ends[:-1], "batch": 1, "tokens": emitted, "depth": depth,
+                       "drafter": drafter, "verify_tokens": size, "kv_tokens": contexts + lookahead,
                        "waiting": waits, "context": contexts}, tables, rows, weights)
-    adm.kv_peak = max(adm.kv_peak, int(contexts[-1]) + tree.size)
+    adm.kv_peak = max(adm.kv_peak, int(contexts[-1]) + lookahead)
     request.completed_at = server.now = ends_at[-1]
     adm.retire(adm.active)

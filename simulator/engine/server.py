@@ -24,7 +24,7 @@ from .records import (KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FACTS, STEP_FIE
                       StepLog)
 from .requests import make_requests
 from .walking import Walks
-from .fixeddecode import decode_alone, decode_fixed, runs_fixed
+from .fixeddecode import decode as decode_fixed_policy, runs_fixed
 from .clock import delay_to
 
 STEP_SPEC_CACHE_SIZE = 1024  # step specs kept by (kind, decision, batch, tokens); a run uses a few per batch size
@@ -194,8 +194,7 @@ class Server:
             if adm.prefilling:
                 yield from self._prefill()
             elif adm.active:
-                alone = fixed and len(adm.active) == adm.concurrency == 1  # nothing can join it before it completes
-                yield from (decode_alone(self) if alone else decode_fixed(self) if fixed else self._decode())
+                yield from (decode_fixed_policy(self) if fixed else self._decode())
             elif self._arrived_all and not adm.waiting:
                 break
             else:

@@ -101,6 +101,14 @@ class Walks:
         self._uniforms, self._at = uniforms, at
         return emitted_per_step
 
+    def plain_alone(self, request) -> int:
+        """A lone request's plain decode steps until it completes, as plain() step by step when no model moves a
+        regime (speculation off): a token each; returns the steps (the caller sets completed_at)."""
+        assert self.primary is None, "a regime moves by one uniform a step: plain() steps"
+        steps = request.output_tokens - request.generated
+        request.generated += steps
+        return steps
+
     def plain(self, active: list, now: float) -> tuple[int, bool]:
         """A plain decode step: one token per request (the regime still moves); returns (tokens, any completed)."""
         primary = self.primary
