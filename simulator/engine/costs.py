@@ -21,7 +21,7 @@ INDEX_BLOCK = 1 << 14
 TABLE_CACHE_SIZE = 4096  # (step, anchor) tables a run keeps; the anchors double, so a run needs a few per step kind
 # step tables shared by every run in this process (a sweep point, a baseline, a break-even planner), keyed by value:
 # the machine's physical key, the seed, the step and the anchor
-_STEP_TABLES: dict[tuple, list] = {}
+_STEP_TABLES: dict[tuple, np.ndarray] = {}
 SHARED_TABLES = 512  # bound (each ~64 rows x 11 floats): emptied when full
 
 
@@ -90,7 +90,7 @@ class FastStepCosts:
         self.machine = machine
         self.seed = seed
         self._rng = rng
-        self._tables: dict[tuple, list] = {}
+        self._tables: dict[tuple, np.ndarray] = {}
         self._pairs: dict[tuple, tuple] = {}
         self._means: dict[tuple, float] = {}
         self.indices: list[int] = []  # the row-index stream, drawn in blocks, and the position in the block
@@ -98,7 +98,7 @@ class FastStepCosts:
         self._last: tuple = (None, -1, -1, None)  # (step, low and high anchors, their table) of the last step drawn
         self._sparse: dict[tuple, tuple] = {}  # (step, low, high) -> a table whose drawn rows alone are filled
 
-    def _table(self, step: StepSpec, context: int) -> list:
+    def _table(self, step: StepSpec, context: int) -> np.ndarray:
         key = (step, context)
         table = self._tables.get(key)
         if table is not None:
@@ -111,12 +111,15 @@ class FastStepCosts:
             table = _STEP_TABLES[shared] = self._build_table(step, context)
         return _bounded_put(self._tables, key, table)
 
-    def _build_table(self, step: StepSpec, context: int) -> list:
-        """The step's STEP_COST rows at an anchor context: the main pass's samples, drafts paired at random."""
+    def _build_table(self, step: StepSpec, context: int) -> np.ndarray:
+        """The step's STEP_COST rows at an anchor context (read-only): the main pass's samples, drafts paired at
+        random."""
         m = self.machine
         main = m.samples(step.main.part, replace(step.main.shape, context=context), step.main.graph, self.seed)
         draft = self._draft_us(step, context, main.shape[0], lambda *args: m.samples(*args)[:, 0])
-        return _cost_rows(step, main, draft).tolist()
+        table = _cost_rows(step, main, draft)
+        table.flags.writeable = False
+        return table
 
     def _draft_us(self, step: StepSpec, context: int, n: int, durations) -> np.ndarray:
         """Drafting per sample: host time and the draft passes (durations(part, shape, graph, seed): a pass's sample
@@ -131,9 +134,11 @@ class FastStepCosts:
     def _durations(self, step: StepSpec, context: int) -> list:
         """The duration column of the step's table at an anchor (the same floats), from the passes' durations alone
         unless the table is built already (a mean needs no breakdown)."""
-        table = self._tables.get((step, context)) or _STEP_TABLES.get((self.machine.key, self.seed, step, context))
+        table = self._tables.get((step, context))
+        if table is None:
+            table = _STEP_TABLES.get((self.machine.key, self.seed, step, context))
         if table is not None:
-            return [row[0] for row in table]
+            return table[:, 0].tolist()
         m = self.machine
         main = m.sample_durations(step.main.part, replace(step.main.shape, context=context), step.main.graph,
                                   self.seed)
@@ -164,8 +169,8 @@ class FastStepCosts:
         key = (step, low, high)
         pair = self._pairs.get(key)
         if pair is None:
-            a = np.asarray(self._table(step, low))
-            d = np.asarray(self._table(step, high)) - a if high != low else np.zeros_like(a)
+            a = self._table(step, low)
+            d = self._table(step, high) - a if high != low else np.zeros_like(a)
             pair = _bounded_put(self._pairs, key, CostTable(a, d))
         return pair
 
