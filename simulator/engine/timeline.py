@@ -115,14 +115,8 @@ def eager_launch(plan: PassPlan, host: Host, rng: np.random.Generator | None, sa
     anchors of one shape can share them (host_ready's `launch`)."""
     L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks, draws)
     one = L / plan.launches
-    if L.shape[0] * L.shape[1] < PRUNE_ROWS:  # a pass or a few
-        return L, np.cumsum(L, axis=2), one, None
-    H = np.empty_like(L)  # np.cumsum(L, axis=2): the same sums in the same order, a segment at a time (faster for
-    H[:, :, 0] = L[:, :, 0]  # many samples than numpy's accumulate along a strided axis)
-    for k in range(1, L.shape[2]):
-        np.add(H[:, :, k - 1], L[:, :, k], out=H[:, :, k])
     flat = one.reshape(-1, one.shape[-1])
-    return L, H, one, (flat.min(axis=0), flat.max(axis=0))
+    return L, np.cumsum(L, axis=2), one, (flat.min(axis=0), flat.max(axis=0)) if flat.shape[0] >= PRUNE_ROWS else None
 
 
 def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int, with_host: bool = False,

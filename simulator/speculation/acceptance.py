@@ -257,9 +257,7 @@ class NgramContextModel(RegimeModel):
         else:
             s3 = (seen / self._warmup) ** 3
             fill = s3 / (1.0 + s3)
-            level = 0 if self._flat else int(fill * self._levels + 0.5)
-            if level > self._levels:
-                level = self._levels
+            level = 0 if self._flat else min(self._levels, int(fill * self._levels + 0.5))
             per_token = self._repetitiveness * fill
         last_tree, walkers = self._last
         if tree is not last_tree:  # per tree, a row of walkers: the hard regime's per level, then the easy one's
