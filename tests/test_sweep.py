@@ -470,3 +470,15 @@ def test_sweep_gc_holds_while_points_run_and_is_undone(tmp_path, monkeypatch):
     assert run_sweep(write_sweep(tmp_path, "gc", axes=axes), workers=1, progress=False, chunk_size=1).num_ok == 2
     assert seen == [(memory.SWEEP_GC_YOUNG, True)] * 2 and freed == [True, True]
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
+@pytest.mark.parametrize("num, capacity", [(1, 1), (7, 2), (1000, 1), (1000, 2), (100000, 16)])
+def test_guided_chunks_cover_every_point_once_and_shrink_to_single_points(num, capacity):
+    from simulator.experiments.sweep import MAX_CHUNK, chunk_bounds
+
+    bounds = chunk_bounds(num, capacity)
+    assert [b[0] for b in bounds] == [0] + [b[1] for b in bounds[:-1]] and bounds[-1][1] == num
+    sizes = [end - start for start, end in bounds]
+    assert sizes == sorted(sizes, reverse=True) and max(sizes) <= MAX_CHUNK
+    assert sizes[-capacity:] == [1] * min(capacity, len(sizes))  # the last task of each worker is one point
+    assert [e - s for s, e in chunk_bounds(10, 2, 4)] == [4, 4, 2]  # --chunk: as given

@@ -134,9 +134,8 @@ def run_sweep(sweep: Sweep | str, *, workers: int | None = None, dask_address: s
                 _stop_on_sigterm():
             todo = [p for p in all_points if p.id not in store.done]
             capacity = sum(client.nthreads().values()) if client else cap_workers(workers, len(todo), _cpus())
-            size = chunk_size or max(1, min(16, len(todo) // (4 * capacity)))  # a few chunks per worker: balance
-            tasks = [ChunkTask(token, sweep.scenario_path, fixed, tuple(metrics), tuple(todo[i:i + size]),
-                               max_work) for i in range(0, len(todo), size)]
+            tasks = [ChunkTask(token, sweep.scenario_path, fixed, tuple(metrics), tuple(todo[i:j]), max_work)
+                     for i, j in chunk_bounds(len(todo), capacity, chunk_size)]
             bar = _progress(len(todo), sweep.name, progress)
             order = {p.id: i for i, p in enumerate(all_points)}  # the point's index in the sweep's own order
             recorder = _Recorder(store, spec.axes, metrics, bar, order)
@@ -161,6 +160,21 @@ def run_sweep(sweep: Sweep | str, *, workers: int | None = None, dask_address: s
     empty = tuple(m for m, f in zip(spec.metrics, filled) if not f) if counts["ok"] else ()
     return SweepReport(sweep.name, out, len(all_points), len(all_points) - len(todo), counts["ok"], counts["error"],
                        time.perf_counter() - started, empty, store.num_rejected)
+
+
+MAX_CHUNK = 16  # points per task at most: few enough that a task's result comes back every second or so
+
+
+def chunk_bounds(num: int, capacity: int, chunk_size: int | None = None) -> list[tuple[int, int]]:
+    """The (start, end) of each task's points: `chunk_size` each if given, else guided: a quarter of what is left
+    per worker, at most MAX_CHUNK, shrinking towards the end so that the workers finish together (the last tasks
+    are single points, not a chunk that one worker runs while the others wait)."""
+    bounds, start = [], 0
+    while start < num:
+        size = chunk_size or max(1, min(MAX_CHUNK, (num - start) // (4 * capacity)))
+        bounds.append((start, min(num, start + size)))
+        start += size
+    return bounds
 
 
 class _Recorder:
