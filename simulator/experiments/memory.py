@@ -10,14 +10,14 @@ the heap removes that (measured: a 2K-token fast run from a fresh seed 58 -> 41 
 A sweep point allocates a few thousand container objects (step rows, lists of 16,384 random indices, the machine's
 fabric graph, whose nodes and links refer to each other, so only the cycle collector frees them). With CPython's
 default thresholds (a young collection every 700 allocations, a full one when the old generation has grown by a
-quarter) the collector took 2.4-2.9 ms of a 28-31 ms 2K-token point: every young collection during a run walks the
-run's live lists again, and a full one the ~45,000 objects of the imported modules, the base scenario and the warm
-caches. `sweep_gc` moves those into the permanent generation (gc.freeze; in a forked worker no collection then
-writes to the pages it shares with its parent) and collects the young generations once after each point
-(`after_point`), when the run's objects are gone and only its cycles and new cache entries are left, with an
-automatic young collection only every SWEEP_GC_YOUNG allocations as the bound within a long point: 1.4 ms a point,
-and a lower peak (174 MB against 189 MB; measured on 300 points of the 1,000-point random sweep of README's speed
-section).
+quarter) the collector took 1.5 ms of a ~20 ms 2K-token point: young collections during a run walk the run's live
+lists again, and a full one the ~45,000 objects of the imported modules, the base scenario and the warm caches.
+`sweep_gc` moves those into the permanent generation (gc.freeze; in a forked worker no collection then writes to
+the pages it shares with its parent) and collects the young generations once after each point (`after_point`),
+when the run's objects are gone and only its cycles and new cache entries are left, with an automatic young
+collection only every SWEEP_GC_YOUNG allocations as the bound within a long point: 1.1 ms a point, freeing the
+point's cycles included, and a lower peak (162 MB against 170 MB; measured on 300 points of the 1,000-point sweep
+scenarios/sweep_random_machines.yaml).
 """
 from __future__ import annotations
 
