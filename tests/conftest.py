@@ -25,6 +25,16 @@ def topology_path(name: str) -> str:
     return os.path.join(TOPOLOGIES, name)
 
 
+def clear_sample_caches() -> None:
+    """Forget every memoised pass sample, duration column, draw, hypercube, launch and step table (engine.sampling,
+    engine.costs), so the next run starts cold."""
+    from simulator.engine import costs, sampling
+
+    for cache in (sampling._SAMPLE_CACHE, sampling._DURATIONS, sampling._DRAWS, sampling._HYPERCUBES,
+                  sampling._LAUNCHES, costs._STEP_TABLES):
+        cache.clear()
+
+
 SHORT = {"workload__requests": 1, "workload__output_tokens": 256}
 
 

@@ -20,7 +20,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import simulator
 from simulator.config.errors import ConfigError
-from simulator.engine import machine as machine_module
 from simulator.engine.server import KIND_DECODE, KIND_PREFILL, KIND_SPEC
 from simulator.config.policy import HybridPolicy
 from simulator.engine.costs import FastStepCosts, PassSpec, StepSpec
@@ -28,6 +27,7 @@ from simulator.engine.machine import Machine
 from simulator.model.cost import PassShape
 from simulator.speculation.policies import Hybrid
 from simulator.speculation.trees import Tree
+from conftest import clear_sample_caches
 from strategies import (TINY_CARD, TINY_GPU, TINY_HOST, divisors, gpu_specs, host_specs, make_scenario, model_cards, nvswitch_fabric, pcie_fabric,
                         POLICY_KINDS, permitted_allreduce, policies_for, runtimes, scenarios, served_scenarios, speculations, topology, workloads)
 
@@ -51,14 +51,6 @@ def stable(result) -> str:
     data = result.to_dict()
     data.pop("wall_time_s")
     return json.dumps(data, sort_keys=True, default=float)
-
-
-def clear_caches() -> None:
-    """Forget every memoised pass sample and draw, so the next run starts cold."""
-    for name in ("_SAMPLE_CACHE", "_DRAWS"):
-        cache = getattr(machine_module, name, None)
-        if cache is not None:
-            cache.clear()
 
 
 def numbers(value, path="result"):
@@ -358,7 +350,7 @@ def test_same_seed_same_result_bit_for_bit_with_cold_and_warm_caches(raw, fideli
     raw["fidelity"] = fidelity
     if fidelity != "fast":  # an event per collective (layer) or per link transfer (link): keep it short
         raw["workload"]["output_tokens"] = 64
-    clear_caches()
+    clear_sample_caches()
     cold = run(raw)
     warm = run(raw)  # memoised pass samples and tables
     again = run(copy.deepcopy(raw))
@@ -375,10 +367,10 @@ def test_result_does_not_depend_on_what_ran_before_in_the_process(raw, other):
     other.update(seed=raw["seed"], workload=copy.deepcopy(raw["workload"]), speculation=copy.deepcopy(raw["speculation"]))
     other["model"]["mtp_layers"] = raw["model"]["mtp_layers"]
     other["runtime"].update({k: raw["runtime"][k] for k in ("cuda_graph_decode", "cuda_graph_verify", "cuda_graph_draft")})
-    clear_caches()
+    clear_sample_caches()
     alone = run(raw)
     run(other)
-    clear_caches()
+    clear_sample_caches()
     run(other)  # warm the caches with the other scenario only
     after_other = run(raw)
     assert stable(after_other) == stable(alone)

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import scenario_path
+from conftest import clear_sample_caches, scenario_path
 from simulator.engine import Machine
 from simulator.engine.timeline import PassPlan, binding_lines, blend
 from simulator.model.cost import PassShape
@@ -111,11 +111,10 @@ def test_malloc_is_tuned_on_glibc():
 
 
 def test_shared_launches_give_the_same_tables():
-    from simulator.engine import machine as module
+    from simulator.engine import sampling as module
 
     def table_at_2048(first_anchors):
-        for cache in (module._SAMPLE_CACHE, module._DRAWS, module._LAUNCHES):
-            cache.clear()
+        clear_sample_caches()
         machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
         for context in first_anchors:
             machine.samples("target", PassShape(9, 1, context, True, True), False, 99)
@@ -127,32 +126,49 @@ def test_shared_launches_give_the_same_tables():
     assert shared == 1 and np.array_equal(alone, after)
 
 
-@pytest.mark.parametrize("name, overrides, speculate", [
-    ("pcie8_ngram.yaml", {"workload__requests": 3, "workload__output_tokens": 700}, True),
+@pytest.mark.parametrize("name, overrides, speculate, shortcut", [
+    ("pcie8_ngram.yaml", {"workload__requests": 3, "workload__output_tokens": 700}, True, "decode_alone"),
     ("pcie8_ngram.yaml", {"workload__requests": 4, "workload__output_tokens": 700,  # one at a time, arrivals mid-run
-                          "workload__arrival": {"kind": "poisson", "rate_per_s": 0.2}}, True),
+                          "workload__arrival": {"kind": "poisson", "rate_per_s": 0.2}}, True, "decode_alone"),
     ("pcie8_ngram.yaml", {"workload__requests": 4, "workload__output_tokens": 700,  # the baseline: plain decode
-                          "workload__arrival": {"kind": "poisson", "rate_per_s": 0.2}}, False),
-    ("nvlink8_h100_llama8b_poisson.yaml", {"workload__requests": 24}, True),  # batches that change, arrivals mid-step
+                          "workload__arrival": {"kind": "poisson", "rate_per_s": 0.2}}, False, "decode_alone"),
+    ("nvlink8_h100_llama8b_poisson.yaml", {"workload__requests": 24}, True,  # batches that change, arrivals mid-step
+     "decode_fixed"),
+    ("pcie8_tp4_dp2.yaml", {"workload__requests": 6, "workload__output_tokens": 64, "workload__concurrency": 1,
+                            "deployment__router": "least_loaded"}, True, "decode_alone"),  # two instances, one clock
+    ("nvlink8_h100_llama8b_trace.yaml", {"workload__concurrency": 1}, True, "decode_alone"),  # replayed arrivals
 ])
-def test_fixed_decision_loop_is_the_general_loop(monkeypatch, name, overrides, speculate):
-    from simulator.engine import server as module
-    from simulator.engine import simulate
+def test_fixed_decision_loop_is_the_general_loop(monkeypatch, name, overrides, speculate, shortcut):
+    from simulator.engine import fixeddecode, server as module
+    from simulator.engine.deployment import simulate_deployment
 
     scenario = resolve(scenario_path(name), overrides)
+    calls = {"decode_alone": 0, "decode_fixed": 0}
+    for function in calls:
+        def counted(server, original=getattr(fixeddecode, function), function=function):
+            calls[function] += 1
+            return original(server)
+        monkeypatch.setattr(fixeddecode, function, counted)
 
     def run():
-        s = simulate(scenario, Machine(scenario), seed=3, fidelity="fast", speculate=speculate)
-        return s.log.columns().as_dict(), s.accept_lengths, [(r.completed_at, r.first_token_at, r.acceptance_state)
-                                                             for r in s.requests]
+        servers = simulate_deployment(scenario, seed=3, fidelity="fast", speculate=speculate)
+        return ([s.log.columns().as_dict() for s in servers], [s.accept_lengths for s in servers],
+                [[(r.completed_at, r.first_token_at, r.acceptance_state) for r in s.requests] for s in servers],
+                [(s.kv_peak, s.env.now) for s in servers])
 
     fused = run()
+    assert calls[shortcut] > 0  # the shortcut under test ran
+    ran = dict(calls)
     monkeypatch.setattr(module, "runs_fixed", lambda server: False)
     general = run()
-    assert fused[1] == general[1] and fused[2] == general[2]
-    assert all(np.array_equal(fused[0][k], general[0][k]) for k in general[0])
-    assert len(set(general[0]["batch"].tolist())) > (2 if "poisson" in name else 0)
-    assert len(set(general[0]["waiting"].tolist())) > (1 if "arrival" in str(overrides) else 0)
+    assert calls == ran  # the general loop alone
+    assert fused[1:] == general[1:]
+    for got, want in zip(fused[0], general[0]):
+        assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)
+    batches = np.concatenate([log["batch"] for log in general[0]])
+    waiting = np.concatenate([log["waiting"] for log in general[0]])
+    assert len(set(batches.tolist())) > (2 if "poisson" in name else 0)
+    assert len(set(waiting.tolist())) > (1 if "arrival" in str(overrides) else 0)
 
 
 def test_a_stationary_models_step_is_its_walk():
@@ -209,3 +225,36 @@ def test_a_sparse_step_is_the_whole_tables_step():
         assert (duration, row, weight) == (want[0], want[2], want[3])
         assert np.array_equal(table.anchor[row], want[1].anchor[row])
         assert np.array_equal(table.delta[row], want[1].delta[row])
+
+
+@pytest.mark.parametrize("shape, graph", [(PassShape(9, 1, 2048, True, True), False), (PassShape(4, 1, 1024), True)])
+def test_sample_durations_are_the_tables_duration_column(shape, graph):
+    from simulator.engine import sampling
+
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    clear_sample_caches()
+    alone = sampling.sample_durations(machine, "target", shape, graph, 5).copy()  # without the whole table
+    assert not sampling._SAMPLE_CACHE
+    clear_sample_caches()
+    whole = sampling.samples(machine, "target", shape, graph, 5)
+    assert sampling.SAMPLE_FIELDS[0] == "duration" and np.array_equal(alone, whole[:, 0])
+
+
+def test_steps_are_repeated_step():
+    from simulator.engine.costs import FastStepCosts, INDEX_BLOCK, PassSpec, StepSpec
+
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    spec = StepSpec(PassSpec("target", PassShape(4, 1), True), other_us=30.0)
+    rng = np.random.default_rng(8)
+    contexts = np.concatenate([100 + np.cumsum(rng.integers(1, 5, 600)), [3000, 40, 40, 70000, 300]])
+    one, many = (FastStepCosts(machine, 11, np.random.default_rng(4)) for _ in range(2))
+    for costs in (one, many):
+        costs.take_indices(INDEX_BLOCK - 300)  # the steps cross into the next block of row indices
+    tables, rows, weights, durations = many.steps(spec, contexts)
+    want = [one.step(spec, int(c)) for c in contexts]
+    assert durations.tolist() == [w[0] for w in want] and rows.tolist() == [w[2] for w in want]
+    assert weights.tolist() == [w[3] for w in want] and (one.index_at, one.indices) == (many.index_at, many.indices)
+    runs = [table for table, count in tables for _ in range(count)]
+    assert len(runs) == len(contexts) and all(np.array_equal(got.anchor, w[1].anchor) and
+                                              np.array_equal(got.delta, w[1].delta) for got, w in zip(runs, want))
+    assert len(tables) >= 6  # anchors change along the run and back

@@ -29,7 +29,7 @@ from ..model.split_layout import Split
 from .placement import replicates_shared_experts, require_simulated, split_memory_budget
 from .split_costs import SplitCollectives
 from . import sampling
-from .sampling import _DRAWS, _LAUNCHES, _SAMPLE_CACHE, FAST_SAMPLES, SAMPLE_FIELDS  # noqa: F401  (re-exported)
+from .sampling import FAST_SAMPLES, SAMPLE_FIELDS  # noqa: F401  (re-exported)
 from .timeline import PassPlan, blend, kernel_lines
 
 _PLAN_CACHE: "OrderedDict[tuple, PassPlan]" = OrderedDict()  # (machine key, part, shape, graph) -> anchor plan
