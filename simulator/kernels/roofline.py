@@ -12,7 +12,11 @@ even when neither FLOPs nor bytes bind. The compute side is quantised the way te
   head (q x heads / kv_heads, FlashAttention's packed-GQA layout) are padded to a 64-row tile; causal work
   q (kv + (q + 1) / 2) keys per query row. MLA the same over its latent cache (FlashMLA pads q x heads to 64).
 - MoE (fused experts, tokens routed top-k over E experts): touches E (1 - (1 - k/E)^tokens) experts' weights; each
-  touched expert computes its tokens padded to a 16-row block (Triton fused_moe's smallest BLOCK_M).
+  touched expert computes its tokens padded to a 16-row block (Triton fused_moe's smallest BLOCK_M). int4 / fp4
+  experts stream a fixed 2/32 bytes of group metadata per weight, whatever the card's quant_group_size,
+  quant_scale_dtype and quant_zero_point (the GEMM reads them, Gemm.scale_bytes): the fit (fit.py) times the measured
+  int4 / fp4 MoE rows with the same 2/32, and it is the shipped formats' own figure (Kimi's int4, a bf16 scale per 32:
+  2/32; NVFP4, an fp8 scale per 16: 1/16). An MoE card with another format is costed with this one.
 - Small kernels: the overhead_us floor.
 The four parameters per family are fitted per GPU family to the measured database (fit.py); without a fit the
 GPU spec's memory_efficiency, compute_efficiency and kernel_floor_us stand for every family.
