@@ -68,6 +68,8 @@ CASES = [
     ("tp does not divide heads", None, ["--set", "model.attention.num_heads=12"],
      ["parallelism.tp", "12 attention heads"]),
     ("bad --set syntax", None, ["--set", "speculation.draft_tokens"], ["--set", "dotted.path=value"]),
+    ("zero point on fp4", None, ["--set", "model.weights.experts=fp4", "--set", "model.weights.quant_zero_point=true"],
+     ["kimi_k2_5.yaml", "weights", "quant_zero_point is for int4 groups", "allowed: false"]),
 ]
 
 

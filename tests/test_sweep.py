@@ -472,6 +472,22 @@ def test_sweep_gc_holds_while_points_run_and_is_undone(tmp_path, monkeypatch):
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
 
 
+def test_sweep_gc_keeps_a_callers_freeze():
+    import gc
+
+    from simulator.experiments.memory import sweep_gc
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with sweep_gc():
+            pass
+        assert gc.get_freeze_count() >= frozen  # the caller's frozen objects were not thawed
+    finally:
+        gc.unfreeze()
+
+
 @pytest.mark.parametrize("num, capacity", [(1, 1), (7, 2), (1000, 1), (1000, 2), (100000, 16)])
 def test_guided_chunks_cover_every_point_once_and_shrink_to_single_points(num, capacity):
     from simulator.experiments.sweep import MAX_CHUNK, chunk_bounds

@@ -97,6 +97,15 @@ class WeightDtypes(Strict):
         "Each group also stores a zero point in the scale's dtype (asymmetric, e.g. gpt-fast / tinygemm's bf16 "
         "scales_and_zeros); false: symmetric, scales only"))
 
+    @model_validator(mode="after")
+    def _zero_point(self):
+        stored = {self.attention, self.dense_mlp, self.experts, self.shared_experts, self.router, self.embedding,
+                  self.lm_head}
+        if self.quant_zero_point and ("fp4" in stored or "int4" not in stored):
+            raise ValueError(f"quant_zero_point is for int4 groups; these weights are {', '.join(sorted(stored))} (a "
+                             "float format's groups carry a scale only); allowed: false, or int4 weights without fp4")
+        return self
+
 
 class EagerKernels(Strict):
     """Kernels the engine launches per block when running eagerly (counted from the engine's forward code)."""

@@ -118,8 +118,9 @@ class Server:
         return spec
 
     def _timed_cost(self, spec: StepSpec, context: int):
-        """Generator: a step's time passes; returns (duration, cost table, row, weight) for the log (the decode
-        loop inlines the same, see run)."""
+        """Generator: a prefill step's time passes; returns (duration, cost table, row, weight) for the log (fast
+        fidelity evaluates only the rows it draws, sparse_step; the decode loops, _decode and engine/fixeddecode.py,
+        draw their step costs inline)."""
         if self.fast:
             cost = self.costs.sparse_step(spec, context)  # a prefill: its few rows evaluated alone
             yield from self._advance(cost[0])

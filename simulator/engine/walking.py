@@ -81,6 +81,8 @@ class Walks:
         if decision is not self._decided:
             self._decided, self._setup = decision, self._setup_for(decision)
         tree, _, walk_uniforms, need, step, primary = self._setup
+        # a fixed policy drafts with slot 0, whose own model carries any regime: no primary to advance
+        assert primary is None, "walk_alone serves drafter 0 (a static policy); walk() advances a primary model"
         uniforms, at, positions = self._uniforms, self._at, self.positions
         state, generated, output = request.acceptance_state, request.generated, request.output_tokens
         emitted_per_step: list[int] = []
@@ -90,8 +92,6 @@ class Walks:
                 uniforms, at = self._rng.random(UNIFORM_BLOCK).tolist(), 0
             switch = at + walk_uniforms
             _, emitted, state = step(tree, state, uniforms, at, switch, output - generated)
-            if primary is not None:
-                state = primary.advance(state, emitted, uniforms[switch])
             positions.append(generated)
             emit(emitted)
             at += need

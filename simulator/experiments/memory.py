@@ -48,8 +48,8 @@ def tune_malloc() -> bool:
 def sweep_gc() -> Iterator[None]:
     """While a sweep runs (in this process and the workers forked inside): what is alive now is frozen out of the
     cycle collector's walks, and the young generations are collected after each point (`after_point`) and every
-    SWEEP_GC_YOUNG allocations within one; all undone after."""
-    threshold = gc.get_threshold()
+    SWEEP_GC_YOUNG allocations within one; all undone after, but a freeze the caller already held stays."""
+    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
     gc.collect()  # garbage is not frozen: the start-up's cycles are freed first
     gc.freeze()
     gc.set_threshold(SWEEP_GC_YOUNG, *threshold[1:])
@@ -59,7 +59,8 @@ def sweep_gc() -> Iterator[None]:
     finally:
         _sweeping[0] -= 1
         gc.set_threshold(*threshold)
-        gc.unfreeze()
+        if not frozen:  # a caller's own freeze stays
+            gc.unfreeze()
 
 
 def after_point() -> None:
