@@ -9,7 +9,7 @@ import pytest
 
 from conftest import clear_sample_caches, scenario_path
 from simulator.engine import Machine
-from simulator.engine.timeline import PassPlan, binding_lines, blend
+from simulator.engine.timeline import PassPlan, binding_lines, blend, eager_launch, host_ready
 from simulator.model.cost import PassShape
 from simulator.results.run import resolve
 
@@ -48,6 +48,22 @@ def test_pruned_lines_on_the_reference_machine():
     got, width = pruned_max(one, *plan.ready_lines)
     assert np.array_equal(got, full_max(one, *plan.ready_lines))
     assert width <= 3 < plan.ready_lines[0].shape[1]
+
+
+def test_host_ready_is_the_unfused_formula():
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    plan = machine.anchor_plan("target", PassShape(9, 1, 2048, True, True), False)
+    draws = machine.host.draws(np.random.default_rng(4), 64, machine.tp, plan.num_segments, stratified=True)
+    L = machine.host.eager_launch_us(plan.launches, None, 64, machine.tp, draws)
+    H = np.cumsum(L, axis=2)
+    kernels, _ = pruned_max(L / plan.launches, *plan.ready_lines)
+    want = np.maximum(H - L + kernels, H)
+    launch = eager_launch(plan, machine.host, None, 64, draws)
+    assert binding_lines(launch[2], *plan.ready_lines, launch[3])[0].shape[1] > 1  # the loop over lines runs
+    got, got_H = host_ready(plan, machine.host, None, 64, with_host=True, draws=draws, launch=launch)
+    assert np.array_equal(got, want) and got.strides == want.strides and np.array_equal(got_H, H)
+    got = host_ready(plan, machine.host, None, 2, draws=(draws[0][:2], draws[1][:2]))  # a few samples, unpruned
+    assert np.array_equal(got, np.maximum(H[:2] - L[:2] + full_max(L[:2] / plan.launches, *plan.ready_lines), H[:2]))
 
 
 def test_graph_draws_are_the_eager_draws_skew():

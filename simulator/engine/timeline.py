@@ -108,15 +108,17 @@ def kernel_lines(segments) -> tuple[np.ndarray, np.ndarray]:
 
 
 def eager_launch(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int,
-                 draws: tuple | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """An eager pass's launches: (L, H, one, bounds) per sample, rank and segment: each segment's launch time, when
-    the host has launched it (the running sum), the time of one launch, and its range per segment over the samples
-    and ranks where binding_lines prunes (else None). They depend on the launch counts and the draws only, so the
-    anchors of one shape can share them (host_ready's `launch`)."""
+                 draws: tuple | None = None) -> tuple:
+    """An eager pass's launches: (start, H, one, bounds) per sample, rank and segment: when the host starts launching
+    each segment (H - L, L its launch time), when it has launched it (H, the running sum of L), the time of one
+    launch, and its range per segment over the samples and ranks where binding_lines prunes (else None). They
+    depend on the launch counts and the draws only, so the anchors of one shape can share them (host_ready's
+    `launch`)."""
     L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks, draws)
     one = L / plan.launches
     flat = one.reshape(-1, one.shape[-1])
-    return L, np.cumsum(L, axis=2), one, (flat.min(axis=0), flat.max(axis=0)) if flat.shape[0] >= PRUNE_ROWS else None
+    H = np.cumsum(L, axis=2)
+    return H - L, H, one, (flat.min(axis=0), flat.max(axis=0)) if flat.shape[0] >= PRUNE_ROWS else None
 
 
 def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int, with_host: bool = False,
@@ -130,14 +132,27 @@ def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samp
         start = host.graph_launch_us(rng, samples, plan.ranks, draws)[:, :, None]
         h = start + plan.gpu_us[None, None, :]  # every kernel is queued at the graph launch
         return (h, np.broadcast_to(start, h.shape)) if with_host else h
-    L, H, one, bounds = launch if launch is not None else eager_launch(plan, host, rng, samples, draws)
+    start, H, one, bounds = launch if launch is not None else eager_launch(plan, host, rng, samples, draws)
     positions, suffixes = binding_lines(one, *plan.ready_lines, bounds)
     # the latest kernel finish its launches allow: the largest line, one column of lines at a time (the same floats
-    # as a max over a fourth axis, without numpy's slow reduction over a short last axis)
-    kernels = one * positions[:, 0] + suffixes[:, 0]
-    for j in range(1, positions.shape[1]):
-        np.maximum(kernels, one * positions[:, j] + suffixes[:, j], out=kernels)
-    h = np.maximum(H - L + kernels, H)
+    # as a max over a fourth axis, without numpy's slow reduction over a short last axis), in place. A line's
+    # per-segment values are first spread over one rank's samples, laid out as `one`: broadcast over the samples
+    # (the contiguous axis of a pass's launch times) numpy copies them into a buffer at every step, ~3x the
+    # instructions of the arithmetic; broadcast over the ranks it streams both arrays.
+    spread = np.empty_like(one[:, :1, :])
+    kernels, line = np.empty_like(one), None
+    for j in range(positions.shape[1]):
+        target = kernels if j == 0 else line
+        spread[...] = positions[:, j]
+        np.multiply(one, spread, out=target)
+        spread[...] = suffixes[:, j]
+        target += spread
+        if j:
+            np.maximum(kernels, line, out=kernels)
+        elif positions.shape[1] > 1:
+            line = np.empty_like(one)
+    kernels += start  # h = max(H - L + kernels, H)
+    h = np.maximum(kernels, H, out=kernels)
     return (h, H) if with_host else h
 
 
