@@ -10,6 +10,7 @@ import pytest
 from conftest import clear_sample_caches, scenario_path
 from simulator.engine import Machine
 from simulator.engine.timeline import PassPlan, binding_lines, blend, eager_launch, host_ready
+from simulator.hardware.gpu import MIN_LAUNCH_FRACTION
 from simulator.model.cost import PassShape
 from simulator.results.run import resolve
 
@@ -48,6 +49,23 @@ def test_pruned_lines_on_the_reference_machine():
     got, width = pruned_max(one, *plan.ready_lines)
     assert np.array_equal(got, full_max(one, *plan.ready_lines))
     assert width <= 3 < plan.ready_lines[0].shape[1]
+
+
+@pytest.mark.parametrize("stratified", [True, False])
+def test_eager_launches_are_the_broadcast_formula(stratified):
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    plan = machine.anchor_plan("target", PassShape(9, 1, 2048, True, True), False)
+    host, launches = machine.host, plan.launches
+    draws = host.draws(np.random.default_rng(6), 64, machine.tp, plan.num_segments, stratified=stratified)
+    z, skew = draws
+    spec = host.spec
+    cv, mean = spec.launch_jitter_cv, spec.eager_launch_us
+    want = launches * mean * np.maximum(1.0 + cv * z / np.sqrt(launches), MIN_LAUNCH_FRACTION)
+    want = want * np.exp(spec.rank_skew_cv * skew - spec.rank_skew_cv**2 / 2)
+    got = host.eager_launch_us(launches, None, 64, machine.tp, draws)
+    assert spec.rank_skew_cv > 0 and np.array_equal(got, want) and got.strides == want.strides
+    one = eager_launch(plan, host, None, 64, draws)[2]
+    assert np.array_equal(one, want / launches) and one.strides == (want / launches).strides
 
 
 def test_host_ready_is_the_unfused_formula():

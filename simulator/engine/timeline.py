@@ -19,7 +19,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..hardware.gpu import Host
+from ..hardware.gpu import Host, over_samples
 from .clock import delay_to
 
 CATEGORIES = ("compute", "memory", "launch", "allreduce_transfer", "allreduce_wait")
@@ -115,7 +115,7 @@ def eager_launch(plan: PassPlan, host: Host, rng: np.random.Generator | None, sa
     depend on the launch counts and the draws only, so the anchors of one shape can share them (host_ready's
     `launch`)."""
     L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks, draws)
-    one = L / plan.launches
+    one = L / over_samples(plan.launches, L)
     flat = one.reshape(-1, one.shape[-1])
     H = np.cumsum(L, axis=2)
     return H - L, H, one, (flat.min(axis=0), flat.max(axis=0)) if flat.shape[0] >= PRUNE_ROWS else None
@@ -135,10 +135,8 @@ def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samp
     start, H, one, bounds = launch if launch is not None else eager_launch(plan, host, rng, samples, draws)
     positions, suffixes = binding_lines(one, *plan.ready_lines, bounds)
     # the latest kernel finish its launches allow: the largest line, one column of lines at a time (the same floats
-    # as a max over a fourth axis, without numpy's slow reduction over a short last axis), in place. A line's
-    # per-segment values are first spread over one rank's samples, laid out as `one`: broadcast over the samples
-    # (the contiguous axis of a pass's launch times) numpy copies them into a buffer at every step, ~3x the
-    # instructions of the arithmetic; broadcast over the ranks it streams both arrays.
+    # as a max over a fourth axis, without numpy's slow reduction over a short last axis), in place, each line's
+    # per-segment values spread over one rank's samples first (as gpu.over_samples, into one buffer)
     spread = np.empty_like(one[:, :1, :])
     kernels, line = np.empty_like(one), None
     for j in range(positions.shape[1]):

@@ -74,6 +74,15 @@ def _latin_hypercube_uniforms(rng: np.random.Generator, samples: int, dims: int,
     return np.clip(u, edge, 1.0 - edge, out=u)
 
 
+def over_samples(values: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """Per-segment values (K,) spread over the samples of one rank of `like` (samples, ranks, K), laid out as it: an
+    operand numpy streams alongside `like`, where a (K,) operand broadcast over `like`'s contiguous samples (the
+    layout of stratified draws) is copied into a buffer at every step, ~3x the instructions of the arithmetic."""
+    out = np.empty_like(like[:, :1, :])
+    out[...] = values
+    return out
+
+
 class Host:
     """Host-side launch costs of the ranks of one TP group."""
 
@@ -131,7 +140,13 @@ class Host:
         """
         mean, cv = self.spec.eager_launch_us, self.spec.launch_jitter_cv
         z, skew_z = draws if draws is not None else self.draws(rng, samples, ranks, launches.shape[0])
-        times = launches * mean * np.maximum(1.0 + cv * z / np.sqrt(launches), MIN_LAUNCH_FRACTION)
+        # launches * mean * max(1 + cv z / sqrt(launches), MIN_LAUNCH_FRACTION), the same floats, in place, with the
+        # per-segment factors laid out as z (over_samples)
+        times = cv * z
+        times /= over_samples(np.sqrt(launches), z)
+        times += 1.0
+        np.maximum(times, MIN_LAUNCH_FRACTION, out=times)
+        times *= over_samples(launches * mean, z)
         sigma = self.spec.rank_skew_cv
         if sigma > 0:
             times = times * np.exp(sigma * skew_z - sigma**2 / 2)
