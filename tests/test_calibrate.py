@@ -69,3 +69,24 @@ def test_reference_measurements_fit_with_printed_residuals(capsys):
     assert code == 0 and "resid/sigma" in out and "eager verify pass" in out
     fitted = [line for line in out.splitlines() if "eager_launch_us" in line][0].split()
     assert 11.0 < float(fitted[2]) < 15.0  # within PyTorch's 5-20 us per op, near the shipped 12.87
+
+
+def test_copies_of_the_reference_calibration_are_the_reference_values():
+    """A topology whose host or SHM figure says it is taken over from (or calibrated on) the reference machine carries
+    the reference topology's current value, so a recalibration cannot leave a stale copy behind."""
+    import pathlib
+
+    topologies = pathlib.Path(scenario_path("pcie8_baseline.yaml")).parent.parent / "topologies"
+    reference = yaml.safe_load((topologies / "pcie8_rtx_pro_6000.yaml").read_text())
+    copies = 0
+    for path in sorted(topologies.glob("*.yaml")):
+        if path.name == "pcie8_rtx_pro_6000.yaml":
+            continue
+        for line in path.read_text().splitlines():
+            key = line.split(":")[0].strip()
+            if key in ("eager_launch_us", "shm_hop_latency_us") and "reference" in line:
+                section = "host" if key == "eager_launch_us" else "fabric"
+                value = yaml.safe_load(path.read_text())[section][key]
+                assert value == reference[section][key], f"{path.name}: {key} {value} != {reference[section][key]}"
+                copies += 1
+    assert copies >= 7  # four NVLink machines', two two-machine topologies' launch costs and one SHM hop
