@@ -9,7 +9,8 @@ import pytest
 
 from conftest import clear_sample_caches, scenario_path
 from simulator.engine import Machine
-from simulator.engine.timeline import PassPlan, binding_lines, blend, eager_launch, host_ready
+from simulator.engine.kernellines import binding_lines
+from simulator.engine.timeline import PassPlan, blend, eager_launch, host_ready
 from simulator.hardware.gpu import MIN_LAUNCH_FRACTION
 from simulator.model.cost import PassShape
 from simulator.results.run import resolve

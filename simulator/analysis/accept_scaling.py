@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..config import Scenario
 from ..config.paths import get_path, parent_of
-from ..speculation.acceptance import build_acceptance
+from ..speculation.models import build_acceptance
 from ..speculation.setup import build_tree
 
 _SCALED = {"iid": ("alpha",), "positional": ("probs",), "bursty": ("easy.probs", "hard.probs"),

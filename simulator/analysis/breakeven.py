@@ -14,7 +14,8 @@ from ..config.typical import mean_length
 from ..engine.costs import draft_passes, step_overhead_us, verify_pass
 from ..engine.machine import Machine, context_anchors
 from ..model.cost import PassShape
-from ..speculation.acceptance import positional_table, typical_table
+from ..speculation.acceptance import positional_table
+from ..speculation.models import typical_table
 from ..speculation.drafters import build_drafter
 from ..speculation.setup import build_speculation
 from ..speculation.trees import Tree

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 from ..config.errors import ConfigError
 from ..config.typical import typical_context
-from .acceptance import AcceptanceModel, build_acceptance, typical_table
+from .acceptance import AcceptanceModel
+from .models import build_acceptance, typical_table
 from .drafters import build_drafter
 from .policies import build_policy
 from .protocols import Drafter, Policy
