@@ -40,9 +40,6 @@ class Admission:
                                   f"per GPU after {memory['weights_GB']:.1f} GB of weights)",
                                   "shorter requests, a larger tp or GPUs with more memory")
 
-    def has_room(self) -> bool:
-        return bool(self.waiting) and len(self.active) + len(self.prefilling) < self.concurrency
-
     def admit(self, now: float, on_first_admission) -> None:
         """Admit waiting requests while a batch slot is free and their KV cache fits (see the module docstring);
         on_first_admission(request) runs once per request (it starts the request's acceptance state)."""

@@ -231,13 +231,6 @@ class Machine:
         return layout
 
     # -- fast fidelity ----------------------------------------------------------------------------------------
-    def mean_pass_us(self, part: str, shape: PassShape, graph: bool, seed: int) -> float:
-        """Mean duration of the memoised pass samples at shape.context, blended between anchors as the fast engine
-        blends them."""
-        duration = SAMPLE_FIELDS.index("duration")
-        return at_context(shape.context, lambda c: float(
-            self.samples(part, replace(shape, context=c), graph, seed)[:, duration].mean()))
-
     def samples(self, part: str, shape: PassShape, graph: bool, seed: int) -> np.ndarray:
         """FAST_SAMPLES passes of this shape at an anchor context: array (samples, SAMPLE_FIELDS), memoised
         (engine.sampling)."""
