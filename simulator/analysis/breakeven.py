@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from ..config import Scenario
 from ..config.typical import mean_length
-from ..engine.costs import draft_passes, step_overhead_us, verify_pass
+from ..engine.costs import draft_passes, speculative_host_us, step_overhead_us, verify_pass
 from ..engine.machine import Machine, context_anchors
 from ..model.cost import PassShape
 from ..speculation.acceptance import positional_table
@@ -138,7 +138,8 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
         verify = _pass_us(machine, "target", main.shape, graph, seed, contexts)
         draft = drafter.host_us(tree, batch) + sum(
             _pass_us(machine, d.part, d.shape, d.graph, seed, contexts) for d in draft_passes(drafter, tree, batch))
-        return StepCost(verify / 1e3, draft / 1e3, step_overhead_us(host, spec.runtime, speculating=True) / 1e3)
+        other = step_overhead_us(host, spec.runtime, speculating=True) + speculative_host_us(host, spec.runtime, batch)
+        return StepCost(verify / 1e3, draft / 1e3, other / 1e3)
 
     def row(label: str, tree: Tree) -> BreakevenRow:
         expected = acceptance.expected_tokens(tree) if has_expectation else None

@@ -16,6 +16,16 @@ ALLREDUCE_CHOICES = ("auto", "nccl", "nccl_ring", "nccl_tree", "nvls", "one_shot
 EP_BACKENDS = ("auto", "deepep_low_latency", "deepep_normal", "nccl")
 
 
+class SpeculativeHost(Strict):
+    """The engine's host work around a speculative step outside its passes and their launches, on the critical path:
+    eager PyTorch ops issued after a device sync (the GPU idle), the syncs, and Python work per running request.
+    Counted from an engine version's code; all zero (the default) for an engine whose speculative step has none."""
+
+    eager_ops: NonNegativeInt = Field(0, description="Eager ops/kernel launches per speculative step issued while the GPU is idle (each costs topology host.eager_launch_us)")
+    syncs: NonNegativeInt = Field(0, description="Device-to-host synchronisations per speculative step beyond the end-of-step one (each costs topology host.sync_us)")
+    per_request_us: float = Field(0.0, ge=0, le=1e4, description="Host (Python) time per running request per speculative step: result processing, stop checks, streaming")
+
+
 class Runtime(Strict):
     """How the serving engine runs the passes: CUDA graphs, the all-reduce algorithm, fusions, memory share."""
 
@@ -26,6 +36,9 @@ class Runtime(Strict):
         "auto", description="auto: cheapest permitted; nccl: NCCL's tuner; or force one algorithm")
     fuse_allreduce_rmsnorm: bool = Field(False, description="All-reduce fused with the following RMSNorm: one kernel fewer per all-reduce")
     overlap_schedule: bool = Field(True, description="Scheduler host work overlaps the GPU in plain decode (SGLang's overlap scheduler; off while speculating)")
+    speculative_host: SpeculativeHost = Field(SpeculativeHost(), description=(
+        "Host work of the engine's speculative step outside the passes (eager ops behind syncs, syncs, per-request "
+        "Python), exposed because the overlap scheduler is off while speculating"))
     kernels: Literal["measured", "roofline"] = Field(
         "measured", description="Kernel GPU times: measured (NVIDIA's aiconfigurator-core database, extra specsim[measured], "
         "where it covers the GPU and shape; the roofline elsewhere, said per kernel family) or roofline (every kernel)")

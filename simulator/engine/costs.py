@@ -39,6 +39,13 @@ def step_overhead_us(host, runtime, speculating: bool) -> float:
     return host.sync_us + (0.0 if hidden else host.step_overhead_us)
 
 
+def speculative_host_us(host, runtime, batch: int) -> float:
+    """The engine's exposed host work in a speculative step beyond the scheduler's (runtime.speculative_host):
+    eager ops launched with the GPU idle, device syncs, and per-request Python work, serial with the GPU."""
+    extra = runtime.speculative_host
+    return extra.eager_ops * host.eager_launch_us + extra.syncs * host.sync_us + extra.per_request_us * batch
+
+
 def verify_pass(tree, batch: int, graph: bool) -> PassSpec:
     """The target's pass over a verify tree: every node of every request, a tree mask unless it is a chain."""
     return PassSpec("target", PassShape(tree.size, batch, 0, tree.depth < tree.num_drafts, True), graph)
