@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from ..config import Scenario
 from ..config.typical import mean_length
-from ..engine.costs import draft_passes, speculative_host_us, step_overhead_us, verify_pass
+from ..engine.costs import speculative_host_us, speculative_passes, step_overhead_us
 from ..engine.machine import Machine, context_anchors
 from ..model.cost import PassShape
 from ..speculation.acceptance import positional_table
@@ -134,10 +134,10 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
             positional_table(GENERIC_TABLE["probs"], GENERIC_TABLE["sibling_decay"], depth, True)
 
     def cost(tree: Tree, graph: bool) -> StepCost:
-        main = verify_pass(tree, batch, graph)
-        verify = _pass_us(machine, "target", main.shape, graph, seed, contexts)
+        main, drafts = speculative_passes(drafter, tree, batch, spec.runtime, graph)
+        verify = _pass_us(machine, "target", main.shape, main.graph, seed, contexts)
         draft = drafter.host_us(tree, batch) + sum(
-            _pass_us(machine, d.part, d.shape, d.graph, seed, contexts) for d in draft_passes(drafter, tree, batch))
+            _pass_us(machine, d.part, d.shape, d.graph, seed, contexts) for d in drafts)
         other = step_overhead_us(host, spec.runtime, speculating=True) + speculative_host_us(host, spec.runtime, batch)
         return StepCost(verify / 1e3, draft / 1e3, other / 1e3)
 

@@ -1,9 +1,9 @@
 """A scenario: which machine, which model, how it is run, what it serves, and how it speculates."""
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, NonNegativeInt
+from pydantic import Field, NonNegativeInt, PositiveInt
 
 from .base import Strict
 from .deployment import Deployment
@@ -32,6 +32,12 @@ class Runtime(Strict):
     cuda_graph_decode: bool = Field(True, description="Plain decode passes replay a captured CUDA graph")
     cuda_graph_verify: bool = Field(False, description="Verify passes replay a captured CUDA graph (else eager)")
     cuda_graph_draft: bool = Field(True, description="Draft-head passes replay a captured CUDA graph")
+    cuda_graph_draft_extend: Optional[bool] = Field(None, description=(
+        "The draft head's extend pass after a verify replays a captured CUDA graph (default: as cuda_graph_draft; "
+        "SGLang ran it eagerly before v0.4.7)"))
+    speculative_graph_batch_sizes: Optional[list[PositiveInt]] = Field(None, min_length=1, max_length=1024, description=(
+        "Batch sizes the engine captured its speculative graphs (verify, draft) at: a speculative step of b requests "
+        "runs those passes padded to the smallest captured size >= b, eagerly above the largest; default: every size"))
     allreduce: Literal[ALLREDUCE_CHOICES] = Field(  # type: ignore[valid-type]
         "auto", description="auto: cheapest permitted; nccl: NCCL's tuner; or force one algorithm")
     fuse_allreduce_rmsnorm: bool = Field(False, description="All-reduce fused with the following RMSNorm: one kernel fewer per all-reduce")

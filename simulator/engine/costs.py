@@ -46,6 +46,15 @@ def speculative_host_us(host, runtime, batch: int) -> float:
     return extra.eager_ops * host.eager_launch_us + extra.syncs * host.sync_us + extra.per_request_us * batch
 
 
+def captured_batch(sizes, batch: int) -> int | None:
+    """The batch a graph-captured pass of `batch` requests runs at: the smallest captured size >= batch (the engine
+    pads the rest), or None above the largest (the pass runs eagerly). No list: every batch size is captured."""
+    if sizes is None:
+        return batch
+    fits = [size for size in sizes if size >= batch]
+    return min(fits) if fits else None
+
+
 def verify_pass(tree, batch: int, graph: bool) -> PassSpec:
     """The target's pass over a verify tree: every node of every request, a tree mask unless it is a chain."""
     return PassSpec("target", PassShape(tree.size, batch, 0, tree.depth < tree.num_drafts, True), graph)
@@ -54,6 +63,16 @@ def verify_pass(tree, batch: int, graph: bool) -> PassSpec:
 def draft_passes(drafter, tree, batch: int) -> tuple[PassSpec, ...]:
     """A drafter's passes for one round over the batch."""
     return tuple(PassSpec(d.part, PassShape(d.tokens, batch), d.graph) for d in drafter.passes(tree, batch))
+
+
+def speculative_passes(drafter, tree, batch: int, runtime, verify_graph: bool) -> tuple[PassSpec, tuple[PassSpec, ...]]:
+    """A speculative step's verify and draft passes. Graph-captured passes run at the captured batch size
+    (runtime.speculative_graph_batch_sizes: padded up; eager above the largest); eager passes at the real batch."""
+    graphed = captured_batch(runtime.speculative_graph_batch_sizes, batch)
+    verify = verify_pass(tree, graphed, True) if verify_graph and graphed is not None else verify_pass(tree, batch, False)
+    drafts = tuple(replace(d, shape=replace(d.shape, batch=graphed or batch), graph=graphed is not None)
+                   if d.graph else d for d in draft_passes(drafter, tree, batch))
+    return verify, drafts
 
 
 @dataclass(frozen=True)

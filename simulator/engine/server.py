@@ -16,7 +16,7 @@ from ..model.cost import PassShape
 from ..speculation.setup import build_speculation
 from .admission import Admission
 from .batch_view import BatchView
-from .costs import FastStepCosts, PassSpec, StepSpec, draft_passes, speculative_host_us, step_overhead_us, verify_pass
+from .costs import FastStepCosts, PassSpec, StepSpec, speculative_host_us, speculative_passes, step_overhead_us
 from .layercosts import LayerStepCosts
 from .linkpass import SharedLinks
 from .machine import Machine
@@ -67,7 +67,7 @@ class Server:
         # the scheduler's per-step host work overlaps the GPU in plain decode, not while speculating (SGLang)
         self._other_spec = step_overhead_us(host, spec.runtime, speculating=True)
         self._other_plain = step_overhead_us(host, spec.runtime, speculating=False)
-        self.host = host
+        self._host = host
         self._step_specs: dict[tuple, StepSpec] = {}
         self.routed = routed
         self.on_prefilled = None  # a prefill instance's hand-off of prefilled requests (engine.disaggregation)
@@ -111,9 +111,9 @@ class Server:
                 spec = StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode), other_us=self._other_plain)
             else:
                 drafter, tree = self.slots[decision.drafter].drafter, decision.tree
-                spec = StepSpec(verify_pass(tree, batch, rt.cuda_graph_verify), draft_passes(drafter, tree, batch),
-                                drafter.host_us(tree, batch),
-                                self._other_spec + speculative_host_us(self.host, rt, batch))
+                verify, drafts = speculative_passes(drafter, tree, batch, rt, rt.cuda_graph_verify)
+                spec = StepSpec(verify, drafts, drafter.host_us(tree, batch),
+                                self._other_spec + speculative_host_us(self._host, rt, batch))
             if len(self._step_specs) >= STEP_SPEC_CACHE_SIZE:
                 self._step_specs.clear()
             self._step_specs[key] = spec

@@ -33,14 +33,15 @@ def widest_level(tree: Tree) -> int:
 class HeadDrafter:
     """A draft head (EAGLE-3) or MTP module sharing the target's ranks."""
 
-    def __init__(self, part: str, graph: bool):
+    def __init__(self, part: str, graph: bool, extend_graph: bool | None = None):
         self.part = part
         self.graph = graph
+        self.extend_graph = graph if extend_graph is None else extend_graph  # SGLang captured it only from v0.4.7
 
     def passes(self, tree: Tree, batch: int) -> tuple[DraftPass, ...]:
         width = widest_level(tree)
         steps = [DraftPass(self.part, width, self.graph) for _ in range(tree.depth - 1)]
-        extend = DraftPass(self.part, tree.depth + 1, self.graph)
+        extend = DraftPass(self.part, tree.depth + 1, self.extend_graph)
         return tuple(steps + [extend])
 
     def host_us(self, tree: Tree, batch: int) -> float:
@@ -81,9 +82,9 @@ def build_drafter(method: str, speculation, runtime):
     if method == "none":
         return None
     if method == "eagle3":
-        return HeadDrafter("draft_head", runtime.cuda_graph_draft)
+        return HeadDrafter("draft_head", runtime.cuda_graph_draft, runtime.cuda_graph_draft_extend)
     if method == "mtp":
-        return HeadDrafter("mtp", runtime.cuda_graph_draft)
+        return HeadDrafter("mtp", runtime.cuda_graph_draft, runtime.cuda_graph_draft_extend)
     if method == "draft_model":
         return DraftModelDrafter(runtime.cuda_graph_draft)
     if method == "ngram":
