@@ -16,6 +16,7 @@ from ..model.cost import PassShape
 from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors, context_anchors_many
 from .records import STEP_COST, CostTable
 from .sampling import FAST_SAMPLES
+from .streams import block
 
 INDEX_BLOCK = 1 << 14
 TABLE_CACHE_SIZE = 4096  # (step, anchor) tables a run keeps; the anchors double, so a run needs a few per step kind
@@ -99,6 +100,11 @@ def _cost_rows(step: StepSpec, main: np.ndarray, draft: np.ndarray) -> np.ndarra
     cols.update(duration=cols["pass_us"] + draft + step.other_us, draft_us=draft,
                 other=np.full(main.shape[0], step.other_us))
     return np.stack([cols[name] for name in STEP_COST], axis=1)
+
+
+def _index_block(rng: np.random.Generator) -> list[int]:
+    """A block of the row-index stream (memoised by the stream's state, engine.streams: only read)."""
+    return rng.integers(0, 1 << 30, INDEX_BLOCK).tolist()
 
 
 def _bounded_put(cache: dict, key, value):
@@ -231,7 +237,7 @@ class FastStepCosts:
 
     def next_index_block(self) -> list[int]:
         """The next block of the row-index stream (position 0)."""
-        self.indices, self.index_at = self._rng.integers(0, 1 << 30, INDEX_BLOCK).tolist(), 0
+        self.indices, self.index_at = block(self._rng, ("indices", INDEX_BLOCK), _index_block), 0
         return self.indices
 
     def take_indices(self, n: int) -> np.ndarray:

@@ -31,6 +31,9 @@ _LAUNCHES: dict[tuple, tuple] = {}  # (machine key, draws key, launch counts) ->
 _LAUNCHES_SIZE = 16  # each ~1.5 MB at 8 ranks x 124 segments; a run has a few eager shapes
 _HYPERCUBES: dict[tuple, np.ndarray] = {}  # draws key -> the uniforms of its normals, for sample_rows
 _HYPERCUBES_SIZE = 16  # each ~0.5 MB at 8 ranks x 124 segments
+_ROWS: dict[tuple, np.ndarray] = {}  # samples()' key and rows -> sample_rows' result (a run and its baseline share it)
+_PICKED: dict[tuple, tuple] = {}  # (draws key, columns) -> the normals of those columns (every machine shares them)
+_ROWS_SIZE = 256
 
 
 def _bounded(cache: dict, key, value, size: int):
@@ -79,17 +82,26 @@ def sample_rows(machine, part: str, shape, graph: bool, seed: int, rows: list[in
     """samples()[rows] (the same floats), evaluating only those passes unless samples() has them all: the normals of
     those columns of the family's hypercube (drawn whole, once), so that every array has the layout it has in the
     whole table (numpy's reductions pick their order by layout), and at least two passes (a lone pass reduces in
-    another order)."""
-    hit = _SAMPLE_CACHE.get((machine.key, part, shape, graph, seed))
+    another order). Memoised per process by value (a run and its baseline draw the same prefill rows), and the
+    normals of those columns too (every machine's)."""
+    key = (machine.key, part, shape, graph, seed)
+    hit = _SAMPLE_CACHE.get(key)
     if hit is not None:
         return hit[rows]
+    done = _ROWS.get((key, tuple(rows)))
+    if done is not None:
+        return done.copy()
     plan, draws_key = _plan(machine, part, shape, graph, seed)
     picked = rows if len(rows) > 1 else rows * 2
-    cube = _cube(machine, part, shape, graph, seed, draws_key, plan.num_segments)
-    draws = Host.normals(cube, machine.tp, plan.num_segments, not graph, picked)
+    draws = _PICKED.get((draws_key, tuple(picked)))
+    if draws is None:
+        cube = _cube(machine, part, shape, graph, seed, draws_key, plan.num_segments)
+        draws = _bounded(_PICKED, (draws_key, tuple(picked)),
+                         Host.normals(cube, machine.tp, plan.num_segments, not graph, picked), _ROWS_SIZE)
     launch = None if graph else eager_launch(plan, machine.host, None, len(picked), draws)
     result = sample_passes(plan, machine.host, None, len(picked), draws, launch)
-    return np.stack([result[f] for f in SAMPLE_FIELDS], axis=1)[:len(rows)]
+    return _bounded(_ROWS, (key, tuple(rows)), np.stack([result[f] for f in SAMPLE_FIELDS], axis=1)[:len(rows)],
+                    _ROWS_SIZE).copy()
 
 
 def _rng(part: str, shape, graph: bool, seed: int) -> np.random.Generator:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .streams import block, stream_key
+
 UNIFORM_BLOCK = 1 << 14
 WALK_UNIFORMS = 16  # uniforms a tree walk takes (at least its depth): runs with different draft lengths stay aligned
+# a lone request's walks, per process by value (Walks.walk_alone): what they read -> what they did (each entry holds
+# its last uniform block, ~0.5 MB as a list)
+_ALONE: dict[tuple, tuple] = {}
+_ALONE_SIZE = 32
 
 
 class Walks:
@@ -33,10 +39,14 @@ class Walks:
         need = walk_uniforms + 1 if model.stateful or primary is not None else walk_uniforms
         return tree, depth, walk_uniforms, need, model.step, primary
 
+    def _next_block(self) -> list[float]:
+        """The acceptance stream's next block (memoised by the stream's state, engine.streams: only read)."""
+        return block(self._rng, ("uniforms", UNIFORM_BLOCK), _uniform_block)
+
     def uniform_row(self, n: int) -> list[float]:
         """n acceptance uniforms, drawn in numpy blocks."""
         if self._at + n > len(self._uniforms):
-            self._uniforms = self._rng.random(UNIFORM_BLOCK).tolist()
+            self._uniforms = self._next_block()
             self._at = 0
         row = self._uniforms[self._at:self._at + n]
         self._at += n
@@ -55,7 +65,7 @@ class Walks:
         tokens, done = 0, False
         for request in active:
             if at + need > len(uniforms):
-                uniforms, at = self._rng.random(UNIFORM_BLOCK).tolist(), 0
+                uniforms, at = self._next_block(), 0
             generated = request.generated
             switch = at + walk_uniforms  # read only by a model (or primary) whose regime moves
             accepted, emitted, state = step(tree, request.acceptance_state, uniforms, at, switch,
@@ -77,19 +87,47 @@ class Walks:
     def walk_alone(self, request, decision) -> list[int]:
         """A lone request's walks, step after step until it completes: the tokens each step emits. The same draws
         and records as walk() step by step, for a batch that cannot change before then (nothing else reads the
-        acceptance stream in between); the caller sets completed_at when it knows the last step's time."""
+        acceptance stream in between); the caller sets completed_at when it knows the last step's time.
+
+        Memoised per process by value where the walks read nothing but the model (its value_key), the tree, the
+        request's state and a fresh block of the acceptance stream (its generator's state): a sweep over machines
+        walks the same request at every point, and a hit leaves every record and the stream as the walks would."""
         if decision is not self._decided:
             self._decided, self._setup = decision, self._setup_for(decision)
         tree, _, walk_uniforms, need, step, primary = self._setup
         # a fixed policy drafts with slot 0, whose own model carries any regime: no primary to advance
         assert primary is None, "walk_alone serves drafter 0 (a static policy); walk() advances a primary model"
+        model_key = self.slots[decision.drafter].acceptance.value_key
+        key = None
+        if model_key is not None and self._at + need > len(self._uniforms):  # the first walk draws a fresh block
+            key = (model_key, tree.parents, walk_uniforms, need, request.acceptance_state, request.generated,
+                   request.output_tokens, stream_key(self._rng))
+            hit = _ALONE.get(key)
+            if hit is not None:
+                emitted_per_step, positions, request.acceptance_state, request.generated, stream, \
+                    self._uniforms, self._at = hit
+                self._rng.bit_generator.state = stream
+                self.positions += positions
+                self.lengths += emitted_per_step
+                return list(emitted_per_step)
+        first = len(self.positions)
+        emitted_per_step = self._walk_alone(request, tree, walk_uniforms, need, step)
+        if key is not None:
+            if len(_ALONE) >= _ALONE_SIZE:
+                _ALONE.pop(next(iter(_ALONE)))
+            _ALONE[key] = (tuple(emitted_per_step), self.positions[first:], request.acceptance_state,
+                           request.generated, self._rng.bit_generator.state, self._uniforms, self._at)
+        return emitted_per_step
+
+    def _walk_alone(self, request, tree, walk_uniforms: int, need: int, step) -> list[int]:
+        """walk_alone's walks (see there)."""
         uniforms, at, positions = self._uniforms, self._at, self.positions
         state, generated, output = request.acceptance_state, request.generated, request.output_tokens
         emitted_per_step: list[int] = []
         emit = emitted_per_step.append
         while generated < output:
             if at + need > len(uniforms):
-                uniforms, at = self._rng.random(UNIFORM_BLOCK).tolist(), 0
+                uniforms, at = self._next_block(), 0
             switch = at + walk_uniforms
             _, emitted, state = step(tree, state, uniforms, at, switch, output - generated)
             positions.append(generated)
@@ -117,10 +155,15 @@ class Walks:
             request.generated += 1
             if primary is not None:  # one uniform (uniform_row(1)[0], inlined)
                 if self._at + 1 > len(self._uniforms):
-                    self._uniforms, self._at = self._rng.random(UNIFORM_BLOCK).tolist(), 0
+                    self._uniforms, self._at = self._next_block(), 0
                 request.acceptance_state = primary.advance(request.acceptance_state, 1, self._uniforms[self._at])
                 self._at += 1
             if request.generated >= request.output_tokens:
                 request.completed_at = now
                 done = True
         return len(active), done
+
+
+
+def _uniform_block(rng: np.random.Generator) -> list[float]:
+    return rng.random(UNIFORM_BLOCK).tolist()

@@ -13,7 +13,6 @@ from ..config import Scenario
 from ..config.typical import typical_context
 from ..engine import Machine
 from ..engine.costs import FastStepCosts, PassSpec, StepSpec, step_overhead_us, verify_pass
-from ..engine.machine import SAMPLE_FIELDS
 from ..model.cost import PassShape
 from .summary import mean_step_us
 
@@ -93,8 +92,8 @@ def what_if(scenario: Scenario, machine: Machine, main, base, slots) -> dict:
     shape = replace(verify_pass(slots[0].tree, 1, True).shape, context=typical_context(scenario.spec.workload))
     out = {}
     if not scenario.spec.runtime.cuda_graph_verify:
-        samples = machine.samples("target", shape, True, scenario.spec.seed)  # at the typical context itself
-        verify_us = float(samples[:, SAMPLE_FIELDS.index("duration")].mean())
+        # at the typical context itself; a mean needs the durations alone
+        verify_us = float(machine.sample_durations("target", shape, True, scenario.spec.seed).mean())
         # the run's own drafting and host work per speculative step (scheduler, syncs, the engine's host path)
         step = verify_us + float(main.steps["draft_us"][spec_mask].mean()) + float(main.steps["other"][spec_mask].mean())
         breakeven = step / base_step

@@ -55,6 +55,13 @@ class AcceptanceModel:
     def table(self, depth: int, state=None):
         return positional_table(self.probs, self.sibling_decay, depth, self.repeat_last)
 
+    @property
+    def value_key(self):
+        """Everything step() reads besides its arguments, by value: two models with the same key walk the same
+        uniforms alike (a lone request's walks are memoised per process by it, engine.walking); None where step()
+        keeps state of its own."""
+        return (type(self).__name__, tuple(self.probs), self.sibling_decay, self.repeat_last)
+
     def start(self, prompt_tokens: int):
         return None
 
@@ -102,6 +109,8 @@ class TraceModel(AcceptanceModel):
         value = self.lengths[self.position % len(self.lengths)]
         self.position += 1
         return min(value - 1, tree.depth)
+
+    value_key = None  # its position in the trace moves with every step
 
     def step(self, tree: Tree, state, uniforms, at: int, switch_at: int, remaining: int):
         accepted = self.accepted(tree, state, uniforms, at)  # the next row of the trace, not a walk

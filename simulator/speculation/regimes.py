@@ -43,6 +43,12 @@ class RegimeModel(AcceptanceModel):
         regime = self.regimes[0 if easy else 1]
         return positional_table(self.regime_probs(easy, level), regime.sibling_decay, depth, True)
 
+    @property
+    def value_key(self):
+        """AcceptanceModel.value_key: a regime model reads its configuration alone (None without one)."""
+        config = getattr(self, "config", None)
+        return None if config is None else (type(self).__name__, config.model_dump_json())
+
     def step(self, tree: Tree, state, uniforms, at: int, switch_at: int, remaining: int):
         accepted = self.accepted(tree, state, uniforms, at)
         emitted = accepted + 1 if accepted < remaining else remaining
