@@ -39,8 +39,10 @@ def target_check(ttft_us: list[float], tpot_us: list[float], target) -> dict[str
     """The target, the percentile latencies it is judged on (ms; None without requests) and whether both are met."""
     import numpy as np  # here, not at the top: `--help` lists the rankings without loading numpy
 
+    from .quantiles import percentiles
+
     def at(values):
-        return float(np.percentile(np.asarray(values) / 1e3, target.percentile)) if values else None
+        return percentiles(np.asarray(values) / 1e3, (target.percentile,))[0] if values else None
 
     ttft, tpot = at(ttft_us), at(tpot_us)
     met = bool(ttft_us) and ttft <= target.ttft_ms and (tpot is None or tpot <= target.tpot_ms)

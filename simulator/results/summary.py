@@ -8,6 +8,7 @@ import numpy as np
 
 from ..engine.records import KIND_DECODE, KIND_SPEC, StepColumns
 from .planner import target_check
+from .quantiles import percentiles
 
 BREAKDOWN = ("compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other")
 
@@ -20,7 +21,7 @@ def step_table(server) -> StepColumns:
 def _stats_ms(values_us: np.ndarray) -> dict[str, float] | None:
     if values_us.size == 0:
         return None
-    p50, p99 = np.percentile(values_us, [50, 99]).tolist()  # one partition for both
+    p50, p99 = percentiles(values_us, (50, 99))
     return {"mean": float(values_us.mean()) / 1e3, "p50": p50 / 1e3, "p99": p99 / 1e3}
 
 
@@ -148,7 +149,7 @@ def _percentiles_ms(values_us: list[float]) -> dict[str, float] | None:
     if not values_us:
         return None
     a = np.asarray(values_us) / 1e3
-    p50, p90, p99 = np.percentile(a, [50, 90, 99]).tolist()
+    p50, p90, p99 = percentiles(a, (50, 90, 99))
     return {"mean": float(a.mean()), "p50": p50, "p90": p90, "p99": p99}
 
 
