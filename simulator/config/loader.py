@@ -53,7 +53,8 @@ class Scenario:
             raw["speculation"]["draft_model"]["model"] = self.draft_model.model_dump(mode="json")
         for path, value in overrides.items():
             set_path(raw, path, value, self.source)
-        rebuilt = build(raw, self.source, os.path.dirname(self.source) if os.path.isfile(self.source) else ".")
+        rebuilt = build(raw, self.source, os.path.dirname(self.source) if os.path.isfile(self.source) else ".",
+                        owned=True)  # raw is this call's own dump
         files = {**self.files, **{k: v for k, v in rebuilt.files.items() if not v.startswith(self.source)}}
         return replace(rebuilt, files=files, overrides=self.overrides + tuple(overrides.items()))
 
@@ -217,11 +218,15 @@ def _load_part(value: Any, key: str, scenario_file: str, base_dir: str) -> tuple
     raise ConfigError(scenario_file, key, "expected a file path or a mapping", "a YAML path relative to the scenario file")
 
 
-def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any]] = ()) -> Scenario:
+def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any]] = (), owned: bool = False
+          ) -> Scenario:
+    """The Scenario of a raw document (with dotted overrides); owned: the caller hands `raw` over (a fresh dump
+    nobody else holds), so it is changed in place instead of copied first."""
     overrides = list(overrides)
     if not isinstance(raw, dict):
         raise ConfigError(file, "<root>", "expected a mapping of scenario keys", "name, topology, model, parallelism, ...")
-    raw = copy.deepcopy(raw)
+    if not owned:
+        raw = copy.deepcopy(raw)
     part_overrides: dict[str, list[tuple[str, Any]]] = {"topology": [], "model": []}
     for path, value in overrides:
         head = path.split(".", 1)[0]

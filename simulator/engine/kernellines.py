@@ -3,6 +3,8 @@ the segment's collective no earlier than max_i (i x one + S_i), i a kernel's lau
 on (timeline.py). These helpers build those lines and drop the ones that cannot be the largest."""
 from __future__ import annotations
 
+from itertools import accumulate
+
 import numpy as np
 
 
@@ -14,7 +16,8 @@ def kernel_lines(segments) -> tuple[np.ndarray, np.ndarray]:
     rows = []
     for works, small_us, small_count in segments:
         tail = small_us * small_count
-        suffix = (np.cumsum(np.asarray(works, float)[::-1])[::-1] + tail).tolist()
+        # the running sum from the last kernel back, as np.cumsum adds (in order), plus the small kernels' tail
+        suffix = [s + tail for s in accumulate(float(w) for w in reversed(works))][::-1]
         positions = list(range(1, len(works) + 1))
         if small_count:
             positions += [len(works) + 1, len(works) + small_count]

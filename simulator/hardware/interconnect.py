@@ -32,6 +32,8 @@ class Hop:
 # never trades an NVLink path for a PCIe one because of a link's latency or bandwidth.
 # A network link weighs more than any path inside a machine, so only routes between machines cross the network.
 LINK_CLASS_WEIGHT = {"nvlink": 0.0, "pcie": 1e3, "socket": 1e6, "network": 1e9}
+_ROUTING: dict[tuple, tuple] = {}  # (the fabric's graph by value, the ranks' GPUs) -> Fabric._routing
+_ROUTING_SIZE = 64
 
 
 def shortest_paths(weight: list[dict[int, float]], source: int) -> tuple[list[float], list[int]]:
@@ -64,23 +66,36 @@ class Fabric:
         """gpu_names: the GPU of each rank, in rank order (default: the topology's GPUs in order)."""
         self.topology = topology
         fabric = topology.fabric
-        self.names = [n.name for n in fabric.nodes]
-        self.kinds = [n.kind for n in fabric.nodes]
-        self.index = {name: i for i, name in enumerate(self.names)}
         self.gpu_names = list(topology.gpu_names if gpu_names is None else gpu_names)
-        self.gpus = [self.index[name] for name in self.gpu_names]  # rank -> node
-        self.link_of: dict[tuple[int, int], object] = {}
-        weight: list[dict[int, float]] = [{} for _ in self.names]  # adjacency: neighbour -> weight
+        # the routes depend on the graph alone (not on the host-memory hop's latency, read when a step is costed):
+        # found once per process for a graph and ranks (sweep points that vary that latency share them)
+        key = (fabric.model_dump_json(exclude={"shm_hop_latency_us"}), tuple(self.gpu_names))
+        routing = _ROUTING.get(key)
+        if routing is None:
+            if len(_ROUTING) >= _ROUTING_SIZE:
+                _ROUTING.pop(next(iter(_ROUTING)))
+            routing = _ROUTING[key] = self._routing(fabric)
+        self.names, self.kinds, self.index, self.gpus, self.link_of, self._dist, self._pred, self._hops = routing
+        self._p2p_rank = PATH_CLASSES.index(fabric.p2p_level)
+
+    def _routing(self, fabric) -> tuple:
+        """(node names, kinds, index by name, rank -> node, link by directed pair, distances, predecessors, hops
+        found so far: filled as they are asked for, shared by every Fabric of the same graph and ranks)."""
+        names = [n.name for n in fabric.nodes]
+        index = {name: i for i, name in enumerate(names)}
+        link_of: dict[tuple[int, int], object] = {}
+        weight: list[dict[int, float]] = [{} for _ in names]  # adjacency: neighbour -> weight
         for link in fabric.links:
-            a, b = self.index[link.between[0]], self.index[link.between[1]]
+            a, b = index[link.between[0]], index[link.between[1]]
             # weight: the link's class, then the time to move 1 KiB across it (equal-class routes prefer faster links)
             w = LINK_CLASS_WEIGHT[link.kind] + link.latency_us + 1.024 / link.bandwidth_GBps
             if b not in weight[a] or w < weight[a][b]:
                 weight[a][b] = weight[b][a] = w
-                self.link_of[(a, b)] = self.link_of[(b, a)] = link
-        self._dist, self._pred = zip(*(shortest_paths(weight, source) for source in range(len(self.names))))
-        self._p2p_rank = PATH_CLASSES.index(fabric.p2p_level)
-        self._hops: dict[tuple[int, int], Hop] = {}  # (source rank, destination rank) -> its hop, found once
+                link_of[(a, b)] = link_of[(b, a)] = link
+        dist, pred = zip(*(shortest_paths(weight, source) for source in range(len(names))))
+        hops: dict[tuple[int, int], Hop] = {}  # (source rank, destination rank) -> its hop, found once
+        return (names, [n.kind for n in fabric.nodes], index, [index[name] for name in self.gpu_names], link_of,
+                dist, pred, hops)
 
     def route(self, a: int, b: int) -> list[int]:
         """Node indices from a to b; empty if b is unreachable."""
