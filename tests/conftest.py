@@ -26,12 +26,13 @@ def topology_path(name: str) -> str:
 
 
 def clear_sample_caches() -> None:
-    """Forget every memoised pass sample, duration column, draw, hypercube, launch and step table (engine.sampling,
-    engine.costs), so the next run starts cold."""
-    from simulator.engine import costs, sampling
+    """Forget every memoised pass sample, duration column, draw, hypercube, launch, step table, random block and lone
+    request's walks (engine.sampling, engine.costs, engine.streams, engine.walking), so the next run starts cold."""
+    from simulator.engine import costs, sampling, streams, walking
 
     for cache in (sampling._SAMPLE_CACHE, sampling._DURATIONS, sampling._DRAWS, sampling._HYPERCUBES,
-                  sampling._LAUNCHES, costs._STEP_TABLES):
+                  sampling._LAUNCHES, sampling._ROWS, sampling._PICKED, costs._STEP_TABLES, streams._BLOCKS,
+                  walking._ALONE):
         cache.clear()
 
 

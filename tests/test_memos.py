@@ -1,0 +1,105 @@
+"""What sweep points share is memoised by value and changes nothing: a hit gives what the computation gives, and
+leaves every random stream where the computation leaves it."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from conftest import scenario_path
+from simulator.engine import Machine, streams, walking
+from simulator.engine.requests import Request
+from simulator.engine.walking import Walks
+from simulator.hardware.interconnect import Fabric
+from simulator.model.cost import PassShape
+from simulator.results.quantiles import percentiles
+from simulator.results.run import resolve
+from simulator.speculation.acceptance import TraceModel
+from simulator.speculation.setup import build_speculation
+
+
+def _walks(setup, seed: int, prompt: int):
+    request = Request(0, prompt, 300, acceptance_state=setup.slots[0].acceptance.start(prompt))
+    return Walks(setup.slots, setup.policy, np.random.default_rng(seed)), request
+
+
+def test_a_memoised_walk_is_the_walk():
+    scenario = resolve(scenario_path("pcie8_ngram.yaml"), {})
+    walking._ALONE.clear()
+    setup = build_speculation(scenario)
+    decision = setup.policy.decision
+    a, request_a = _walks(setup, 5, 1000)
+    emitted = a.walk_alone(request_a, decision)  # walked and stored
+    other = build_speculation(scenario)  # another run's objects, equal by value
+    b, request_b = _walks(other, 5, 1000)
+    assert b.walk_alone(request_b, other.policy.decision) == emitted and len(walking._ALONE) == 1
+    assert (a.lengths, a.positions) == (b.lengths, b.positions) and sum(emitted) == 300
+    assert (request_a.acceptance_state, request_a.generated) == (request_b.acceptance_state, request_b.generated)
+    assert a._rng.bit_generator.state == b._rng.bit_generator.state
+    assert a.uniform_row(40) == b.uniform_row(40)  # the stream goes on alike
+    c, request_c = _walks(setup, 5, 1200)  # another request state: walked, not looked up
+    c.walk_alone(request_c, decision)
+    assert len(walking._ALONE) == 2
+
+
+def test_only_a_model_that_reads_its_parameters_alone_is_memoised():
+    assert TraceModel([1, 2, 3]).value_key is None
+    setup = build_speculation(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    assert setup.slots[0].acceptance.value_key == build_speculation(
+        resolve(scenario_path("pcie8_ngram.yaml"), {})).slots[0].acceptance.value_key
+    other = build_speculation(resolve(scenario_path("pcie8_ngram.yaml"), {"speculation.acceptance.novel_gain": 0.2}))
+    assert other.slots[0].acceptance.value_key != setup.slots[0].acceptance.value_key
+
+
+def test_a_memoised_block_leaves_the_generator_as_the_draw():
+    streams._BLOCKS.clear()
+    a, b = np.random.default_rng(3), np.random.default_rng(3)
+    first = streams.block(a, ("test",), lambda rng: rng.random(100).tolist())
+    second = streams.block(b, ("test",), lambda rng: pytest.fail("drawn again"))
+    assert first == second and a.bit_generator.state == b.bit_generator.state
+    assert a.random(5).tolist() == b.random(5).tolist()
+    assert streams.block(np.random.default_rng(4), ("test",), lambda rng: rng.random(100).tolist()) != first
+
+
+def test_prefill_rows_are_looked_up_by_value(monkeypatch):
+    from simulator.engine import sampling
+
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    shape = PassShape(1024, 1, 0)
+    sampling._ROWS.clear()
+    first = machine.sample_rows("target", shape, False, 21, [5])
+    monkeypatch.setattr(sampling, "sample_passes", lambda *a, **k: pytest.fail("evaluated again"))
+    again = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {})).sample_rows("target", shape, False, 21, [5])
+    assert np.array_equal(first, again)
+    monkeypatch.undo()
+    whole = machine.samples("target", shape, False, 21)
+    assert np.array_equal(first, whole[[5]])
+
+
+def test_routes_are_shared_by_fabrics_that_differ_in_the_host_memory_hop_alone():
+    topology = resolve(scenario_path("pcie8_ngram.yaml"), {}).topology
+    slower = topology.model_copy(update={"fabric": topology.fabric.model_copy(update={"shm_hop_latency_us": 9.0})})
+    a, b = Fabric(topology), Fabric(slower)
+    staged = [a.hop(0, j) for j in range(1, 8) if not a.hop(0, j).p2p]
+    assert staged and a._hops is b._hops  # one search for both
+    for hop in staged:
+        assert b.latency_us(hop) - a.latency_us(hop) == pytest.approx(9.0 - topology.fabric.shm_hop_latency_us)
+    wider = topology.model_copy(update={"fabric": topology.fabric.model_copy(
+        update={"links": [link.model_copy(update={"bandwidth_GBps": 2 * link.bandwidth_GBps})
+                          for link in topology.fabric.links]})})
+    assert Fabric(wider)._hops is not a._hops
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_percentiles_are_numpys(seed):
+    rng = np.random.default_rng(seed)
+    for n in (1, 2, 3, 7, 64, 1001):
+        values = rng.lognormal(3.0, 1.0, n) if seed % 2 else rng.integers(0, 4, n).astype(float)  # ties
+        qs = (50, 90, 99, 0, 100, float(rng.uniform(0, 100)))
+        assert percentiles(values, qs) == np.percentile(values, qs).tolist()
+    for values in ([1.0, np.inf, 3.0], [1.0, np.nan, 2.0], [np.inf]):
+        with np.errstate(invalid="ignore"):
+            want = np.percentile(values, (10, 50, 100)).tolist()
+        got = percentiles(np.array(values), (10, 50, 100))
+        assert all(g == w or (math.isnan(g) and math.isnan(w)) for g, w in zip(got, want)), (values, got, want)
