@@ -293,3 +293,16 @@ def test_steps_are_repeated_step():
     assert len(runs) == len(contexts) and all(np.array_equal(got.anchor, w[1].anchor) and
                                               np.array_equal(got.delta, w[1].delta) for got, w in zip(runs, want))
     assert len(tables) >= 6  # anchors change along the run and back
+
+
+@pytest.mark.parametrize("shape, graph", [(PassShape(9, 1, 2048, True, True), False), (PassShape(1, 1, 1024), True)])
+def test_the_latest_rank_without_the_ranks_is_the_maximum_over_them(shape, graph):
+    from simulator.engine import sampling
+    from simulator.engine.timeline import latest_ready
+
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {"topology.host.rank_skew_cv": 0.3}))
+    plan, draws_key = sampling._plan(machine, "target", shape, graph, 3)
+    draws = sampling._draws(machine, "target", shape, graph, 3, draws_key, plan.num_segments)
+    launch = sampling._launch(machine, plan, draws_key, draws)
+    h = host_ready(plan, machine.host, None, sampling.FAST_SAMPLES, draws=draws, launch=launch)
+    assert np.array_equal(latest_ready(plan, machine.host, sampling.FAST_SAMPLES, draws, launch), h.max(axis=1))

@@ -266,7 +266,7 @@ def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any
 def load_scenario(path: str, overrides: Iterable[str | tuple[str, Any]] = ()) -> Scenario:
     parsed = [parse_override(o) if isinstance(o, str) else o for o in overrides]
     path, raw = read_kind(str(path), "scenario")  # a path, or the name of a shipped or user scenario
-    return build(raw, path, os.path.dirname(os.path.abspath(path)), parsed)
+    return build(raw, path, os.path.dirname(os.path.abspath(path)), parsed, owned=True)  # read_yaml's own copy
 
 
 def check(scenario: Scenario) -> None:

@@ -18,7 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..hardware.gpu import Host
-from .timeline import collective_ends, eager_launch, host_ready, sample_passes
+from .timeline import collective_ends_after, eager_launch, latest_ready, sample_passes
 
 FAST_SAMPLES = 64  # passes drawn per shape (stratified) for the fast fidelity: the run-to-run SE of a mean pass ~0.3%
 SAMPLE_FIELDS = ("duration", "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait",
@@ -72,9 +72,8 @@ def sample_durations(machine, part: str, shape, graph: bool, seed: int) -> np.nd
     if durations is None:
         plan, draws_key = _plan(machine, part, shape, graph, seed)
         draws = _draws(machine, part, shape, graph, seed, draws_key, plan.num_segments)
-        h = host_ready(plan, machine.host, None, FAST_SAMPLES, draws=draws,
-                       launch=_launch(machine, plan, draws_key, draws))
-        durations = _bounded(_DURATIONS, key, collective_ends(plan, h)[:, -1], _SAMPLE_CACHE_SIZE)
+        hmax = latest_ready(plan, machine.host, FAST_SAMPLES, draws, _launch(machine, plan, draws_key, draws))
+        durations = _bounded(_DURATIONS, key, collective_ends_after(plan, hmax)[:, -1], _SAMPLE_CACHE_SIZE)
     return durations
 
 

@@ -136,10 +136,23 @@ def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samp
 
 def collective_ends(plan: PassPlan, h: np.ndarray) -> np.ndarray:
     """C[s, k] for many samples: C_k = max(C_{k-1} + W_k, max_r h_rk) + T_k, C_0 = 0, as a running maximum."""
+    return collective_ends_after(plan, h.max(axis=1))
+
+
+def collective_ends_after(plan: PassPlan, hmax: np.ndarray) -> np.ndarray:
+    """collective_ends from the latest rank's ready time per sample and segment, hmax = max_r h."""
     W, T = plan.gpu_us, plan.collective_us
     cum = np.cumsum(W + T)
-    u = h.max(axis=1) + T - cum
+    u = hmax + T - cum
     return np.maximum(np.maximum.accumulate(u, axis=1), 0.0) + cum
+
+
+def latest_ready(plan: PassPlan, host: Host, samples: int, draws: tuple, launch: tuple | None = None) -> np.ndarray:
+    """host_ready(...).max(axis=1), the same floats, for the given draws: a CUDA-graph pass's h = launch + W is not
+    built, its maximum over the ranks being the latest launch + W (rounding is monotonic)."""
+    if plan.graph:
+        return host.graph_launch_us(None, samples, plan.ranks, draws).max(axis=1)[:, None] + plan.gpu_us[None, :]
+    return host_ready(plan, host, None, samples, draws=draws, launch=launch).max(axis=1)
 
 
 def breakdown(plan: PassPlan, h: np.ndarray, C: np.ndarray) -> dict[str, np.ndarray]:
