@@ -65,3 +65,29 @@ def test_step_spec_cache_stays_bounded_over_2000_hybrid_steps():
     assert len(server._step_specs) <= 3
     costs = server.costs
     assert len(costs._pairs) + len(costs._tables) + len(costs._means) < 100
+
+
+def test_a_deferred_breakdown_is_the_evaluated_one(monkeypatch):
+    """A baseline's cost tables evaluate their breakdown only when it is read: the same floats as tables evaluated
+    at once, in every column, and the durations without evaluating anything."""
+    from conftest import clear_sample_caches
+    from simulator.engine import costs, server as server_module
+    from simulator.results.summary import step_table
+
+    scenario = resolve(scenario_path("pcie8_ngram.yaml"), {"workload__requests": 2, "workload__output_tokens": 300})
+    clear_sample_caches()
+    deferred = simulate(scenario, speculate=False)
+    cols = step_table(deferred)
+    assert not all(t.evaluated for t in deferred.log._tables.values())  # durations read, nothing evaluated
+    durations = cols.duration_us.copy()
+    assert not all(t.evaluated for t in deferred.log._tables.values())
+    compute = cols.compute  # the first read of the breakdown evaluates it
+    assert all(t.evaluated for t in deferred.log._tables.values())
+    clear_sample_caches()
+    monkeypatch.setattr(server_module, "FastStepCosts", lambda *a, **k: costs.FastStepCosts(*a[:3]))
+    at_once = step_table(simulate(scenario, speculate=False))
+    assert np.array_equal(durations, at_once.duration_us) and np.array_equal(compute, at_once.compute)
+    for name in STEP_FIELDS:
+        assert np.array_equal(cols[name], at_once[name]), name
+    with pytest.raises(AttributeError):
+        cols.kind = cols.kind

@@ -118,8 +118,11 @@ def _bounded_put(cache: dict, key, value):
 class FastStepCosts:
     """Steps drawn from per-shape samples of the layer model (fast fidelity)."""
 
-    def __init__(self, machine: Machine, seed: int, rng: np.random.Generator):
+    def __init__(self, machine: Machine, seed: int, rng: np.random.Generator, deferred: bool = False):
+        """deferred: the cost tables evaluate their breakdown when it is first read (records.CostTable.deferred),
+        for a run whose breakdown is rarely read (a baseline)."""
         self.machine = machine
+        self.deferred = deferred
         self.seed = seed
         self._rng = rng
         self._tables: dict[tuple, np.ndarray] = {}
@@ -201,10 +204,22 @@ class FastStepCosts:
         key = (step, low, high)
         pair = self._pairs.get(key)
         if pair is None:
-            a = self._table(step, low)
-            d = self._table(step, high) - a if high != low else np.zeros_like(a)
-            pair = _bounded_put(self._pairs, key, CostTable(a, d))
+            def rows() -> tuple[np.ndarray, np.ndarray]:
+                a = self._table(step, low)
+                return a, self._table(step, high) - a if high != low else np.zeros_like(a)
+
+            if self.deferred and not all(self._built(step, anchor) for anchor in (low, high)):
+                durations = np.array(self._durations(step, low))
+                deltas = np.array(self._durations(step, high)) - durations if high != low else np.zeros_like(durations)
+                pair = CostTable.deferred(durations, deltas, rows)  # the same floats as rows()' first column
+            else:
+                pair = CostTable(*rows())
+            _bounded_put(self._pairs, key, pair)
         return pair
+
+    def _built(self, step: StepSpec, context: int) -> bool:
+        """Whether the step's whole table at an anchor is at hand (in this run or shared by value)."""
+        return (step, context) in self._tables or (self.machine.key, self.seed, step, context) in _STEP_TABLES
 
     def sparse_step(self, step: StepSpec, context: int) -> tuple:
         """step() for a step drawn rarely (a prefill: one or a few per request): the row it draws is evaluated
@@ -212,8 +227,7 @@ class FastStepCosts:
         tables are at hand; a step with draft passes (paired with the main pass's samples at random) takes step()."""
         low, high, weight = context_anchors(context)
         key = (step, low, high)
-        if step.drafts or key in self._pairs or all(self._tables.get((step, a)) is not None or (
-                self.machine.key, self.seed, step, a) in _STEP_TABLES for a in (low, high)):
+        if step.drafts or key in self._pairs or all(self._built(step, a) for a in (low, high)):
             return self.step(step, context)
         table, filled = self._sparse.get(key) or _bounded_put(self._sparse, key, (CostTable(
             np.full((FAST_SAMPLES, len(STEP_COST)), np.nan)), set()))
@@ -261,8 +275,8 @@ class FastStepCosts:
         bounds = [0, *(np.flatnonzero((lows[1:] != lows[:-1]) | (highs[1:] != highs[:-1])) + 1).tolist(), n]
         for a, b in zip(bounds[:-1], bounds[1:]):  # runs of steps between the same anchors
             table = self.pair(step, int(lows[a]), int(highs[a]))
-            rows[a:b] = indices[a:b] % table.anchor.shape[0]
-            durations[a:b] = table.anchor[rows[a:b], 0] + table.delta[rows[a:b], 0] * weights[a:b]
+            rows[a:b] = indices[a:b] % len(table.durations)
+            durations[a:b] = table.duration_column[rows[a:b]] + table.duration_delta_column[rows[a:b]] * weights[a:b]
             tables.append((table, b - a))
         return tables, rows, weights, durations
 

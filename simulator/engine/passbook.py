@@ -65,6 +65,7 @@ class BookedCost(CostTable):
     def __init__(self, book: PassBook, slot: int, known: dict[str, float]):  # noqa: super() would need the row
         self.serial = next(CostTable._serials)
         self._book, self._slot, self._known, self._row = book, slot, known, None
+        self._fill = None  # not a deferred table: a log reads its row (records.StepLog.columns)
 
     @property
     def anchor(self) -> np.ndarray:

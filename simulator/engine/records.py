@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, fields
+from typing import Callable
 
 import numpy as np
 
@@ -66,33 +67,36 @@ class StepRecord:
 _INTEGER_FIELDS = frozenset(f.name for f in fields(StepRecord) if f.type == "int")
 
 
-@dataclass(frozen=True)
 class StepColumns:
     """The step log as one numpy array per named field (float64, in STEP_FIELDS order); `table["kind"]` and
-    `table.kind` are the same column."""
+    `table.kind` are the same column. Read-only. Columns a deferred cost table has not evaluated yet (its breakdown:
+    StepLog.columns) are evaluated together when one of them is first read (`deferred` returns them by name)."""
 
-    kind: np.ndarray
-    start_at: np.ndarray
-    duration_us: np.ndarray
-    draft_us: np.ndarray
-    pass_us: np.ndarray
-    batch: np.ndarray
-    tokens: np.ndarray
-    depth: np.ndarray
-    compute: np.ndarray
-    memory: np.ndarray
-    launch: np.ndarray
-    allreduce_transfer: np.ndarray
-    allreduce_wait: np.ndarray
-    draft: np.ndarray
-    other: np.ndarray
-    allreduce_only: np.ndarray
-    allreduce_profile: np.ndarray
-    drafter: np.ndarray
-    verify_tokens: np.ndarray
-    kv_tokens: np.ndarray
-    waiting: np.ndarray
-    context: np.ndarray
+    __slots__ = (*STEP_FIELDS, "_deferred")
+
+    def __init__(self, deferred: Callable[[], dict[str, np.ndarray]] | None = None, **columns: np.ndarray):
+        unknown, missing = set(columns) - set(STEP_FIELDS), set(STEP_FIELDS) - set(columns)
+        if unknown or (missing and deferred is None):
+            raise TypeError(f"StepColumns: unknown fields {sorted(unknown)}, missing fields {sorted(missing)}")
+        for name, value in columns.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_deferred", deferred)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        """A field not set yet (Python asks only then): the deferred columns, evaluated all at once."""
+        deferred = object.__getattribute__(self, "_deferred")
+        if deferred is None or name not in STEP_FIELDS:
+            raise AttributeError(name)
+        object.__setattr__(self, "_deferred", None)
+        for key, value in deferred().items():
+            object.__setattr__(self, key, value)
+        return object.__getattribute__(self, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError(f"StepColumns is read-only ({name})")
+
+    def __reduce__(self):  # pickled with every column evaluated (a deferred evaluation does not travel)
+        return _step_columns, (self.as_dict(),)
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in STEP_FIELDS:
@@ -115,20 +119,66 @@ class StepColumns:
         return [StepRecord(*(cast(v) for cast, v in zip(casts, row))) for row in zip(*values)]
 
 
+def _step_columns(columns: dict[str, np.ndarray]) -> StepColumns:
+    return StepColumns(**columns)
+
+
 class CostTable:
     """The STEP_COST rows a step's cost is drawn from: rows at the lower context anchor, and their differences to
     the upper anchor's (zero for a cost measured directly). A step records (table, row, weight): its cost is
-    anchor[row] + weight x delta[row]."""
+    anchor[row] + weight x delta[row].
 
-    __slots__ = ("serial", "anchor", "delta", "durations", "duration_deltas")
+    A deferred table knows its durations (the hot path's column) and evaluates the other fields when they are first
+    read (`fill`): a run whose breakdown nobody reads (a baseline in a sweep) never evaluates it."""
+
+    __slots__ = ("serial", "_anchor", "_delta", "_fill", "durations", "duration_deltas", "duration_column",
+                 "duration_delta_column")
     _serials = itertools.count()
 
     def __init__(self, anchor: np.ndarray, delta: np.ndarray | None = None):
         self.serial = next(CostTable._serials)  # how a log refers to the table (a value, not the object's address)
-        self.anchor = np.asarray(anchor, dtype=float).reshape(-1, len(STEP_COST))
-        self.delta = np.zeros_like(self.anchor) if delta is None else np.asarray(delta, dtype=float)
-        self.durations = self.anchor[:, 0].tolist()  # the hot path blends the duration at once, the rest on read
-        self.duration_deltas = self.delta[:, 0].tolist()
+        self._fill = None
+        self._anchor = np.asarray(anchor, dtype=float).reshape(-1, len(STEP_COST))
+        self._delta = np.zeros_like(self._anchor) if delta is None else np.asarray(delta, dtype=float)
+        self._durations(self._anchor[:, 0], self._delta[:, 0])
+
+    def _durations(self, column: np.ndarray, delta_column: np.ndarray) -> None:
+        self.duration_column, self.duration_delta_column = column, delta_column
+        self.durations = column.tolist()  # the hot path blends the duration at once, the rest on read
+        self.duration_deltas = delta_column.tolist()
+
+    @classmethod
+    def deferred(cls, durations: np.ndarray, duration_deltas: np.ndarray, fill) -> "CostTable":
+        """A table with the given duration column and its differences (the same floats as the whole table's first
+        column), whose anchor and delta rows fill() returns when first read."""
+        table = cls.__new__(cls)
+        table.serial = next(CostTable._serials)
+        table._anchor = table._delta = None
+        table._fill = fill
+        table._durations(np.asarray(durations, dtype=float), np.asarray(duration_deltas, dtype=float))
+        return table
+
+    @property
+    def evaluated(self) -> bool:
+        return self._fill is None
+
+    @property
+    def anchor(self) -> np.ndarray:
+        if self._fill is not None:
+            self._evaluate()
+        return self._anchor
+
+    @property
+    def delta(self) -> np.ndarray:
+        if self._fill is not None:
+            self._evaluate()
+        return self._delta
+
+    def _evaluate(self) -> None:
+        anchor, delta = self._fill()
+        self._anchor = np.asarray(anchor, dtype=float).reshape(-1, len(STEP_COST))
+        self._delta = np.asarray(delta, dtype=float)
+        self._fill = None
 
     @classmethod
     def measured(cls, row) -> "CostTable":
@@ -218,31 +268,48 @@ class StepLog:
         self._size = end
         return at
 
-    def costs(self) -> np.ndarray:
-        """(steps, STEP_COST) blended between the context anchors, in one vectorised pass."""
-        self._flush()
-        n = self._size
-        if n == 0:
-            return np.zeros((0, len(STEP_COST)))
+    def _rows(self, n: int) -> tuple[list[CostTable], np.ndarray]:
+        """The tables in serial order, and each of the first n steps' row in their rows laid end to end."""
         serials = np.array(sorted(self._tables))
         tables = [self._tables[s] for s in serials.tolist()]
-        offsets = np.cumsum([0] + [t.anchor.shape[0] for t in tables[:-1]])
-        index = offsets[np.searchsorted(serials, self._table[:n])] + self._row[:n]
+        offsets = np.cumsum([0] + [t.anchor.shape[0] if t.evaluated else len(t.durations) for t in tables[:-1]])
+        return tables, offsets[np.searchsorted(serials, self._table[:n])] + self._row[:n]
+
+    def costs(self, n: int | None = None) -> np.ndarray:
+        """(steps, STEP_COST) blended between the context anchors, in one vectorised pass (the first n steps)."""
+        self._flush()
+        n = self._size if n is None else n
+        if n == 0:
+            return np.zeros((0, len(STEP_COST)))
+        tables, index = self._rows(n)
         anchor = np.concatenate([t.anchor for t in tables])[index]
         delta = np.concatenate([t.delta for t in tables])[index]
         return anchor + delta * self._weight[:n, None]
 
     def columns(self) -> StepColumns:
-        """One array per named field (copies: the log may grow on)."""
+        """One array per named field (copies: the log may grow on). Where a deferred cost table has not been
+        evaluated, the durations are blended now (the same floats as costs()' first column) and the other cost
+        columns when first read."""
         self._flush()
         n = self._size
-        table = {name: self._facts[:n, i].copy() for i, name in enumerate(STEP_FACTS)}
-        cost = self.costs()
-        table.update({name: cost[:, i] for i, name in enumerate(STEP_COST)})
-        table["duration_us"] = table.pop("duration")
-        # prefill steps have no drafting: the draft category and the draft_us column are zero there
-        table["draft_us"] = table["draft"] = np.where(table["kind"] == KIND_PREFILL, 0.0, table["draft_us"])
-        return StepColumns(**table)
+        facts = {name: self._facts[:n, i].copy() for i, name in enumerate(STEP_FACTS)}
+        if n == 0 or all(t.evaluated for t in self._tables.values()):
+            return StepColumns(**facts, **_cost_columns(facts["kind"], self.costs(n)))
+        tables, index = self._rows(n)
+        duration = np.concatenate([t.duration_column for t in tables])[index] + \
+            np.concatenate([t.duration_delta_column for t in tables])[index] * self._weight[:n]
+        kind = facts["kind"]
+        return StepColumns(lambda: {name: column for name, column in _cost_columns(kind, self.costs(n)).items()
+                                    if name != "duration_us"}, **facts, duration_us=duration)
 
     def records(self) -> list[StepRecord]:
         return self.columns().records()
+
+
+def _cost_columns(kind: np.ndarray, cost: np.ndarray) -> dict[str, np.ndarray]:
+    """The log's cost columns by name from costs()' rows (times in microseconds)."""
+    columns = {name: cost[:, i] for i, name in enumerate(STEP_COST)}
+    columns["duration_us"] = columns.pop("duration")
+    # prefill steps have no drafting: the draft category and the draft_us column are zero there
+    columns["draft_us"] = columns["draft"] = np.where(kind == KIND_PREFILL, 0.0, columns["draft_us"])
+    return columns
