@@ -160,6 +160,8 @@ class FastStepCosts:
         """Drafting per sample: host time and the draft passes (durations(part, shape, graph, seed): a pass's sample
         durations), each pass's samples paired with the main pass's at random."""
         draft = np.full(n, step.draft_host_us)
+        if not step.drafts:
+            return draft
         entropy = int.from_bytes(hashlib.sha1(repr(step).encode()).digest()[:8], "little")
         perm_rng = np.random.default_rng([self.seed, entropy])
         for d in step.drafts:

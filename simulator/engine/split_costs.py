@@ -25,6 +25,7 @@ class SplitCollectives:
     def __init__(self, fabric: Fabric, parallelism, runtime, card, allreduce, allgather, kernel_floor_us: float,
                  source: str):
         self.fabric, self.card, self.runtime = fabric, card, runtime
+        self._times: dict[tuple, tuple] = {}  # time()'s results by what they depend on (a few per pass shape)
         tp, a = parallelism.tp, parallelism.attention_tp
         self.allreduce = {"tp": allreduce}
         self.gather = {"tp": allgather}
@@ -42,7 +43,18 @@ class SplitCollectives:
         self.boundaries = [[(s * tp + i, (s + 1) * tp + i) for i in range(tp)] for s in range(parallelism.pp - 1)]
 
     def time(self, segment: Segment, shape: PassShape) -> tuple[float, StepPlan | None, bool]:
-        """(time us, steps over links or None, whether it is an all-reduce) of the segment's collective."""
+        """(time us, steps over links or None, whether it is an all-reduce) of the segment's collective, found
+        once per instance for what it reads (the anchors of a pass shape close their segments alike)."""
+        key = (segment.collective, segment.collective_bytes, segment.group, segment.collective_tokens,
+               shape.tokens > 1 and not shape.verify)
+        found = self._times.get(key)
+        if found is None:
+            if len(self._times) >= 4096:  # bounded: a few entries per pass shape
+                self._times.clear()
+            found = self._times[key] = self._time(segment, shape)
+        return found
+
+    def _time(self, segment: Segment, shape: PassShape) -> tuple[float, StepPlan | None, bool]:
         kind, nbytes = segment.collective, segment.collective_bytes
         if kind is None:
             return 0.0, None, False

@@ -11,19 +11,20 @@ def percentiles(values, qs) -> list[float]:
     """np.percentile(values, qs).tolist() for a non-empty 1-D sample and percentiles qs in [0, 100]: the sorted
     sample's values at (n - 1) q / 100, interpolated as numpy's _lerp does (from the lower neighbour below a
     fraction of 0.5, from the upper one from 0.5 on); NaN wherever the sample holds a NaN."""
-    ordered = np.sort(np.asarray(values, dtype=float).ravel()).tolist()
+    ordered = np.sort(np.asarray(values, dtype=float).ravel())
     n = len(ordered)
-    if math.isnan(ordered[-1]):  # NaNs sort last
+    last = float(ordered[-1])
+    if math.isnan(last):  # NaNs sort last
         return [math.nan] * len(qs)
     out = []
     for q in qs:
         virtual = (n - 1) * (q / 100)
         if virtual >= n - 1:
-            out.append(ordered[-1] + (ordered[-1] - ordered[-1]) * 0.0)  # numpy interpolates even there
+            out.append(last + (last - last) * 0.0)  # numpy interpolates even there
             continue
         below = math.floor(virtual)
         gamma = virtual - below
-        a, b = ordered[below], ordered[below + 1]
+        a, b = float(ordered[below]), float(ordered[below + 1])
         diff = b - a
         out.append(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma)
     return out
