@@ -103,3 +103,16 @@ def test_percentiles_are_numpys(seed):
             want = np.percentile(values, (10, 50, 100)).tolist()
         got = percentiles(np.array(values), (10, 50, 100))
         assert all(g == w or (math.isnan(g) and math.isnan(w)) for g, w in zip(got, want)), (values, got, want)
+
+
+def test_nccl_graphs_are_searched_once_per_graph_and_costed_per_latency():
+    from simulator.hardware import collectives
+    from simulator.hardware.collectives import AllReduce
+
+    topology = resolve(scenario_path("pcie8_ngram.yaml"), {}).topology
+    slower = topology.model_copy(update={"fabric": topology.fabric.model_copy(update={"shm_hop_latency_us": 9.0})})
+    collectives._GRAPHS.clear()
+    a = AllReduce(Fabric(topology), 8)
+    b = AllReduce(Fabric(slower), 8)
+    assert len(collectives._GRAPHS) == 1 and a.graphs == b.graphs
+    assert b.cost(1 << 20).time_us > a.cost(1 << 20).time_us  # the latency still reaches the cost

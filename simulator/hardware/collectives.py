@@ -35,6 +35,8 @@ def _memo(maxsize: int):
     return wrap
 
 
+_GRAPHS: dict[tuple, dict] = {}  # (fabric routing key, ranks, sm_version) -> AllReduce._nccl_graphs' graphs
+
 # Custom (vLLM/SGLang) all-reduce: one-shot below 256 KB at 8 ranks, two-shot up to 8 MB buffers
 # (vllm/distributed/device_communicators/custom_all_reduce.py; docs/sources.md).
 CUSTOM_ONE_SHOT_MAX_BYTES = 256 * 1024
@@ -135,7 +137,18 @@ class AllReduce:
         return self._graphs
 
     def _nccl_graphs(self) -> dict[str, nccl.Graph]:
-        """What NCCL's search would find on this fabric: ring and tree channels, and the NVLS graph."""
+        """What NCCL's search would find on this fabric: ring and tree channels, and the NVLS graph; searched once
+        per process for a fabric's graph (its routes' key: every field but the host-memory hop's latency, which
+        the search does not read), ranks and GPU generation."""
+        key = (self.fabric.routing_key, self.ranks, self.fabric.topology.gpu.sm_version)
+        graphs = _GRAPHS.get(key)
+        if graphs is None:
+            if len(_GRAPHS) >= 256:
+                _GRAPHS.clear()
+            graphs = _GRAPHS[key] = self._search_graphs()
+        return dict(graphs)
+
+    def _search_graphs(self) -> dict[str, nccl.Graph]:
         n, sm = self.ranks, self.fabric.topology.gpu.sm_version
         fabric = self.fabric
         total, nvlink_sum = self._gpu_link_GBps()

@@ -69,7 +69,7 @@ class Fabric:
         self.gpu_names = list(topology.gpu_names if gpu_names is None else gpu_names)
         # the routes depend on the graph alone (not on the host-memory hop's latency, read when a step is costed):
         # found once per process for a graph and ranks (sweep points that vary that latency share them)
-        key = (fabric.model_dump_json(exclude={"shm_hop_latency_us"}), tuple(self.gpu_names))
+        self.routing_key = key = (fabric.model_dump_json(exclude={"shm_hop_latency_us"}), tuple(self.gpu_names))
         routing = _ROUTING.get(key)
         if routing is None:
             if len(_ROUTING) >= _ROUTING_SIZE:
