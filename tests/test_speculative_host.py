@@ -38,6 +38,9 @@ def test_speculative_host_work_is_charged_exactly_on_speculative_steps(tmp_path)
         if a["kind"] == "speculative":
             expected = 110 * host.eager_launch_us + 9 * host.sync_us + 12.0 * int(a["batch_requests"])
             assert extra == pytest.approx(expected, abs=0.011)  # the log rounds to 0.01 us
+            # serial with the GPU: the step is its drafting, its verify pass and this host work (6 digits logged)
+            parts = float(b["draft_us"]) + float(b["pass_us"]) + float(b["other_us"])
+            assert float(b["duration_us"]) == pytest.approx(parts, rel=1e-5)
         else:  # plain decode and prefill steps carry none of it
             assert extra == 0.0
 
@@ -48,13 +51,13 @@ def test_breakeven_charges_the_host_path_at_the_tables_batch():
     from simulator.analysis.breakeven import breakeven_table
 
     def table(host_path):
-        return breakeven_table(simulator.load_scenario(CASE, [("workload.concurrency", 8),
+        return breakeven_table(simulator.load_scenario(CASE, [("workload.concurrency", 10),
                                                               ("runtime.speculative_host", host_path)]), (3,), ())
 
     host = simulator.load_scenario(CASE).topology.host
     none = table({"eager_ops": 0, "syncs": 0, "per_request_us": 0.0})
     some = table({"eager_ops": 110, "syncs": 9, "per_request_us": 12.0})
-    expected_ms = (110 * host.eager_launch_us + 9 * host.sync_us + 12.0 * 8) / 1e3
+    expected_ms = (110 * host.eager_launch_us + 9 * host.sync_us + 12.0 * 10) / 1e3
     for a, b in zip(none.rows, some.rows):
         assert b.eager.other_ms - a.eager.other_ms == pytest.approx(expected_ms, rel=1e-12)
         assert b.graph.other_ms - a.graph.other_ms == pytest.approx(expected_ms, rel=1e-12)
@@ -65,7 +68,7 @@ def test_breakeven_charges_the_host_path_at_the_tables_batch():
 
 def test_graph_passes_run_at_the_captured_batch_size():
     """A graph-captured verify and draft pass of b requests runs padded to the smallest captured size >= b, and
-    eagerly at b above the largest; eager passes (the draft extend here) always run at b."""
+    eagerly at b above the largest; eager passes (the draft extend here) always run at b, unpadded."""
     import simulator
     from simulator.engine.costs import speculative_passes
     from simulator.speculation.drafters import HeadDrafter
@@ -78,9 +81,58 @@ def test_graph_passes_run_at_the_captured_batch_size():
     for batch, captured in expected.items():
         verify, drafts = speculative_passes(drafter, Tree.chain(3), batch, runtime, verify_graph=True)
         *heads, extend = drafts
-        assert (verify.graph, verify.shape.batch) == ((True, captured) if captured else (False, batch))
-        assert all((d.graph, d.shape.batch) == ((True, captured) if captured else (False, batch)) for d in heads)
-        assert len(heads) == 2 and (extend.graph, extend.shape.batch) == (False, batch)
-        # an eager verify is never padded
+        want = (True, batch, captured - batch) if captured else (False, batch, 0)
+        assert (verify.graph, verify.shape.batch, verify.shape.padding) == want
+        assert all((d.graph, d.shape.batch, d.shape.padding) == want for d in heads)
+        assert len(heads) == 2 and (extend.graph, extend.shape.batch, extend.shape.padding) == (False, batch, 0)
         verify, _ = speculative_passes(drafter, Tree.chain(3), batch, runtime, verify_graph=False)
-        assert (verify.graph, verify.shape.batch) == (False, batch)
+        assert (verify.graph, verify.shape.batch, verify.shape.padding) == (False, batch, 0)  # eager: never padded
+
+
+def test_the_engine_steps_use_the_case_runtime():
+    """The server's speculative step of 10 requests: verify and the head's draft passes in graphs padded to 11, the
+    draft-extend pass eager at 10 (runtime.cuda_graph_draft_extend false), the host path at 10 requests."""
+    import simpy
+
+    import simulator
+    from simulator.engine.machine import Machine
+    from simulator.engine.server import KIND_SPEC, Server
+
+    scenario = simulator.load_scenario(CASE)
+    server = Server(simpy.Environment(), Machine(scenario), seed=0, fidelity="fast")
+    spec = server.step_spec(KIND_SPEC, server.policy.decide(None), 10)
+    assert (spec.main.graph, spec.main.shape.batch, spec.main.shape.padding) == (True, 10, 1)
+    *heads, extend = spec.drafts
+    assert [(d.graph, d.shape.padding) for d in heads] == [(True, 1), (True, 1)]
+    assert (extend.graph, extend.shape.batch, extend.shape.padding) == (False, 10, 0)
+    host = scenario.topology.host
+    assert spec.other_us == pytest.approx(host.sync_us + host.step_overhead_us + 82 * host.eager_launch_us
+                                          + 13 * host.sync_us + 12.0 * 10, rel=1e-12)
+
+
+def test_padding_rows_cost_gemm_rows_not_attention_or_sampling():
+    """A padded pass's GEMMs and all-reduces carry the padding rows; its attention reads only the real requests'
+    cache and its sampling and acceptance read only their logits."""
+    import simulator
+    from simulator.model.cost import PassShape, pass_layout
+
+    card = simulator.load_scenario(CASE).model
+    real = PassShape(4, 10, 10 * 400, False, True)
+    padded = PassShape(4, 10, 10 * 400, False, True, padding=6)
+    as_16 = PassShape(4, 16, 10 * 400, False, True)
+
+    def kernels(shape):
+        out = {}
+        for segment in pass_layout(card, 1, shape).segments:
+            for k in segment.kernels:
+                out.setdefault(k.name, k)
+        return out
+
+    r, p, b = kernels(real), kernels(padded), kernels(as_16)
+    assert p["qkv_proj"].flops == b["qkv_proj"].flops > r["qkv_proj"].flops
+    assert p["lm_head"].flops == b["lm_head"].flops
+    assert p["attention"].bytes == r["attention"].bytes and p["attention"].flops == r["attention"].flops
+    assert p["sampling"].bytes == r["sampling"].bytes < b["sampling"].bytes
+    assert p["accept_rejection"].bytes == r["accept_rejection"].bytes
+    assert p["logits_processing"].bytes == b["logits_processing"].bytes
+    assert repr(real) == "PassShape(tokens=4, batch=10, context=4000, tree=False, verify=True)"  # seeds unchanged

@@ -36,8 +36,7 @@ def _pass_us(machine: Machine, part: str, shape: PassShape, graph: bool, seed: i
 
     def at(c: int) -> float:
         if c not in means:
-            sample = machine.samples(part, PassShape(shape.tokens, shape.batch, c, shape.tree, shape.verify), graph,
-                                     seed)
+            sample = machine.samples(part, replace(shape, context=c), graph, seed)
             means[c] = float(sample[:, 0].mean())
         return means[c]
 

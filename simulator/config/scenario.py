@@ -36,7 +36,7 @@ class Runtime(Strict):
         "The draft head's extend pass after a verify replays a captured CUDA graph (default: as cuda_graph_draft; "
         "SGLang ran it eagerly before v0.4.7)"))
     speculative_graph_batch_sizes: Optional[list[PositiveInt]] = Field(None, min_length=1, max_length=1024, description=(
-        "Batch sizes the engine captured its speculative graphs (verify, draft) at: a speculative step of b requests "
+        "Batch sizes (any order) the engine captured its speculative graphs (verify, draft) at: a speculative step of b requests "
         "runs those passes padded to the smallest captured size >= b, eagerly above the largest; default: every size"))
     allreduce: Literal[ALLREDUCE_CHOICES] = Field(  # type: ignore[valid-type]
         "auto", description="auto: cheapest permitted; nccl: NCCL's tuner; or force one algorithm")

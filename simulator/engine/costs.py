@@ -68,11 +68,15 @@ def draft_passes(drafter, tree, batch: int) -> tuple[PassSpec, ...]:
 
 def speculative_passes(drafter, tree, batch: int, runtime, verify_graph: bool) -> tuple[PassSpec, tuple[PassSpec, ...]]:
     """A speculative step's verify and draft passes. Graph-captured passes run at the captured batch size
-    (runtime.speculative_graph_batch_sizes: padded up; eager above the largest); eager passes at the real batch."""
+    (runtime.speculative_graph_batch_sizes: padding rows up to it, PassShape.padding; eager above the largest);
+    eager passes at the real batch."""
     graphed = captured_batch(runtime.speculative_graph_batch_sizes, batch)
-    verify = verify_pass(tree, graphed, True) if verify_graph and graphed is not None else verify_pass(tree, batch, False)
-    drafts = tuple(replace(d, shape=replace(d.shape, batch=graphed or batch), graph=graphed is not None)
-                   if d.graph else d for d in draft_passes(drafter, tree, batch))
+    pad = (graphed - batch) if graphed is not None else 0
+    verify = verify_pass(tree, batch, False)
+    if verify_graph and graphed is not None:
+        verify = replace(verify, shape=replace(verify.shape, padding=pad), graph=True)
+    drafts = tuple(replace(d, shape=replace(d.shape, padding=pad), graph=graphed is not None) if d.graph else d
+                   for d in draft_passes(drafter, tree, batch))
     return verify, drafts
 
 

@@ -215,7 +215,8 @@ class Machine:
             last_us=table[:, 4], collective_us=table[:, 5], allreduce_mask=table[:, 6].astype(bool),
             graph=graph, ranks=self.tp, collective_steps=tuple(step_plans[i] for i in layout.order),
             line_positions=positions, line_suffix_us=suffixes,
-            label=f"{part} {shape.tokens}x{shape.batch} ctx{shape.context}{' tree' if shape.tree else ''}"
+            label=f"{part} {shape.tokens}x{shape.batch}{f'+{shape.padding}' if shape.padding else ''} "
+                  f"ctx{shape.context}{' tree' if shape.tree else ''}"
                   f" {'graph' if graph else 'eager'}",
         )
 

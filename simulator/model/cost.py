@@ -25,10 +25,19 @@ class PassShape:
     context: int = 0  # cached tokens summed over the batch
     tree: bool = False  # attention takes a tree mask
     verify: bool = False  # speculative bookkeeping around the pass
+    padding: int = 0  # rows of requests a captured graph adds to reach its batch size: GEMM rows, no KV, no sampling
+
+    def __repr__(self) -> str:
+        # the random streams of a shape's samples are seeded by its repr: an unpadded shape keeps the one it had
+        # before padding existed, so every earlier result stays the same
+        pad = f", padding={self.padding}" if self.padding else ""
+        return (f"PassShape(tokens={self.tokens!r}, batch={self.batch!r}, context={self.context!r}, tree={self.tree!r}, "
+                f"verify={self.verify!r}{pad})")
 
     @property
     def query_tokens(self) -> int:
-        return self.tokens * self.batch
+        """The rows every GEMM and collective of the pass carries (graph padding included)."""
+        return self.tokens * (self.batch + self.padding)
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,8 @@ def _gemm(name: str, tokens: int, k: float, n: float, weight_bytes: float, act: 
 
 def _attention_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kernel]:
     att, d, w = card.attention, card.hidden_size, card.weights
-    T = shape.query_tokens
+    T = shape.query_tokens  # the projections' rows, graph padding included
+    Tq = shape.tokens * shape.batch  # the real queries: padding rows attend to (almost) nothing
     act = BYTES_PER_VALUE[card.activation_dtype]
     wb = bytes_per_param(card, w.attention)
     cd = compute_dtype(card, w.attention)
@@ -79,7 +89,7 @@ def _attention_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kerne
     # every query token attends to its request's context and, causally (or along its tree path), about half of
     # its own pass's tokens
     keys_per_query = shape.context / max(1, shape.batch) + (shape.tokens + 1) / 2
-    mask_bytes = T * keys_per_query if shape.tree else 0.0
+    mask_bytes = Tq * keys_per_query if shape.tree else 0.0
     cached = shape.context // max(1, shape.batch)
     mask = "tree" if shape.tree else "causal"
     if isinstance(att, MLAAttention):
@@ -94,8 +104,8 @@ def _attention_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kerne
         per_gpu_heads = max(1, round(heads))
         kernels.append(_gemm("w_kc_absorb", T, heads * att.qk_nope_head_dim, att.kv_lora_rank, wb, act, cd, wd,
                              MLABmm("pre", T, per_gpu_heads, wd)))
-        flops = 2.0 * T * heads * keys_per_query * (latent + att.kv_lora_rank)
-        kernels.append(Kernel("mla_attention", flops, kv_read + mask_bytes + 2 * T * heads * latent * act,
+        flops = 2.0 * Tq * heads * keys_per_query * (latent + att.kv_lora_rank)
+        kernels.append(Kernel("mla_attention", flops, kv_read + mask_bytes + 2 * Tq * heads * latent * act,
                               card.activation_dtype,
                               MLAttention(shape.batch, shape.tokens, cached, per_gpu_heads, card.kv_cache_dtype, mask),
                               card.kernels.attention_fused))
@@ -108,8 +118,8 @@ def _attention_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kerne
     kv_heads = max(1.0, att.num_kv_heads / tp)
     wd = w.attention
     qkv = _gemm("qkv_proj", T, d, (q_heads + 2 * kv_heads) * att.head_dim, wb, act, cd, wd)
-    flops = 2.0 * T * q_heads * keys_per_query * 2 * att.head_dim
-    core = Kernel("attention", flops, kv_read + mask_bytes + 2 * T * q_heads * att.head_dim * act, card.activation_dtype,
+    flops = 2.0 * Tq * q_heads * keys_per_query * 2 * att.head_dim
+    core = Kernel("attention", flops, kv_read + mask_bytes + 2 * Tq * q_heads * att.head_dim * act, card.activation_dtype,
                   Attention(shape.batch, shape.tokens, cached, max(1, round(q_heads)), max(1, round(kv_heads)),
                             att.head_dim, card.kv_cache_dtype, mask), card.kernels.attention_fused)
     o_proj = _gemm("o_proj", T, q_heads * att.head_dim, d, wb, act, cd, wd)
@@ -185,11 +195,12 @@ def _sampling_kernels(card: ModelCard, shape: PassShape) -> list[Kernel]:
     logits processing (reads and writes T x vocab fp32 logits) and argmax / sampling (reads them); a verify also
     runs the rejection / accept kernel over the target's probabilities (T x vocab fp32), and a tree verify builds
     its attention mask (one byte per query token and visible key: b n (L + n))."""
-    T, vocab = shape.query_tokens, card.vocab_size
-    logits = 4.0 * T * vocab
-    kernels = [Kernel("logits_processing", 0.0, 2 * logits, "fp32"), Kernel("sampling", 0.0, logits, "fp32")]
+    vocab = card.vocab_size
+    logits = 4.0 * shape.query_tokens * vocab  # logits processing runs in the pass, on every row
+    real = 4.0 * shape.tokens * shape.batch * vocab  # sampling and acceptance read the real requests' rows only
+    kernels = [Kernel("logits_processing", 0.0, 2 * logits, "fp32"), Kernel("sampling", 0.0, real, "fp32")]
     if shape.verify:
-        kernels.append(Kernel("accept_rejection", 0.0, logits, "fp32"))
+        kernels.append(Kernel("accept_rejection", 0.0, real, "fp32"))
     if shape.tree:
         cached = shape.context / max(1, shape.batch)
         kernels.append(Kernel("tree_mask", 0.0, shape.batch * shape.tokens * (cached + shape.tokens), "fp32"))

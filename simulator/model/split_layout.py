@@ -87,7 +87,8 @@ def share(shape: PassShape, parts: int) -> PassShape:
     if parts <= 1 or shape.batch <= 0:
         return shape
     batch = -(-shape.batch // parts)
-    return replace(shape, batch=batch, context=round(shape.context * batch / shape.batch))
+    return replace(shape, batch=batch, context=round(shape.context * batch / shape.batch),
+                   padding=-(-shape.padding // parts))
 
 
 def micro_batch(shape: PassShape, pp: int) -> PassShape:

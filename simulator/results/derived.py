@@ -12,7 +12,7 @@ import numpy as np
 from ..config import Scenario
 from ..config.typical import typical_context
 from ..engine import Machine
-from ..engine.costs import FastStepCosts, PassSpec, StepSpec, step_overhead_us, verify_pass
+from ..engine.costs import FastStepCosts, PassSpec, StepSpec, speculative_passes, step_overhead_us, verify_pass
 from ..model.cost import PassShape
 from .summary import mean_step_us
 
@@ -80,20 +80,28 @@ def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | 
 
 
 def what_if(scenario: Scenario, machine: Machine, main, base, slots) -> dict:
-    """Quick levers for the report: the same step with the verify pass captured in a CUDA graph.
+    """Quick levers for the report: the same steps with the verify pass captured in a CUDA graph.
 
-    Uses the layer model's memoised pass samples at the run's mean context; `python -m simulator plan` runs the
-    full what-if simulations for every lever.
+    The graph verify is costed at each speculative step's batch (padded to a captured size where the engine names
+    them) and the typical context per request, from the layer model's memoised samples, averaged over the run's
+    speculative steps; `python -m simulator plan` runs the full what-if simulations for every lever.
     """
     spec_mask = main.spec_steps
     base_step = mean_step_us(base, base.decode_steps)
     if not spec_mask.any() or not base_step:
         return {}
-    shape = replace(verify_pass(slots[0].tree, 1, True).shape, context=typical_context(scenario.spec.workload))
     out = {}
-    if not scenario.spec.runtime.cuda_graph_verify:
-        # at the typical context itself; a mean needs the durations alone
-        verify_us = float(machine.sample_durations("target", shape, True, scenario.spec.seed).mean())
+    runtime = scenario.spec.runtime
+    if not runtime.cuda_graph_verify:
+        per_request = typical_context(scenario.spec.workload)
+        batches, counts = np.unique(main.steps["batch"][spec_mask].astype(int), return_counts=True)
+        verify_us = 0.0
+        for batch, count in zip(batches.tolist(), counts.tolist()):
+            verify, _ = speculative_passes(slots[0].drafter, slots[0].tree, batch, runtime, True)
+            shape = replace(verify.shape, context=per_request * batch)  # the cached context summed over the batch
+            # a mean needs the durations alone
+            verify_us += count * float(machine.sample_durations("target", shape, verify.graph, scenario.spec.seed).mean())
+        verify_us /= float(counts.sum())
         # the run's own drafting and host work per speculative step (scheduler, syncs, the engine's host path)
         step = verify_us + float(main.steps["draft_us"][spec_mask].mean()) + float(main.steps["other"][spec_mask].mean())
         breakeven = step / base_step

@@ -3,7 +3,8 @@
 EAGLE-3 / MTP heads and separate draft models run on the target's own ranks (same TP group, their own kernels and
 all-reduces). A head drafting a chain of k costs k head passes a round: the first draft comes from the previous
 round's extend pass, k-1 single-token passes propose the rest, and one extend pass over the k+1 verified positions
-(padded in the captured graph) refreshes the head's state (SGLang's EAGLEWorker: draft -> verify ->
+(padded to them in a captured graph; run eagerly, as SGLang did before v0.4.7, it covers only the accepted tokens,
+which the k+1 here overstate) refreshes the head's state (SGLang's EAGLEWorker: draft -> verify ->
 forward_draft_extend_after_decode). A tree of depth D and widest level w costs D-1 passes of w tokens per request
 plus the extend. A separate draft model runs k single-token passes. The n-gram drafter looks proposals up in a
 cache on the host CPU: no GPU passes, host time per step and per request.
