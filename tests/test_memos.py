@@ -116,3 +116,15 @@ def test_nccl_graphs_are_searched_once_per_graph_and_costed_per_latency():
     b = AllReduce(Fabric(slower), 8)
     assert len(collectives._GRAPHS) == 1 and a.graphs == b.graphs
     assert b.cost(1 << 20).time_us > a.cost(1 << 20).time_us  # the latency still reaches the cost
+
+
+def test_memoised_duration_columns_own_their_floats():
+    """A cached column is a copy, not a view that keeps the samples' every collective end alive (a sweep caches a
+    few per point: views grew a 1,000-point sweep's memory by ~250 MB)."""
+    from simulator.engine import sampling
+
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    sampling._DURATIONS.clear()
+    machine.sample_durations("target", PassShape(1, 1, 512), True, 9)
+    machine.sample_durations("target", PassShape(9, 1, 512, True, True), False, 9)
+    assert len(sampling._DURATIONS) == 2 and all(v.base is None for v in sampling._DURATIONS.values())

@@ -73,7 +73,8 @@ def sample_durations(machine, part: str, shape, graph: bool, seed: int) -> np.nd
         plan, draws_key = _plan(machine, part, shape, graph, seed)
         draws = _draws(machine, part, shape, graph, seed, draws_key, plan.num_segments)
         hmax = latest_ready(plan, machine.host, FAST_SAMPLES, draws, _launch(machine, plan, draws_key, draws))
-        durations = _bounded(_DURATIONS, key, collective_ends_after(plan, hmax)[:, -1], _SAMPLE_CACHE_SIZE)
+        # a copy: a view of the last column would keep every collective's end alive in the cache
+        durations = _bounded(_DURATIONS, key, collective_ends_after(plan, hmax)[:, -1].copy(), _SAMPLE_CACHE_SIZE)
     return durations
 
 

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 _BLOCKS: dict[tuple, tuple] = {}  # (what is drawn, the generator's state) -> (the block, the state after)
-_BLOCKS_SIZE = 64  # each a list of ~16K numbers (~0.5 MB)
+_BLOCKS_SIZE = 16  # each a list of ~16K numbers (~0.5 MB); a run draws a few
 
 
 def stream_key(rng: np.random.Generator) -> tuple:

@@ -11,7 +11,7 @@ WALK_UNIFORMS = 16  # uniforms a tree walk takes (at least its depth): runs with
 # a lone request's walks, per process by value (Walks.walk_alone): what they read -> what they did (each entry holds
 # its last uniform block, ~0.5 MB as a list)
 _ALONE: dict[tuple, tuple] = {}
-_ALONE_SIZE = 32
+_ALONE_SIZE = 8
 
 
 class Walks:
