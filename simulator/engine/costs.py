@@ -200,7 +200,7 @@ class FastStepCosts:
     def mean_step_us_many(self, step: StepSpec, contexts) -> np.ndarray:
         """mean_step_us at each of many contexts (the same values), one anchor lookup per distinct anchor."""
         lows, highs, weight = context_anchors_many(contexts)
-        anchors = np.unique(np.concatenate([lows, highs]))
+        anchors, _ = np.unique(np.concatenate([lows, highs]), return_counts=True)  # counts: no numpy.ma import
         means = np.array([self._mean_at(step, a) for a in anchors.tolist()])
         low, high = means[np.searchsorted(anchors, lows)], means[np.searchsorted(anchors, highs)]
         return np.where(weight == 0.0, low, blend(low, high, weight))
