@@ -30,7 +30,7 @@ def clear_sample_caches() -> None:
     request's walks (engine.sampling, engine.costs, engine.streams, engine.walking), so the next run starts cold."""
     from simulator.engine import costs, sampling, streams, walking
 
-    for cache in (sampling._SAMPLE_CACHE, sampling._DURATIONS, sampling._DRAWS, sampling._HYPERCUBES,
+    for cache in (sampling._SAMPLE_CACHE, sampling._BY_PLAN, sampling._DURATIONS, sampling._DRAWS, sampling._HYPERCUBES,
                   sampling._LAUNCHES, sampling._ROWS, sampling._PICKED, costs._STEP_TABLES, streams._BLOCKS,
                   walking._ALONE):
         cache.clear()

@@ -128,3 +128,50 @@ def test_memoised_duration_columns_own_their_floats():
     machine.sample_durations("target", PassShape(1, 1, 512), True, 9)
     machine.sample_durations("target", PassShape(9, 1, 512, True, True), False, 9)
     assert len(sampling._DURATIONS) == 2 and all(v.base is None for v in sampling._DURATIONS.values())
+
+
+def _anchor_plans(machine, shape, graph):
+    from dataclasses import replace
+
+    return [machine.anchor_plan("target", replace(shape, context=c), graph) for c in (0, 256, 512, 1024, 2048, 4096)]
+
+
+@pytest.mark.parametrize("shape, graph", [(PassShape(9, 1, 0, True, True), False), (PassShape(1, 1, 0), True)])
+def test_a_plans_sampled_key_says_what_its_arrays_say(shape, graph):
+    """Two built plans have the same sampled_key exactly when every array the closed form reads is the same (the
+    key is built from the distinct segments; the fallback reads the arrays themselves); a blended plan has none."""
+    from dataclasses import replace
+
+    from simulator.engine import sampling
+
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    plans = _anchor_plans(machine, shape, graph)
+    for p in plans:
+        for q in plans:
+            by_arrays = sampling._sampled(replace(p, sampled_key=None)) == sampling._sampled(replace(q, sampled_key=None))
+            assert (p.sampled_key == q.sampled_key) == by_arrays
+    assert len({p.sampled_key for p in plans}) < len(plans)  # some anchors share (attention floor-bound at both)
+    assert plans[3].blended(plans[4], 0.5, "x").sampled_key is None
+
+
+@pytest.mark.parametrize("shape, graph", [(PassShape(9, 1, 0, True, True), False), (PassShape(1, 1, 0), True)])
+def test_anchors_that_share_a_table_sample_what_each_samples_alone(shape, graph):
+    """A table (or duration column) shared by anchors whose plans sample the same values is, bit for bit, what
+    each anchor's own evaluation gives from cold caches."""
+    from dataclasses import replace
+
+    from conftest import clear_sample_caches
+    from simulator.engine import sampling
+
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    contexts = (0, 256, 512, 1024, 2048, 4096)
+    clear_sample_caches()
+    shared = [machine.samples("target", replace(shape, context=c), graph, 4) for c in contexts]
+    shared_durations = [machine.sample_durations("target", replace(shape, context=c), graph, 5).copy()
+                        for c in contexts]
+    assert len(sampling._BY_PLAN) < len(contexts)
+    for c, table, durations in zip(contexts, shared, shared_durations):
+        clear_sample_caches()
+        assert np.array_equal(machine.samples("target", replace(shape, context=c), graph, 4), table)
+        clear_sample_caches()
+        assert np.array_equal(machine.sample_durations("target", replace(shape, context=c), graph, 5), durations)

@@ -99,7 +99,8 @@ def test_blended_plan_is_the_replaced_plan():
     w = 0.37
     want = dataclasses.replace(a, compute_us=blend(a.compute_us, b.compute_us, w),
                                memory_us=blend(a.memory_us, b.memory_us, w), last_us=blend(a.last_us, b.last_us, w),
-                               line_suffix_us=blend(a.line_suffix_us, b.line_suffix_us, w), label="x")
+                               line_suffix_us=blend(a.line_suffix_us, b.line_suffix_us, w), label="x",
+                               sampled_key=None)  # a blend is no anchor's plan: it keeps no sampled key
     got = a.blended(b, w, "x")
     for field in dataclasses.fields(PassPlan):
         x, y = getattr(got, field.name), getattr(want, field.name)

@@ -208,13 +208,17 @@ class Machine:
             launches = t.num_kernels + (1 if s.collective else 0)
             gaps = (launches - t.gapless_kernels) * node_us  # a measured op's time includes its node gaps
             rows.append((launches, t.compute_us, t.memory_us, gaps, t.last_kernel_us, coll, is_allreduce))
-        table = np.array(rows, dtype=float)[list(layout.order)]
-        positions, suffixes = (a[list(layout.order)] for a in kernel_lines(kernels))
+        distinct, lines = np.array(rows, dtype=float), kernel_lines(kernels)
+        table = distinct[list(layout.order)]
+        positions, suffixes = (a[list(layout.order)] for a in lines)
+        # the plan's sampled values, exactly and compactly (the anchors of a shape often share them: sampling)
+        sampled_key = (graph, layout.order, distinct.shape, distinct.tobytes(), lines[0].shape,
+                       *(a.tobytes() for a in lines))
         return PassPlan(
             launches=table[:, 0], compute_us=table[:, 1], memory_us=table[:, 2], gap_us=table[:, 3],
             last_us=table[:, 4], collective_us=table[:, 5], allreduce_mask=table[:, 6].astype(bool),
             graph=graph, ranks=self.tp, collective_steps=tuple(step_plans[i] for i in layout.order),
-            line_positions=positions, line_suffix_us=suffixes,
+            line_positions=positions, line_suffix_us=suffixes, sampled_key=sampled_key,
             label=f"{part} {shape.tokens}x{shape.batch}{f'+{shape.padding}' if shape.padding else ''} "
                   f"ctx{shape.context}{' tree' if shape.tree else ''}"
                   f" {'graph' if graph else 'eager'}",

@@ -4,7 +4,8 @@ model's closed form (timeline.sample_passes), memoised per process by value.
 The standard normals depend on the seed and the shape without its context, not on the machine: anchors of one shape
 and what-if runs of other machines share them (common random numbers), so interpolating between anchors and
 comparing scenarios moves every sample smoothly. An eager shape's launches are the same at every anchor and are
-computed once. Three ways to read the same samples, each the same floats: all of them with their breakdown
+computed once. Anchors whose plans sample the same values (PassPlan.sampled_key: attention floor-bound at both,
+say) share one table, evaluated once. Three ways to read the same samples, each the same floats: all of them with their breakdown
 (samples), their durations alone (sample_durations: a mean needs no breakdown), or a few of them (sample_rows: a
 step drawn rarely, such as a prefill, evaluates the passes it draws; a Latin hypercube is drawn whole, the normals
 and passes only for those rows).
@@ -26,7 +27,8 @@ SAMPLE_FIELDS = ("duration", "compute", "memory", "launch", "allreduce_transfer"
 _SAMPLE_CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()  # (machine key, part, shape, graph, seed) -> samples
 _SAMPLE_CACHE_SIZE = 4096
 _DRAWS: dict[tuple, tuple] = {}  # (family, seed, segments, ranks) -> Host.draws' normals
-_DURATIONS: dict[tuple, np.ndarray] = {}  # samples()' key -> its duration column, where only that was asked for
+_BY_PLAN: dict[tuple, np.ndarray] = {}  # (machine key, draws key, _sampled(plan)) -> samples' table
+_DURATIONS: dict[tuple, np.ndarray] = {}  # _BY_PLAN's key -> the duration column, where only that was asked for
 _LAUNCHES: dict[tuple, tuple] = {}  # (machine key, draws key, launch counts) -> timeline.eager_launch's arrays
 _LAUNCHES_SIZE = 16  # each ~1.5 MB at 8 ranks x 124 segments; a run has a few eager shapes
 _HYPERCUBES: dict[tuple, np.ndarray] = {}  # draws key -> the uniforms of its normals, for sample_rows
@@ -52,9 +54,12 @@ def samples(machine, part: str, shape, graph: bool, seed: int) -> np.ndarray:
         _SAMPLE_CACHE.move_to_end(key)
         return hit
     plan, draws_key = _plan(machine, part, shape, graph, seed)
-    draws = _draws(machine, part, shape, graph, seed, draws_key, plan.num_segments)
-    result = sample_passes(plan, machine.host, None, FAST_SAMPLES, draws, _launch(machine, plan, draws_key, draws))
-    table = np.stack([result[f] for f in SAMPLE_FIELDS], axis=1)
+    same = (machine.key, draws_key, _sampled(plan))
+    table = _BY_PLAN.get(same)
+    if table is None:
+        draws = _draws(machine, part, shape, graph, seed, draws_key, plan.num_segments)
+        result = sample_passes(plan, machine.host, None, FAST_SAMPLES, draws, _launch(machine, plan, draws_key, draws))
+        table = _bounded(_BY_PLAN, same, np.stack([result[f] for f in SAMPLE_FIELDS], axis=1), _SAMPLE_CACHE_SIZE)
     _SAMPLE_CACHE[key] = table
     if len(_SAMPLE_CACHE) > _SAMPLE_CACHE_SIZE:
         _SAMPLE_CACHE.popitem(last=False)
@@ -68,13 +73,17 @@ def sample_durations(machine, part: str, shape, graph: bool, seed: int) -> np.nd
     hit = _SAMPLE_CACHE.get(key)
     if hit is not None:
         return hit[:, 0]
-    durations = _DURATIONS.get(key)
+    plan, draws_key = _plan(machine, part, shape, graph, seed)
+    same = (machine.key, draws_key, _sampled(plan))
+    table = _BY_PLAN.get(same)
+    if table is not None:
+        return table[:, 0]
+    durations = _DURATIONS.get(same)
     if durations is None:
-        plan, draws_key = _plan(machine, part, shape, graph, seed)
         draws = _draws(machine, part, shape, graph, seed, draws_key, plan.num_segments)
         hmax = latest_ready(plan, machine.host, FAST_SAMPLES, draws, _launch(machine, plan, draws_key, draws))
         # a copy: a view of the last column would keep every collective's end alive in the cache
-        durations = _bounded(_DURATIONS, key, collective_ends_after(plan, hmax)[:, -1].copy(), _SAMPLE_CACHE_SIZE)
+        durations = _bounded(_DURATIONS, same, collective_ends_after(plan, hmax)[:, -1].copy(), _SAMPLE_CACHE_SIZE)
     return durations
 
 
@@ -145,3 +154,13 @@ def _launch(machine, plan, draws_key: tuple, draws: tuple) -> tuple | None:
         launch = _bounded(_LAUNCHES, launch_key, eager_launch(plan, machine.host, None, FAST_SAMPLES, draws),
                           _LAUNCHES_SIZE)
     return launch
+
+
+def _sampled(plan) -> tuple:
+    """What the plan's samples depend on besides the machine and the draws: its sampled_key, or where it has none
+    (a plan not built by Machine._build) every array the closed form reads, as bytes."""
+    if plan.sampled_key is not None:
+        return plan.sampled_key
+    arrays = (plan.launches, plan.compute_us, plan.memory_us, plan.gap_us, plan.last_us, plan.collective_us,
+              plan.allreduce_mask, *plan.ready_lines)
+    return (plan.graph, plan.ranks, *((a.dtype.str, a.shape, np.ascontiguousarray(a).tobytes()) for a in arrays))

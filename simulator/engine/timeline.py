@@ -45,6 +45,9 @@ class PassPlan:
     # kernel of W - last_us at the first launch and a last kernel of last_us just before the segment's final launch
     line_positions: np.ndarray | None = None
     line_suffix_us: np.ndarray | None = None
+    # every value the closed form reads, exactly (machine.Machine._build: the distinct segments' rows and lines, their
+    # order, graph); None where not known (a blended plan). Plans with the same key sample the same floats
+    sampled_key: tuple | None = None
 
     @cached_property
     def gpu_us(self) -> np.ndarray:
@@ -58,7 +61,8 @@ class PassPlan:
         values.update(compute_us=blend(self.compute_us, other.compute_us, weight),
                       memory_us=blend(self.memory_us, other.memory_us, weight),
                       last_us=blend(self.last_us, other.last_us, weight),
-                      line_suffix_us=blend(self.line_suffix_us, other.line_suffix_us, weight), label=label)
+                      line_suffix_us=blend(self.line_suffix_us, other.line_suffix_us, weight), label=label,
+                      sampled_key=None)
         return PassPlan(**values)
 
     @property
