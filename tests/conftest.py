@@ -31,7 +31,7 @@ def clear_sample_caches() -> None:
     from simulator.engine import costs, sampling, streams, walking
 
     for cache in (sampling._SAMPLE_CACHE, sampling._BY_PLAN, sampling._DURATIONS, sampling._DRAWS, sampling._HYPERCUBES,
-                  sampling._LAUNCHES, sampling._ROWS, sampling._PICKED, costs._STEP_TABLES, streams._BLOCKS,
+                  sampling._LAUNCHES, sampling._READY, sampling._ROWS, sampling._PICKED, costs._STEP_TABLES, streams._BLOCKS,
                   walking._ALONE):
         cache.clear()
 

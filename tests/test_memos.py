@@ -156,8 +156,9 @@ def test_a_plans_sampled_key_says_what_its_arrays_say(shape, graph):
 
 @pytest.mark.parametrize("shape, graph", [(PassShape(9, 1, 0, True, True), False), (PassShape(1, 1, 0), True)])
 def test_anchors_that_share_a_table_sample_what_each_samples_alone(shape, graph):
-    """A table (or duration column) shared by anchors whose plans sample the same values is, bit for bit, what
-    each anchor's own evaluation gives from cold caches."""
+    """A table (or duration column) shared by anchors whose plans sample the same values, or evaluated from the
+    previous anchor's h with only the segments whose kernel lines differ evaluated again, is bit for bit what each
+    anchor's own evaluation gives from cold caches."""
     from dataclasses import replace
 
     from conftest import clear_sample_caches
@@ -167,6 +168,7 @@ def test_anchors_that_share_a_table_sample_what_each_samples_alone(shape, graph)
     contexts = (0, 256, 512, 1024, 2048, 4096)
     clear_sample_caches()
     shared = [machine.samples("target", replace(shape, context=c), graph, 4) for c in contexts]
+    clear_sample_caches()  # the duration columns alone, each anchor after the last (an eager one patches its h)
     shared_durations = [machine.sample_durations("target", replace(shape, context=c), graph, 5).copy()
                         for c in contexts]
     assert len(sampling._BY_PLAN) < len(contexts)

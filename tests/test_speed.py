@@ -307,3 +307,16 @@ def test_the_latest_rank_without_the_ranks_is_the_maximum_over_them(shape, graph
     launch = sampling._launch(machine, plan, draws_key, draws)
     h = host_ready(plan, machine.host, None, sampling.FAST_SAMPLES, draws=draws, launch=launch)
     assert np.array_equal(latest_ready(plan, machine.host, sampling.FAST_SAMPLES, draws, launch), h.max(axis=1))
+
+
+@pytest.mark.parametrize("order", ["C", "F", "stratified"])
+def test_a_running_sum_is_cumsum(order):
+    """timeline.running_sum: np.cumsum over the segments, the same floats in the same layout, whatever the layout."""
+    from simulator.engine.timeline import running_sum
+
+    rng = np.random.default_rng(2)
+    values = rng.lognormal(0.0, 2.0, (64, 8, 124))
+    L = np.ascontiguousarray(values.transpose(1, 2, 0)).transpose(2, 0, 1) if order == "stratified" else \
+        np.asarray(values, order=order)
+    got, want = running_sum(L), np.cumsum(L, axis=2)
+    assert got.strides == want.strides and np.array_equal(got, want)

@@ -19,7 +19,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..hardware.gpu import Host
-from .timeline import collective_ends_after, eager_launch, latest_ready, sample_passes
+from .timeline import (breakdown, collective_ends, collective_ends_after, eager_launch, eager_ready, host_ready,
+                       latest_ready, sample_passes)
 
 FAST_SAMPLES = 64  # passes drawn per shape (stratified) for the fast fidelity: the run-to-run SE of a mean pass ~0.3%
 SAMPLE_FIELDS = ("duration", "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait",
@@ -33,6 +34,8 @@ _LAUNCHES: dict[tuple, tuple] = {}  # (machine key, draws key, launch counts) ->
 _LAUNCHES_SIZE = 16  # each ~1.5 MB at 8 ranks x 124 segments; a run has a few eager shapes
 _HYPERCUBES: dict[tuple, np.ndarray] = {}  # draws key -> the uniforms of its normals, for sample_rows
 _HYPERCUBES_SIZE = 16  # each ~0.5 MB at 8 ranks x 124 segments
+_READY: dict[tuple, tuple] = {}  # an eager family's launches on a machine -> (kernel lines, h) last evaluated with them
+_READY_SIZE = 8  # each h ~0.5 MB at 64 samples x 8 ranks x 124 segments
 _ROWS: dict[tuple, np.ndarray] = {}  # samples()' key and rows -> sample_rows' result (a run and its baseline share it)
 _PICKED: dict[tuple, tuple] = {}  # (draws key, columns) -> the normals of those columns (every machine shares them)
 _ROWS_SIZE = 256
@@ -58,7 +61,8 @@ def samples(machine, part: str, shape, graph: bool, seed: int) -> np.ndarray:
     table = _BY_PLAN.get(same)
     if table is None:
         draws = _draws(machine, part, shape, graph, seed, draws_key, plan.num_segments)
-        result = sample_passes(plan, machine.host, None, FAST_SAMPLES, draws, _launch(machine, plan, draws_key, draws))
+        h = _ready(machine, plan, draws_key, draws)
+        result = breakdown(plan, h, collective_ends(plan, h))  # sample_passes, with h from _ready
         table = _bounded(_BY_PLAN, same, np.stack([result[f] for f in SAMPLE_FIELDS], axis=1), _SAMPLE_CACHE_SIZE)
     _SAMPLE_CACHE[key] = table
     if len(_SAMPLE_CACHE) > _SAMPLE_CACHE_SIZE:
@@ -81,7 +85,8 @@ def sample_durations(machine, part: str, shape, graph: bool, seed: int) -> np.nd
     durations = _DURATIONS.get(same)
     if durations is None:
         draws = _draws(machine, part, shape, graph, seed, draws_key, plan.num_segments)
-        hmax = latest_ready(plan, machine.host, FAST_SAMPLES, draws, _launch(machine, plan, draws_key, draws))
+        hmax = latest_ready(plan, machine.host, FAST_SAMPLES, draws) if plan.graph else \
+            _ready(machine, plan, draws_key, draws).max(axis=1)
         # a copy: a view of the last column would keep every collective's end alive in the cache
         durations = _bounded(_DURATIONS, same, collective_ends_after(plan, hmax)[:, -1].copy(), _SAMPLE_CACHE_SIZE)
     return durations
@@ -164,3 +169,28 @@ def _sampled(plan) -> tuple:
     arrays = (plan.launches, plan.compute_us, plan.memory_us, plan.gap_us, plan.last_us, plan.collective_us,
               plan.allreduce_mask, *plan.ready_lines)
     return (plan.graph, plan.ranks, *((a.dtype.str, a.shape, np.ascontiguousarray(a).tobytes()) for a in arrays))
+
+
+def _ready(machine, plan, draws_key: tuple, draws: tuple) -> np.ndarray:
+    """host_ready of an anchor's FAST_SAMPLES passes. An eager shape's anchors share their launches and differ in the
+    kernel lines of a few segments (attention's: the KV it reads): where another anchor was evaluated with the same
+    launches, its h with only the segments whose lines differ evaluated again (timeline.eager_ready: the same
+    floats, column by column)."""
+    launch = _launch(machine, plan, draws_key, draws)
+    if plan.graph:
+        return host_ready(plan, machine.host, None, FAST_SAMPLES, draws=draws)
+    key = (machine.key, draws_key, plan.launches.tobytes())
+    positions, suffixes = plan.ready_lines
+    before = _READY.get(key)
+    if before is None or before[0].shape != positions.shape:
+        h = host_ready(plan, machine.host, None, FAST_SAMPLES, draws=draws, launch=launch)
+    else:
+        changed = np.flatnonzero((before[0] != positions).any(axis=1) | (before[1] != suffixes).any(axis=1))
+        h = before[2].copy(order="K")  # its layout too: numpy reduces over the ranks in the order of the layout
+        if changed.size:
+            start, H, one, bounds = launch
+            h[..., changed] = eager_ready(start[..., changed], H[..., changed], one[..., changed],
+                                          None if bounds is None else (bounds[0][changed], bounds[1][changed]),
+                                          positions[changed], suffixes[changed])
+    _bounded(_READY, key, (positions, suffixes, h), _READY_SIZE)
+    return h
