@@ -320,3 +320,23 @@ def test_a_running_sum_is_cumsum(order):
         np.asarray(values, order=order)
     got, want = running_sum(L), np.cumsum(L, axis=2)
     assert got.strides == want.strides and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("samples", [1, 2, 64])
+def test_collective_ends_are_the_running_maximum_in_the_layout_of_the_draws(samples):
+    """collective_ends_after: C_k = max(u running maximum, 0) + cumsum(W + T), the same floats and layout as
+    numpy's accumulate over the ready times' own layout (a stratified draw's samples are contiguous)."""
+    from simulator.engine import sampling
+    from simulator.engine.timeline import collective_ends_after
+
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    shape = PassShape(9, 1, 2048, True, True)
+    plan, draws_key = sampling._plan(machine, "target", shape, False, 3)
+    draws = sampling._draws(machine, "target", shape, False, 3, draws_key, plan.num_segments)
+    draws = tuple(d[:samples] for d in draws)
+    hmax = host_ready(plan, machine.host, None, samples, draws=draws).max(axis=1)
+    cum = np.cumsum(plan.gpu_us + plan.collective_us)
+    want = np.maximum(np.maximum.accumulate(hmax + plan.collective_us - cum, axis=1), 0.0) + cum
+    got = collective_ends_after(plan, hmax)
+    assert got.strides == want.strides and np.array_equal(got, want)
+    assert samples == 1 or not hmax.flags.c_contiguous  # the layout the shortcut is for
