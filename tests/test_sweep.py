@@ -266,10 +266,10 @@ def kill_group(proc) -> None:
 
 
 @contextlib.contextmanager
-def long_sweep(tmp_path, name: str, rows: int):
+def long_sweep(tmp_path, name: str, rows: int, work: dict | None = None):
     """A 40-point sweep with 2 workers in its own session, handed over once `rows` rows are written (with its two
-    worker pids); its whole process group is killed afterwards."""
-    path = write_sweep(tmp_path, name, axes=LONG_AXES, set=LONG_SET)
+    worker pids); its whole process group is killed afterwards. `work`: the points' workload, LONG_SET by default."""
+    path = write_sweep(tmp_path, name, axes=LONG_AXES, set=work or LONG_SET)
     out = tmp_path / f"{name}.results.csv"
     proc = start_sweep(path)
     try:
@@ -348,7 +348,9 @@ def test_workers_die_with_a_killed_parent(tmp_path):
 
 
 def test_two_sweeps_on_one_file_never_duplicate_a_point(tmp_path):
-    with long_sweep(tmp_path, "twice", 1) as (path, out, first, _):
+    # the first sweep must still be writing when the second has started up (~0.5 s of imports): at ~5 ms a point,
+    # 40 one-request points were done before it, so each point here serves 24 requests in turn
+    with long_sweep(tmp_path, "twice", 1, {**LONG_SET, "workload.requests": 24}) as (path, out, first, _):
         second = subprocess.run([sys.executable, "-m", "simulator", "sweep", path, "--workers", "1"], cwd=tmp_path,
                                 env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=120)
         assert second.returncode == 2 and second.stderr.count("\n") == 1
