@@ -148,7 +148,8 @@ def test_a_plans_sampled_key_says_what_its_arrays_say(shape, graph):
     plans = _anchor_plans(machine, shape, graph)
     for p in plans:
         for q in plans:
-            by_arrays = sampling._sampled(replace(p, sampled_key=None)) == sampling._sampled(replace(q, sampled_key=None))
+            by_arrays = sampling._sampled(replace(p, sampled_key=None)) == \
+                sampling._sampled(replace(q, sampled_key=None))
             assert (p.sampled_key == q.sampled_key) == by_arrays
     assert len({p.sampled_key for p in plans}) < len(plans)  # some anchors share (attention floor-bound at both)
     assert plans[3].blended(plans[4], 0.5, "x").sampled_key is None

@@ -5,10 +5,11 @@ The standard normals depend on the seed and the shape without its context, not o
 and what-if runs of other machines share them (common random numbers), so interpolating between anchors and
 comparing scenarios moves every sample smoothly. An eager shape's launches are the same at every anchor and are
 computed once. Anchors whose plans sample the same values (PassPlan.sampled_key: attention floor-bound at both,
-say) share one table, evaluated once. Three ways to read the same samples, each the same floats: all of them with their breakdown
-(samples), their durations alone (sample_durations: a mean needs no breakdown), or a few of them (sample_rows: a
-step drawn rarely, such as a prefill, evaluates the passes it draws; a Latin hypercube is drawn whole, the normals
-and passes only for those rows).
+say) share one table, evaluated once; an eager anchor's ready times are the previous anchor's with the segments
+whose kernel lines differ evaluated again (_ready). Three ways to read the same samples, each the same floats: all
+of them with their breakdown (samples), their durations alone (sample_durations: a mean needs no breakdown), or a
+few of them (sample_rows: a step drawn rarely, such as a prefill, evaluates the passes it draws; a Latin hypercube
+is drawn whole, the normals and passes only for those rows).
 """
 from __future__ import annotations
 
