@@ -94,7 +94,8 @@ def test_step_tables_are_shared_by_value_across_runs():
     import numpy as np
 
     from simulator.engine import Machine
-    from simulator.engine.costs import FastStepCosts, PassSpec, StepSpec
+    from simulator.engine.costs import FastStepCosts
+    from simulator.engine.stepspec import PassSpec, StepSpec
     from simulator.model.cost import PassShape
     from simulator.results.run import resolve
 

@@ -22,7 +22,8 @@ import simulator
 from simulator.config.errors import ConfigError
 from simulator.engine.server import KIND_DECODE, KIND_PREFILL, KIND_SPEC
 from simulator.config.policy import HybridPolicy
-from simulator.engine.costs import FastStepCosts, PassSpec, StepSpec
+from simulator.engine.costs import FastStepCosts
+from simulator.engine.stepspec import PassSpec, StepSpec
 from simulator.engine.machine import Machine
 from simulator.model.cost import PassShape
 from simulator.speculation.policies import Hybrid

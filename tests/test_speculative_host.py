@@ -70,7 +70,7 @@ def test_graph_passes_run_at_the_captured_batch_size():
     """A graph-captured verify and draft pass of b requests runs padded to the smallest captured size >= b, and
     eagerly at b above the largest; eager passes (the draft extend here) always run at b, unpadded."""
     import simulator
-    from simulator.engine.costs import speculative_passes
+    from simulator.engine.stepspec import speculative_passes
     from simulator.speculation.drafters import HeadDrafter
     from simulator.speculation.trees import Tree
 

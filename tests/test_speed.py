@@ -247,7 +247,8 @@ def test_a_few_sample_rows_are_those_of_the_whole_table(shape, graph):
 
 
 def test_a_sparse_step_is_the_whole_tables_step():
-    from simulator.engine.costs import FastStepCosts, PassSpec, StepSpec
+    from simulator.engine.costs import FastStepCosts
+    from simulator.engine.stepspec import PassSpec, StepSpec
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     spec = StepSpec(PassSpec("target", PassShape(512, 2), False), other_us=30.0)
@@ -277,7 +278,8 @@ def test_sample_durations_are_the_tables_duration_column(shape, graph):
 
 
 def test_steps_are_repeated_step():
-    from simulator.engine.costs import FastStepCosts, INDEX_BLOCK, PassSpec, StepSpec
+    from simulator.engine.costs import FastStepCosts, INDEX_BLOCK
+    from simulator.engine.stepspec import PassSpec, StepSpec
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     spec = StepSpec(PassSpec("target", PassShape(4, 1), True), other_us=30.0)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from ..config import Scenario
 from ..config.typical import mean_length
-from ..engine.costs import speculative_host_us, speculative_passes, step_overhead_us
+from ..engine.stepspec import speculative_host_us, speculative_passes, step_overhead_us
 from ..engine.machine import Machine, context_anchors
 from ..model.cost import PassShape
 from ..speculation.acceptance import positional_table

@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..model.cost import PassShape
 from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors, context_anchors_many
 from .records import STEP_COST, CostTable
 from .sampling import FAST_SAMPLES
+from .stepspec import StepSpec
 from .streams import block
 
 INDEX_BLOCK = 1 << 14
@@ -24,77 +24,6 @@ TABLE_CACHE_SIZE = 4096  # (step, anchor) tables a run keeps; the anchors double
 # the machine's physical key, the seed, the step and the anchor
 _STEP_TABLES: dict[tuple, np.ndarray] = {}
 SHARED_TABLES = 512  # bound (each ~64 rows x 11 floats): emptied when full
-
-
-@dataclass(frozen=True)
-class PassSpec:
-    part: str
-    shape: PassShape  # context 0: the step's context is applied when it runs
-    graph: bool
-
-
-def step_overhead_us(host, runtime, speculating: bool) -> float:
-    """Host time around a step's passes: the end-of-step synchronisation, and the scheduler's work, which overlaps
-    the GPU in plain decode under SGLang's overlap scheduler but not while speculating."""
-    hidden = runtime.overlap_schedule and not speculating
-    return host.sync_us + (0.0 if hidden else host.step_overhead_us)
-
-
-def speculative_host_us(host, runtime, batch: int) -> float:
-    """The engine's exposed host work in a speculative step beyond the scheduler's (runtime.speculative_host):
-    eager ops launched with the GPU idle, device syncs, and per-request Python work, serial with the GPU."""
-    extra = runtime.speculative_host
-    return extra.eager_ops * host.eager_launch_us + extra.syncs * host.sync_us + extra.per_request_us * batch
-
-
-def captured_batch(sizes, batch: int) -> int | None:
-    """The batch a graph-captured pass of `batch` requests runs at: the smallest captured size >= batch (the engine
-    pads the rest), or None above the largest (the pass runs eagerly). No list: every batch size is captured."""
-    if sizes is None:
-        return batch
-    fits = [size for size in sizes if size >= batch]
-    return min(fits) if fits else None
-
-
-def verify_pass(tree, batch: int, graph: bool) -> PassSpec:
-    """The target's pass over a verify tree: every node of every request, a tree mask unless it is a chain."""
-    return PassSpec("target", PassShape(tree.size, batch, 0, tree.depth < tree.num_drafts, True), graph)
-
-
-def draft_passes(drafter, tree, batch: int) -> tuple[PassSpec, ...]:
-    """A drafter's passes for one round over the batch."""
-    return tuple(PassSpec(d.part, PassShape(d.tokens, batch), d.graph) for d in drafter.passes(tree, batch))
-
-
-def speculative_passes(drafter, tree, batch: int, runtime, verify_graph: bool) -> tuple[PassSpec, tuple[PassSpec, ...]]:
-    """A speculative step's verify and draft passes. Graph-captured passes run at the captured batch size
-    (runtime.speculative_graph_batch_sizes: padding rows up to it, PassShape.padding; eager above the largest);
-    eager passes at the real batch."""
-    graphed = captured_batch(runtime.speculative_graph_batch_sizes, batch)
-    pad = (graphed - batch) if graphed is not None else 0
-    verify = verify_pass(tree, batch, False)
-    if verify_graph and graphed is not None:
-        verify = replace(verify, shape=replace(verify.shape, padding=pad), graph=True)
-    drafts = tuple(replace(d, shape=replace(d.shape, padding=pad), graph=graphed is not None) if d.graph else d
-                   for d in draft_passes(drafter, tree, batch))
-    return verify, drafts
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    """The passes of one step and its host-side costs (compared by value; the hash is computed once, since the
-    fast fidelity looks a step's samples up by it every step)."""
-
-    main: PassSpec
-    drafts: tuple[PassSpec, ...] = ()
-    draft_host_us: float = 0.0  # proposals computed on the CPU (n-gram lookup)
-    other_us: float = 0.0  # scheduler work and the end-of-step synchronisation
-
-    def __post_init__(self):
-        object.__setattr__(self, "_hash", hash((self.main, self.drafts, self.draft_host_us, self.other_us)))
-
-    def __hash__(self) -> int:
-        return self._hash
 
 
 def _cost_rows(step: StepSpec, main: np.ndarray, draft: np.ndarray) -> np.ndarray:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .costs import FastStepCosts, PassSpec, StepSpec
+from .costs import FastStepCosts
+from .stepspec import PassSpec, StepSpec
 from .linkpass import LinkPass
 from .machine import Machine
 from .passbook import BookedCost, PassBook

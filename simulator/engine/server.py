@@ -16,7 +16,8 @@ from ..model.cost import PassShape
 from ..speculation.setup import build_speculation
 from .admission import Admission
 from .batch_view import BatchView
-from .costs import FastStepCosts, PassSpec, StepSpec, speculative_host_us, speculative_passes, step_overhead_us
+from .costs import FastStepCosts
+from .stepspec import PassSpec, StepSpec, speculative_host_us, speculative_passes, step_overhead_us
 from .layercosts import LayerStepCosts
 from .linkpass import SharedLinks
 from .machine import Machine

@@ -12,7 +12,8 @@ import numpy as np
 from ..config import Scenario
 from ..config.typical import typical_context
 from ..engine import Machine
-from ..engine.costs import FastStepCosts, PassSpec, StepSpec, speculative_passes, step_overhead_us, verify_pass
+from ..engine.costs import FastStepCosts
+from ..engine.stepspec import PassSpec, StepSpec, speculative_passes, step_overhead_us, verify_pass
 from ..model.cost import PassShape
 from .summary import mean_step_us
 

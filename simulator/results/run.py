@@ -119,7 +119,7 @@ def kernel_report(scenario: Scenario, machine: Machine, slots) -> dict:
     scenario's prompt length."""
     from dataclasses import replace
 
-    from ..engine.costs import verify_pass
+    from ..engine.stepspec import verify_pass
 
     context = int(mean_length(scenario.spec.workload.prompt_tokens))
     shapes = [PassShape(1, 1, context)]
