@@ -68,7 +68,7 @@ def test_step_spec_cache_stays_bounded_over_2000_hybrid_steps():
 
 
 def test_a_deferred_breakdown_is_the_evaluated_one(monkeypatch):
-    """A baseline's cost tables evaluate their breakdown only when it is read: the same floats as tables evaluated
+    """A run's cost tables evaluate their breakdown only when it is read: the same floats as tables evaluated
     at once, in every column, and the durations without evaluating anything."""
     from conftest import clear_sample_caches
     from simulator.engine import costs, server as server_module
@@ -91,3 +91,26 @@ def test_a_deferred_breakdown_is_the_evaluated_one(monkeypatch):
         assert np.array_equal(cols[name], at_once[name]), name
     with pytest.raises(AttributeError):
         cols.kind = cols.kind
+
+
+@pytest.mark.parametrize("name", ["pcie8_ngram.yaml", "pcie8_eagle3.yaml", "pcie8_hybrid.yaml"])
+def test_a_sweep_points_figures_are_the_runs(name, monkeypatch):
+    """run_figures gives run()'s figures, the same values, and evaluates no breakdown for figures that read
+    durations alone (a sweep's throughput, speedup, accept length and break-even)."""
+    from conftest import clear_sample_caches
+    from simulator.engine import sampling
+    from simulator.results.run import FIGURES, run, run_figures
+
+    scenario = resolve(scenario_path(name), {"workload__requests": 2, "workload__output_tokens": 200})
+    clear_sample_caches()
+    real_breakdown, evaluated = sampling.breakdown, []
+    monkeypatch.setattr(sampling, "breakdown", lambda *a: evaluated.append(1) or real_breakdown(*a))
+    names = ["throughput_tok_s", "baseline_tok_s", "speedup", "mean_accept_len", "breakeven_accept_len",
+             "provenance", "not_a_figure"]
+    few = run_figures(scenario, names)
+    assert not evaluated and list(few) == names[:-1]
+    full = run(scenario).to_dict()
+    assert evaluated  # the whole result reads the breakdown
+    assert few == {k: full[k] for k in few}
+    every = run_figures(scenario, FIGURES)
+    assert list(every) == list(full) and {**every, "wall_time_s": 0} == {**full, "wall_time_s": 0}

@@ -128,14 +128,14 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch
 
     import simulator.results.run
 
-    real_run = simulator.results.run.run
+    real_run = simulator.results.run.run_figures
 
-    def flaky(scenario, **kwargs):
+    def flaky(scenario, names):
         if scenario.topology.host.eager_launch_us == 7:
             raise RuntimeError("boom\nsecond line")
-        return real_run(scenario, **kwargs)
+        return real_run(scenario, names)
 
-    monkeypatch.setattr(simulator.results.run, "run", flaky)
+    monkeypatch.setattr(simulator.results.run, "run_figures", flaky)
     again = run_sweep(path, workers=1, progress=False, out=str(tmp_path / "flaky.csv"))
     errors = sorted(r["error"] for r in read_results(again.out) if r["status"] == "error")
     assert (again.num_ok, again.num_failed) == (1, 3) and errors.count("RuntimeError: boom second line") == 1
@@ -297,17 +297,17 @@ def test_a_killed_worker_is_replaced_and_its_point_retried(tmp_path):
 def test_a_point_that_kills_its_worker_twice_is_an_error_row(tmp_path, monkeypatch):
     import simulator.results.run
 
-    real_run = simulator.results.run.run
+    real_run = simulator.results.run.run_figures
     marker = tmp_path / "killed-once"
 
-    def deadly(scenario, **kwargs):  # forked workers inherit this patch
+    def deadly(scenario, names):  # forked workers inherit this patch
         launch = scenario.topology.host.eager_launch_us
         if launch == 7 or (launch == 8 and not marker.exists()):
             marker.touch()
             os.kill(os.getpid(), signal.SIGKILL)
-        return real_run(scenario, **kwargs)
+        return real_run(scenario, names)
 
-    monkeypatch.setattr(simulator.results.run, "run", deadly)
+    monkeypatch.setattr(simulator.results.run, "run_figures", deadly)
     axes = {"topology.host.eager_launch_us": [6, 7, 8, 9], "runtime.cuda_graph_verify": [False]}
     report = run_sweep(write_sweep(tmp_path, "deadly", axes=axes), workers=2, progress=False, chunk_size=2)
     rows = read_results(report.out)

@@ -61,8 +61,8 @@ class Server:
         self.walks = Walks(self.slots, self.policy, np.random.default_rng(acceptance_seq))
         self._primary = self.walks.primary
         jitter = np.random.default_rng(jitter_seq)
-        # with speculation off (a baseline), the breakdown is evaluated only if read (a sweep reads the durations)
-        self.costs = FastStepCosts(machine, seed, jitter, deferred=not speculate) if self.fast else \
+        # the breakdown of a step's cost is evaluated only if read (a sweep point reads the durations alone)
+        self.costs = FastStepCosts(machine, seed, jitter, deferred=True) if self.fast else \
             LayerStepCosts(machine, jitter, on_pass, seed=seed, network=network or (
                 SharedLinks(env, machine.fabric).view(0) if fidelity == "link" else None))
         self.max_steps = max_steps  # stop early (traces record the first steps only)

@@ -77,8 +77,9 @@ _BASES: "OrderedDict[str, Scenario]" = OrderedDict()  # sweep token -> base scen
 
 def run_chunk(task: ChunkTask) -> list[tuple[str, str, str, list[Any]]]:
     """Run a chunk of points; each gives (point id, 'ok' or 'error', error message, metric values)."""
-    from ..results.run import run
+    from ..results.run import run_figures
 
+    names = [metric.split(".", 1)[0] for metric in task.metrics]  # the top-level figures the rows keep
     out = []
     for point in task.points:
         try:
@@ -89,7 +90,7 @@ def run_chunk(task: ChunkTask) -> list[tuple[str, str, str, list[Any]]]:
                     _BASES.popitem(last=False)
             scenario = base.with_overrides(point.values)
             check_work(scenario, task.max_work)
-            result = run(scenario).to_dict()
+            result = run_figures(scenario, names)
             out.append((point.id, "ok", "", [lookup(result, m) for m in task.metrics]))
         except Exception as exc:  # a failed point is a result: recorded, and the sweep goes on
             out.append((point.id, "error", _one_line(exc), []))

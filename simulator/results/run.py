@@ -1,9 +1,11 @@
-"""The Python API: simulator.run(scenario_or_path, **overrides) -> Result (the run and its no-speculation baseline)."""
+"""The Python API: simulator.run(scenario_or_path, **overrides) -> Result (the run and its no-speculation baseline);
+run_figures(scenario, names): a few of its figures, computing only those (a sweep point keeps a handful)."""
 from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
+from functools import cached_property
+from typing import Any, Callable, Iterable
 
 from ..config import Scenario, load_scenario
 from ..engine import Machine
@@ -34,19 +36,48 @@ def run(scenario_or_path: Scenario | str, *, set_args: list[str] | None = None, 
         **overrides: Any) -> Result:
     """Simulate a scenario and, unless told not to, the same machine with speculation off (same seed)."""
     started = time.perf_counter()
-    scenario = resolve(scenario_or_path, overrides, set_args)
-    machines = instance_machines(scenario)
-    fidelity = scenario.spec.fidelity
-    speculating = scenario.spec.speculation.method != "none"
-    main = summarize_servers(simulate_deployment(scenario, machines, fidelity=fidelity, speculate=True))
-    base = summarize_servers(simulate_deployment(scenario, machines, fidelity=fidelity, speculate=False)) \
-        if (baseline and speculating) else main
-    shared = shared_links(machines)
-    # where instances share links, the link fidelity's figure has contention in it: layer fidelity gives the one without
-    layer = summarize_servers(simulate_deployment(scenario, machines, fidelity="layer")) \
-        if shared and fidelity == "link" else None
-    result = build_result(scenario, machines[0], main, base, time.perf_counter() - started)
-    return replace(result, deployment=deployment_report(scenario, main, instance_gpus(scenario), shared, layer))
+    parts = Parts(resolve(scenario_or_path, overrides, set_args), baseline, started)
+    values = {name: figure(parts) for name, figure in FIGURES.items()}
+    return Result(**values, run=parts.main, baseline=parts.base)
+
+
+def run_figures(scenario: Scenario, names: Iterable[str]) -> dict[str, Any]:
+    """The named top-level figures of run(scenario).to_dict() (the same values), computing only those: the
+    simulation evaluates its breakdown only where a figure reads it. Unknown names are left out."""
+    parts = Parts(scenario, True, time.perf_counter())
+    return {name: FIGURES[name](parts) for name in dict.fromkeys(names) if name in FIGURES}
+
+
+class Parts:
+    """A run's simulations (the run, its baseline) and the intermediate figures several results share, each
+    computed when first asked for."""
+
+    def __init__(self, scenario: Scenario, baseline: bool, started: float):
+        self.started = started
+        self.scenario, self.spec = scenario, scenario.spec
+        self.machines = instance_machines(scenario)
+        self.machine = self.machines[0]
+        fidelity = self.spec.fidelity
+        self.main = summarize_servers(simulate_deployment(scenario, self.machines, fidelity=fidelity, speculate=True))
+        self.base = summarize_servers(simulate_deployment(scenario, self.machines, fidelity=fidelity,
+                                                          speculate=False)) \
+            if (baseline and self.spec.speculation.method != "none") else self.main
+
+    @cached_property
+    def load(self) -> dict:
+        return load_metrics(self.main, self.spec.workload.target)
+
+    @cached_property
+    def baseline_load(self) -> dict:
+        return self.load if self.base is self.main else load_metrics(self.base, self.spec.workload.target)
+
+    def deployment(self) -> dict:
+        """The instances and their figures; where instances share links, the link fidelity's figure has contention
+        in it: layer fidelity gives the one without."""
+        shared = shared_links(self.machines)
+        layer = summarize_servers(simulate_deployment(self.scenario, self.machines, fidelity="layer")) \
+            if shared and self.spec.fidelity == "link" else None
+        return deployment_report(self.scenario, self.main, instance_gpus(self.scenario), shared, layer)
 
 
 def _step_ms(main, base) -> dict:
@@ -71,47 +102,55 @@ def _allreduce_ms(main) -> dict:
     return out
 
 
-def build_result(scenario: Scenario, machine: Machine, main, base, wall_s: float) -> Result:
-    """The Result of a run and its baseline (the run's drafters come with it: main.slots)."""
-    spec = scenario.spec
-    lengths = main.accept_lengths
-    load = load_metrics(main, spec.workload.target)
-    baseline_load = load if base is main else load_metrics(base, spec.workload.target)
-    target_plan = machine.plan("target", PassShape(1, 1, int(mean_length(spec.workload.prompt_tokens))),
-                               spec.runtime.cuda_graph_decode)
-    return Result(
-        scenario=spec.name, fidelity=spec.fidelity, seed=spec.seed,
-        throughput_tok_s=main.throughput_tok_s, baseline_tok_s=base.throughput_tok_s,
-        speedup=main.throughput_tok_s / base.throughput_tok_s if base.throughput_tok_s else float("nan"),
-        mean_accept_len=float(lengths.mean()) if lengths.size else 1.0,
-        accept_len_hist=accept_histogram(lengths),
-        step_ms=_step_ms(main, base),
-        breakdown_ms_per_token=breakdown_per_token(main),
-        allreduce_per_pass=target_plan.num_allreduces,
-        allreduce_ms_per_pass=_allreduce_ms(main),
-        breakeven_accept_len=breakeven_accept_len(machine, scenario, main),
-        tokens=main.tokens, sim_time_s=main.sim_time_us / 1e6, wall_time_s=wall_s,
-        tpot_ms=(load["tpot_ms"] or {}).get("mean", 0.0),
-        ttft_ms=(load["ttft_ms"] or {}).get("mean", 0.0),
-        allreduce_choice=allreduce_choice(scenario, machine, main.slots),
-        speculation={"method": spec.speculation.method, "draft_tokens": spec.speculation.draft_tokens,
-                     "verify": spec.speculation.verify,
-                     "expected_accept_len": expected_accept_len(scenario, main.slots)},
-        description=describe(scenario),
-        graph_verify=spec.runtime.cuda_graph_verify,
-        eager_verify=not spec.runtime.cuda_graph_verify,
-        accept_len_windows=accept_windows(main.accept_lengths, main.accept_positions),
-        policy=policy_summary(spec, main),
-        what_if=what_if(scenario, machine, main, base, main.slots),
-        load=load,
-        baseline_load=baseline_load,
-        planner=planner_figures(scenario, main.throughput_tok_s, base.throughput_tok_s, load, baseline_load),
-        kernels=kernel_report(scenario, machine, main.slots),
-        provenance=provenance(scenario),
-        collectives=collectives_per_pass(scenario, machine),
-        run=main,
-        baseline=base,
-    )
+def _allreduce_per_pass(p: Parts) -> int:
+    prompt = int(mean_length(p.spec.workload.prompt_tokens))
+    return p.machine.plan("target", PassShape(1, 1, prompt), p.spec.runtime.cuda_graph_decode).num_allreduces
+
+
+def _speedup(p: Parts) -> float:
+    base = p.base.throughput_tok_s
+    return p.main.throughput_tok_s / base if base else float("nan")
+
+
+# Result's figures in its field order, each from the run's Parts (run and run_figures share them: the same values)
+FIGURES: dict[str, Callable[[Parts], Any]] = {
+    "scenario": lambda p: p.spec.name,
+    "fidelity": lambda p: p.spec.fidelity,
+    "seed": lambda p: p.spec.seed,
+    "throughput_tok_s": lambda p: p.main.throughput_tok_s,
+    "baseline_tok_s": lambda p: p.base.throughput_tok_s,
+    "speedup": _speedup,
+    "tpot_ms": lambda p: (p.load["tpot_ms"] or {}).get("mean", 0.0),
+    "ttft_ms": lambda p: (p.load["ttft_ms"] or {}).get("mean", 0.0),
+    "mean_accept_len": lambda p: float(p.main.accept_lengths.mean()) if p.main.accept_lengths.size else 1.0,
+    "accept_len_hist": lambda p: accept_histogram(p.main.accept_lengths),
+    "step_ms": lambda p: _step_ms(p.main, p.base),
+    "breakdown_ms_per_token": lambda p: breakdown_per_token(p.main),
+    "allreduce_per_pass": _allreduce_per_pass,
+    "allreduce_ms_per_pass": lambda p: _allreduce_ms(p.main),
+    "breakeven_accept_len": lambda p: breakeven_accept_len(p.machine, p.scenario, p.main),
+    "sim_time_s": lambda p: p.main.sim_time_us / 1e6,
+    "wall_time_s": lambda p: time.perf_counter() - p.started,
+    "tokens": lambda p: p.main.tokens,
+    "allreduce_choice": lambda p: allreduce_choice(p.scenario, p.machine, p.main.slots),
+    "speculation": lambda p: {"method": p.spec.speculation.method, "draft_tokens": p.spec.speculation.draft_tokens,
+                              "verify": p.spec.speculation.verify,
+                              "expected_accept_len": expected_accept_len(p.scenario, p.main.slots)},
+    "description": lambda p: describe(p.scenario),
+    "graph_verify": lambda p: p.spec.runtime.cuda_graph_verify,
+    "eager_verify": lambda p: not p.spec.runtime.cuda_graph_verify,
+    "accept_len_windows": lambda p: accept_windows(p.main.accept_lengths, p.main.accept_positions),
+    "policy": lambda p: policy_summary(p.spec, p.main),
+    "what_if": lambda p: what_if(p.scenario, p.machine, p.main, p.base, p.main.slots),
+    "load": lambda p: p.load,
+    "baseline_load": lambda p: p.baseline_load,
+    "planner": lambda p: planner_figures(p.scenario, p.main.throughput_tok_s, p.base.throughput_tok_s, p.load,
+                                         p.baseline_load),
+    "kernels": lambda p: kernel_report(p.scenario, p.machine, p.main.slots),
+    "provenance": lambda p: provenance(p.scenario),
+    "collectives": lambda p: collectives_per_pass(p.scenario, p.machine),
+    "deployment": Parts.deployment,
+}
 
 
 def kernel_report(scenario: Scenario, machine: Machine, slots) -> dict:
