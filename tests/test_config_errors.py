@@ -120,3 +120,28 @@ def test_real_process_exit_status():
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     assert_one_line(proc.stderr, "parallelism.tp")
+
+
+@pytest.mark.parametrize("overrides", [
+    {"topology.host.eager_launch_us": 7.5, "topology.gpu.memory_bandwidth_GBps": 1500},
+    {"model.num_layers": 40},
+    {"topology.fabric.shm_hop_latency_us": 2.0, "model.hidden_size": 4096},
+])
+def test_overriding_machine_parts_alone_gives_what_a_rebuild_gives(overrides):
+    """Overrides that reach only into the topology or the model card validate those parts again and keep the
+    rest (a sweep over machines): the same scenario as rebuilding the whole document (forced here by also setting
+    the seed to its own value), and the same one-line error for a bad value."""
+    from simulator.config import load_scenario
+    from simulator.config.errors import ConfigError
+
+    base = load_scenario(scenario_path("pcie8_ngram.yaml"))
+    fast = base.with_overrides(overrides)
+    assert fast == base.with_overrides({**overrides, "seed": base.spec.seed})
+    assert fast.overrides == tuple(overrides.items()) and fast.files == base.files
+    bad = {**overrides, "topology.host.eager_launch_us": -1.0}
+    errors = []
+    for attempt in (bad, {**bad, "seed": base.spec.seed}):
+        with pytest.raises(ConfigError) as caught:
+            base.with_overrides(attempt)
+        errors.append(caught.value.line())
+    assert errors[0] == errors[1] and "eager_launch_us" in errors[0]

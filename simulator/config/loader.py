@@ -44,6 +44,9 @@ class Scenario:
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "Scenario":
         """A new scenario with dotted-path overrides applied (topology.* and model.* reach into those files)."""
+        parts = {path.split(".", 1)[0] for path in overrides}
+        if overrides and parts <= set(_PARTS) and all("." in path for path in overrides):
+            return self._with_part_overrides(overrides, parts)
         raw = {
             **self.spec.model_dump(mode="json"),
             "topology": self.topology.model_dump(mode="json"),
@@ -57,6 +60,22 @@ class Scenario:
                         owned=True)  # raw is this call's own dump
         files = {**self.files, **{k: v for k, v in rebuilt.files.items() if not v.startswith(self.source)}}
         return replace(rebuilt, files=files, overrides=self.overrides + tuple(overrides.items()))
+
+    def _with_part_overrides(self, overrides: Mapping[str, Any], parts: set[str]) -> "Scenario":
+        """with_overrides where every path reaches into the topology or the model card (a sweep over machines):
+        those parts alone are validated again, the rest is this scenario's (the same values build() gives)."""
+        raw = {part: getattr(self, part).model_dump(mode="json") for part in parts}
+        for path, value in overrides.items():
+            set_path(raw, path, value, self.source)
+        new = {part: validate(_PARTS[part], raw[part], f"{self.source} ({part})") for part in parts}
+        # the spec holds each part as build() leaves it: the validated part's dump
+        spec = self.spec.model_copy(update={part: new[part].model_dump(mode="json") for part in parts})
+        scenario = replace(self, **new, spec=spec, overrides=self.overrides + tuple(overrides.items()))
+        check(scenario)
+        return scenario
+
+
+_PARTS = {"topology": Topology, "model": ModelCard}  # a scenario's parts loaded from their own files
 
 
 # libyaml's implementation of the safe loader when present (same safe subset as yaml.safe_load, ~10x faster)
