@@ -8,7 +8,6 @@ them).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 
 import numpy as np
 
@@ -53,7 +52,7 @@ class FastStepCosts:
 
     def __init__(self, machine: Machine, seed: int, rng: np.random.Generator, deferred: bool = False):
         """deferred: the cost tables evaluate their breakdown when it is first read (records.CostTable.deferred),
-        for a run whose breakdown is rarely read (a baseline)."""
+        for a run whose breakdown may not be read (a baseline, a sweep point keeping a few figures)."""
         self.machine = machine
         self.deferred = deferred
         self.seed = seed
@@ -83,7 +82,7 @@ class FastStepCosts:
         """The step's STEP_COST rows at an anchor context (read-only): the main pass's samples, drafts paired at
         random."""
         m = self.machine
-        main = m.samples(step.main.part, replace(step.main.shape, context=context), step.main.graph, self.seed)
+        main = m.samples(step.main.part, step.main.shape.at(context), step.main.graph, self.seed)
         draft = self._draft_us(step, context, main.shape[0], lambda *args: m.samples(*args)[:, 0])
         table = _cost_rows(step, main, draft)
         table.flags.writeable = False
@@ -98,7 +97,7 @@ class FastStepCosts:
         entropy = int.from_bytes(hashlib.sha1(repr(step).encode()).digest()[:8], "little")
         perm_rng = np.random.default_rng([self.seed, entropy])
         for d in step.drafts:
-            draft += durations(d.part, replace(d.shape, context=context), d.graph, self.seed)[perm_rng.permutation(n)]
+            draft += durations(d.part, d.shape.at(context), d.graph, self.seed)[perm_rng.permutation(n)]
         return draft
 
     def _durations(self, step: StepSpec, context: int) -> list:
@@ -110,7 +109,7 @@ class FastStepCosts:
         if table is not None:
             return table[:, 0].tolist()
         m = self.machine
-        main = m.sample_durations(step.main.part, replace(step.main.shape, context=context), step.main.graph,
+        main = m.sample_durations(step.main.part, step.main.shape.at(context), step.main.graph,
                                   self.seed)
         return (main + self._draft_us(step, context, main.shape[0], m.sample_durations) + step.other_us).tolist()
 
@@ -180,7 +179,7 @@ class FastStepCosts:
 
     def _sparse_row(self, step: StepSpec, context: int, i: int) -> np.ndarray:
         """Row i of the step's table at an anchor (no draft passes), as _build_table computes it."""
-        main = self.machine.sample_rows(step.main.part, replace(step.main.shape, context=context), step.main.graph,
+        main = self.machine.sample_rows(step.main.part, step.main.shape.at(context), step.main.graph,
                                         self.seed, [i])
         return _cost_rows(step, main, np.full(1, step.draft_host_us))[0]
 

@@ -113,14 +113,11 @@ class Machine:
         self.gpu = GPU(scenario.topology.gpu)
         self.host = Host(scenario.topology.host)
         self.kernels = KernelTimer(self.gpu, spec.runtime.kernels)
-        physical = {
-            "topology": scenario.topology.model_dump(mode="json"), "model": self.card.model_dump(mode="json"),
-            "tp": self.tp, "parallelism": spec.parallelism.model_dump(mode="json"),
-            "runtime": self.runtime.model_dump(mode="json"),
-            **({"gpus": list(gpus)} if gpus else {}),
-            "draft_model": scenario.draft_model.model_dump(mode="json") if scenario.draft_model else None,
-        }
-        self.key = hashlib.sha1(json.dumps(physical, sort_keys=True).encode()).hexdigest()
+        # every value the machine's figures depend on, as JSON (pydantic's serialiser: fields in their declared order)
+        cards = [self.card.model_dump_json(), scenario.draft_model.model_dump_json() if scenario.draft_model else ""]
+        physical = [scenario.topology.model_dump_json(), *cards, str(self.tp), spec.parallelism.model_dump_json(),
+                    self.runtime.model_dump_json(), json.dumps(list(gpus) if gpus else None)]
+        self.key = hashlib.sha1("\0".join(physical).encode()).hexdigest()
         hardware = _HARDWARE.get((self.key, scenario.source))  # every value it depends on (the file: its errors)
         if hardware is None:
             hardware = _HARDWARE[(self.key, scenario.source)] = self._hardware(scenario, gpus)
@@ -137,8 +134,7 @@ class Machine:
         self.memory = memory_budget(scenario, self.cards, self.tp)
         # what a pass's layout depends on: the model cards and the split, not the hardware (sweep points that
         # change only the machine share layouts)
-        self.model_key = hashlib.sha1(json.dumps([physical["model"], physical["draft_model"]],
-                                                 sort_keys=True).encode()).hexdigest()
+        self.model_key = hashlib.sha1("\0".join(cards).encode()).hexdigest()
         self._plans: dict[tuple, PassPlan] = {}
         self._anchors: dict[tuple, PassPlan] = {}  # (part, shape at context 0, graph, anchor) -> _plans' entry
 
@@ -176,7 +172,7 @@ class Machine:
 
     def plan(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
         """The plan of a pass of `part` (target, draft_head, mtp) over `shape`, interpolated in context."""
-        return self.plan_at(part, replace(shape, context=0), graph, shape.context)
+        return self.plan_at(part, shape.at(0), graph, shape.context)
 
     def plan_at(self, part: str, shape: PassShape, graph: bool, context: int) -> PassPlan:
         """plan() of `shape` (given at context 0, as a step's PassSpec holds it) at `context`, without building a
@@ -192,7 +188,7 @@ class Machine:
         key = (part, shape, graph, anchor)
         plan = self._anchors.get(key)
         if plan is None:
-            plan = self._anchors[key] = self.anchor_plan(part, replace(shape, context=anchor), graph)
+            plan = self._anchors[key] = self.anchor_plan(part, shape.at(anchor), graph)
         return plan
 
     def _build(self, part: str, shape: PassShape, graph: bool) -> PassPlan:

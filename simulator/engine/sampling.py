@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import replace
 
 import numpy as np
 
@@ -121,7 +120,7 @@ def sample_rows(machine, part: str, shape, graph: bool, seed: int, rows: list[in
 
 def _rng(part: str, shape, graph: bool, seed: int) -> np.random.Generator:
     """The stream of a shape family's normals: the seed and the shape without its context."""
-    family = (part, replace(shape, context=0), graph)
+    family = (part, shape.at(0), graph)
     entropy = int.from_bytes(hashlib.sha1(repr(family).encode()).digest()[:8], "little")
     return np.random.default_rng([seed, entropy])
 
@@ -129,7 +128,7 @@ def _rng(part: str, shape, graph: bool, seed: int) -> np.random.Generator:
 def _plan(machine, part: str, shape, graph: bool, seed: int) -> tuple:
     """The anchor's plan, and the key of its family's normals."""
     plan = machine.anchor_plan(part, shape, graph)
-    return plan, ((part, replace(shape, context=0), graph), seed, plan.num_segments, machine.tp)
+    return plan, ((part, shape.at(0), graph), seed, plan.num_segments, machine.tp)
 
 
 def _draws(machine, part: str, shape, graph: bool, seed: int, draws_key: tuple, segments: int) -> tuple:

@@ -39,6 +39,11 @@ class PassShape:
         """The rows every GEMM and collective of the pass carries (graph padding included)."""
         return self.tokens * (self.batch + self.padding)
 
+    def at(self, context: int) -> "PassShape":
+        """This shape at another context: dataclasses.replace(self, context=...), without its per-call cost (the
+        fast fidelity asks per anchor lookup)."""
+        return PassShape(self.tokens, self.batch, context, self.tree, self.verify, self.padding)
+
 
 @dataclass(frozen=True)
 class Kernel:
