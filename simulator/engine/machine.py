@@ -12,7 +12,7 @@ import json
 import math
 from collections import OrderedDict
 from dataclasses import replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Callable
 
 import numpy as np
@@ -96,6 +96,12 @@ def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
     kv_per_token = sum(kv_bytes_per_token_layer(card, tp) * card.num_layers for card in cards.values())
     return {"usable_GB": usable / 1e9, "weights_GB": weights / 1e9, "kv_GB": (usable - weights) / 1e9,
             "kv_bytes_per_token": kv_per_token, "kv_capacity_tokens": int((usable - weights) // kv_per_token)}
+
+
+def _collective_steps(collectives: SplitCollectives, layout, shape: PassShape) -> tuple:
+    """A plan's collectives as steps over links, per segment (PassPlan.collective_steps: link fidelity only)."""
+    steps = [collectives.time(s, shape)[1] for s in layout.segments]
+    return tuple(steps[i] for i in layout.order)
 
 
 class Machine:
@@ -195,12 +201,11 @@ class Machine:
         split = self.split if part == "target" else replace(self.split, pp=1)  # drafts run on the last stage
         layout = self.layout(part, shape, split)
         node_us = self.scenario.topology.host.graph_node_us if graph else 0.0
-        rows, step_plans, kernels = [], [], []
+        rows, kernels = [], []
         for s in layout.segments:
             t = self.kernels.segment(s, graph)
             kernels.append((t.kernel_us, t.small_us, t.num_kernels - len(t.kernel_us)))
-            coll, steps, is_allreduce = self.collectives.time(s, shape)
-            step_plans.append(steps)
+            coll, _, is_allreduce = self.collectives.time(s, shape, steps=False)
             launches = t.num_kernels + (1 if s.collective else 0)
             gaps = (launches - t.gapless_kernels) * node_us  # a measured op's time includes its node gaps
             rows.append((launches, t.compute_us, t.memory_us, gaps, t.last_kernel_us, coll, is_allreduce))
@@ -213,7 +218,7 @@ class Machine:
         return PassPlan(
             launches=table[:, 0], compute_us=table[:, 1], memory_us=table[:, 2], gap_us=table[:, 3],
             last_us=table[:, 4], collective_us=table[:, 5], allreduce_mask=table[:, 6].astype(bool),
-            graph=graph, ranks=self.tp, collective_steps=tuple(step_plans[i] for i in layout.order),
+            graph=graph, ranks=self.tp, steps_of=partial(_collective_steps, self.collectives, layout, shape),
             line_positions=positions, line_suffix_us=suffixes, sampled_key=sampled_key,
             label=f"{part} {shape.tokens}x{shape.batch}{f'+{shape.padding}' if shape.padding else ''} "
                   f"ctx{shape.context}{' tree' if shape.tree else ''}"

@@ -42,46 +42,50 @@ class SplitCollectives:
                               "machines; this fabric joins them otherwise", "nccl, or auto")
         self.boundaries = [[(s * tp + i, (s + 1) * tp + i) for i in range(tp)] for s in range(parallelism.pp - 1)]
 
-    def time(self, segment: Segment, shape: PassShape) -> tuple[float, StepPlan | None, bool]:
+    def time(self, segment: Segment, shape: PassShape, steps: bool = True) -> tuple[float, StepPlan | None, bool]:
         """(time us, steps over links or None, whether it is an all-reduce) of the segment's collective, found
-        once per instance for what it reads (the anchors of a pass shape close their segments alike)."""
+        once per instance for what it reads (the anchors of a pass shape close their segments alike). steps=False:
+        the steps are left out (None; only the link fidelity moves them over links)."""
         key = (segment.collective, segment.collective_bytes, segment.group, segment.collective_tokens,
-               shape.tokens > 1 and not shape.verify)
+               shape.tokens > 1 and not shape.verify, steps)
         found = self._times.get(key)
         if found is None:
             if len(self._times) >= 4096:  # bounded: a few entries per pass shape
                 self._times.clear()
-            found = self._times[key] = self._time(segment, shape)
+            found = self._times[key] = self._time(segment, shape, steps)
         return found
 
-    def _time(self, segment: Segment, shape: PassShape) -> tuple[float, StepPlan | None, bool]:
+    def _time(self, segment: Segment, shape: PassShape, steps: bool) -> tuple[float, StepPlan | None, bool]:
         kind, nbytes = segment.collective, segment.collective_bytes
         if kind is None:
             return 0.0, None, False
         if kind == "allreduce":
             ar = self.allreduce[segment.group]
-            return ar.cost(nbytes).time_us, ar.step_plan(nbytes), True
+            return ar.cost(nbytes).time_us, ar.step_plan(nbytes) if steps else None, True
         if kind in ("allgather", "reducescatter"):
             gather = self.gather[segment.group]
             us = gather.allgather_us(nbytes)
-            ring = gather.step_plan(0).hops
-            return us, _one_step(ring, us, 0.0, self.fabric), False
+            return us, _one_step(gather.step_plan(0).hops, us, 0.0, self.fabric) if steps else None, False
         if kind in ("dispatch", "combine"):
-            return self._all_to_all(segment, shape)
+            return self._all_to_all(segment, shape, steps)
         if kind == "sendrecv":
             times = [(stage_send_us(self.fabric, pairs, nbytes), pairs) for pairs in self.boundaries]
             us, pairs = max(times)
+            if not steps:
+                return us, None, False
             hops = [self.fabric.hop(s, d) for s, d in pairs]
             return us, _one_step(hops, us, p2p_latency_us(self.fabric, pairs), self.fabric), False
         raise ValueError(f"unknown collective {kind!r}")
 
-    def _all_to_all(self, segment: Segment, shape: PassShape) -> tuple[float, StepPlan, bool]:
+    def _all_to_all(self, segment: Segment, shape: PassShape, steps: bool) -> tuple[float, StepPlan | None, bool]:
         m, ranks = self.card.moe, self.ep_ranks
         prefill = shape.tokens > 1 and not shape.verify
         backend = resolve_backend(self.runtime.ep_backend, self.nvlink, prefill)
         combine = segment.collective == "combine"
         us = ep_all_to_all_us(self.fabric, ranks, backend, segment.collective_tokens, self.card.hidden_size,
                               m.num_experts, m.experts_per_token, combine)
+        if not steps:
+            return us, None, False
         latency = ep_latency_us(self.fabric, ranks, backend, combine)
         hops = [self.fabric.hop(s, d) for s in ranks for d in ranks if s != d]
         return us, _one_step(hops, us, min(latency, us), self.fabric), False

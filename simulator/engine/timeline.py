@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from functools import cached_property
+from typing import Callable
 
 import numpy as np
 
@@ -40,7 +41,8 @@ class PassPlan:
     graph: bool
     ranks: int
     label: str = ""
-    collective_steps: tuple = ()  # per segment: its collective as a StepPlan over links (link fidelity), or None
+    # what gives collective_steps when first read (machine.Machine._build: the collectives over the plan's layout)
+    steps_of: Callable[[], tuple] | None = None
     # the kernels that can bind h (see kernel_lines), (K, M) each, padded with (0, 0); None: a segment is a first
     # kernel of W - last_us at the first launch and a last kernel of last_us just before the segment's final launch
     line_positions: np.ndarray | None = None
@@ -48,6 +50,12 @@ class PassPlan:
     # every value the closed form reads, exactly (machine.Machine._build: the distinct segments' rows and lines, their
     # order, graph); None where not known (a blended plan). Plans with the same key sample the same floats
     sampled_key: tuple | None = None
+
+    @cached_property
+    def collective_steps(self) -> tuple:
+        """Per segment: its collective as a StepPlan over links, or None (link fidelity reads them; built when
+        first read)."""
+        return self.steps_of() if self.steps_of is not None else ()
 
     @cached_property
     def gpu_us(self) -> np.ndarray:
