@@ -145,3 +145,38 @@ def test_overriding_machine_parts_alone_gives_what_a_rebuild_gives(overrides):
             base.with_overrides(attempt)
         errors.append(caught.value.line())
     assert errors[0] == errors[1] and "eager_launch_us" in errors[0]
+
+
+_BOTH_PARTS_BAD = """
+from simulator.config import load_scenario
+from simulator.config.errors import ConfigError
+base = load_scenario({path!r})
+bad = {{"model.num_layers": 0, "topology.host.eager_launch_us": -1.0}}
+for attempt in (bad, {{**bad, "seed": base.spec.seed}}):
+    try:
+        base.with_overrides(attempt)
+    except ConfigError as exc:
+        print(exc.line())
+"""
+
+
+@pytest.mark.parametrize("hash_seed", ["0", "3"])
+def test_overrides_bad_in_both_parts_report_what_a_rebuild_reports(hash_seed):
+    """Bad values in both the topology and the model card: the fast path names the topology's, as a rebuild does
+    (build() validates the topology first), whatever order Python's string hashing gives a set of the parts (a
+    fresh process per hash seed: 0 and 3 put the parts in either order)."""
+    code = _BOTH_PARTS_BAD.format(path=scenario_path("pcie8_ngram.yaml"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": ROOT})
+    fast, slow = proc.stdout.splitlines()
+    assert fast == slow and "(topology): host.eager_launch_us" in fast, proc.stderr
+
+
+def test_overriding_a_whole_part_through_a_trailing_dot_loads_it_as_a_rebuild_does():
+    """'topology.' names the whole topology (split_path drops the empty key): a file or shipped name to load, as
+    the whole document's rebuild loads it, not a mapping to validate in place."""
+    from simulator.config import load_scenario
+
+    base = load_scenario(scenario_path("pcie8_ngram.yaml"))
+    assert base.with_overrides({"topology.": "nvlink8_h200"}) == base.with_overrides(
+        {"topology.": "nvlink8_h200", "seed": base.spec.seed})

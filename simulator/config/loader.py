@@ -44,9 +44,9 @@ class Scenario:
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "Scenario":
         """A new scenario with dotted-path overrides applied (topology.* and model.* reach into those files)."""
-        parts = {path.split(".", 1)[0] for path in overrides}
-        if overrides and parts <= set(_PARTS) and all("." in path for path in overrides):
-            return self._with_part_overrides(overrides, parts)
+        keys = [split_path(path) for path in overrides]
+        if overrides and all(len(k) > 1 and k[0] in _PARTS for k in keys):  # a key inside a part, not a whole part
+            return self._with_part_overrides(overrides, [part for part in _PARTS if any(k[0] == part for k in keys)])
         raw = {
             **self.spec.model_dump(mode="json"),
             "topology": self.topology.model_dump(mode="json"),
@@ -61,9 +61,10 @@ class Scenario:
         files = {**self.files, **{k: v for k, v in rebuilt.files.items() if not v.startswith(self.source)}}
         return replace(rebuilt, files=files, overrides=self.overrides + tuple(overrides.items()))
 
-    def _with_part_overrides(self, overrides: Mapping[str, Any], parts: set[str]) -> "Scenario":
+    def _with_part_overrides(self, overrides: Mapping[str, Any], parts: list[str]) -> "Scenario":
         """with_overrides where every path reaches into the topology or the model card (a sweep over machines):
-        those parts alone are validated again, the rest is this scenario's (the same values build() gives)."""
+        those parts alone are validated again, in build()'s order (the same first error), the rest is this
+        scenario's (the same values build() gives)."""
         raw = {part: getattr(self, part).model_dump(mode="json") for part in parts}
         for path, value in overrides.items():
             set_path(raw, path, value, self.source)
