@@ -15,7 +15,7 @@ from .errors import ConfigError
 from .paths import split_path  # noqa: F401  (re-exported: the one reading of a dotted path)
 from .base import validate
 from .model_card import ModelCard
-from .parallelism import check_parallelism
+from .checks import check
 from .scenario import ScenarioSpec
 from .topology import Topology
 
@@ -287,36 +287,3 @@ def load_scenario(path: str, overrides: Iterable[str | tuple[str, Any]] = ()) ->
     parsed = [parse_override(o) if isinstance(o, str) else o for o in overrides]
     path, raw = read_kind(str(path), "scenario")  # a path, or the name of a shipped or user scenario
     return build(raw, path, os.path.dirname(os.path.abspath(path)), parsed, owned=True)  # read_yaml's own copy
-
-
-def check(scenario: Scenario) -> None:
-    """Checks that span the scenario, its topology and its model card."""
-    spec, topo, card, file = scenario.spec, scenario.topology, scenario.model, scenario.source
-    check_parallelism(spec.parallelism, topo, card, file)
-    spec_cfg = spec.speculation
-    if spec_cfg.method == "mtp" and card.mtp_layers == 0:
-        raise ConfigError(file, "speculation.method", f"mtp needs a model with MTP modules; {card.name} has none",
-                          "eagle3, draft_model, ngram, none")
-    if spec_cfg.method == "eagle3" and card.draft_head is None:
-        raise ConfigError(file, "speculation.method", f"eagle3 needs model.draft_head; {card.name} defines none",
-                          "a model card with draft_head")
-    acc = spec_cfg.acceptance
-    if spec_cfg.method != "none" and acc is not None and acc.kind == "positional" and not acc.repeat_last:
-        if len(acc.probs) < spec_cfg.draft_tokens and spec_cfg.verify == "chain":
-            raise ConfigError(file, "speculation.acceptance.probs",
-                              f"{len(acc.probs)} probabilities for a chain of {spec_cfg.draft_tokens} drafts",
-                              f"at least {spec_cfg.draft_tokens} entries, one per depth (or repeat_last: true)")
-    policy = spec.policy
-    if policy.kind == "multi_drafter":
-        if spec_cfg.method != "ngram":
-            raise ConfigError(file, "policy.kind", "multi_drafter drafts with the n-gram cache where it matches: "
-                              f"speculation.method must be ngram, not {spec_cfg.method}", "static, hybrid, adaptive_length")
-        fallback = policy.fallback.method
-        if fallback == "eagle3" and card.draft_head is None:
-            raise ConfigError(file, "policy.fallback.method", f"eagle3 needs model.draft_head; {card.name} has none",
-                              "mtp, draft_model")
-        if fallback == "mtp" and card.mtp_layers == 0:
-            raise ConfigError(file, "policy.fallback.method", f"{card.name} has no MTP modules", "eagle3, draft_model")
-        if fallback == "draft_model" and scenario.draft_model is None:
-            raise ConfigError(file, "policy.fallback.method", "draft_model needs speculation.draft_model.model",
-                              "a draft model card path")

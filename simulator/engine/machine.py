@@ -31,7 +31,7 @@ from .split_costs import SplitCollectives
 from . import sampling
 from .sampling import FAST_SAMPLES, SAMPLE_FIELDS  # noqa: F401  (re-exported)
 from .kernellines import kernel_lines
-from .timeline import PassPlan, blend
+from .passplan import PassPlan, blend
 
 _PLAN_CACHE: "OrderedDict[tuple, PassPlan]" = OrderedDict()  # (machine key, part, shape, graph) -> anchor plan
 _PLAN_CACHE_SIZE = 2048
