@@ -242,3 +242,30 @@ def test_report_names_the_engine_whose_table_stood_in(tmp_path):
                                      Kernel("y", 1.0, 1.0, "bf16", Gemm(1, 4096, 4096, "bf16"))])
     assert report["families"]["gemm"] == ("measured; 1 of 2 shapes from trtllm 1.0.0 int4_wo (SGLang's tables lack "
                                           "that dtype on this GPU)")
+
+
+@needs_data
+def test_a_what_if_gpu_scales_the_measured_times_by_the_roofline(tmp_path):
+    """A GPU whose bandwidth is set away from its topology file's keeps the measured times of the GPU as loaded, each
+    times the roofline's ratio between the two GPUs (exactly); at the loaded value nothing changes, and the report
+    says it."""
+    from simulator.model.cost import Kernel
+
+    path = _scenario(tmp_path, "llama_3_1_8b", "nvlink8_h100", 1)
+    base = load_scenario(path)
+    bw = base.topology.gpu.memory_bandwidth_GBps
+    assert base.with_overrides({"topology.gpu.memory_bandwidth_GBps": bw}).gpu_as_loaded is None
+    what_if = base.with_overrides({"topology.gpu.memory_bandwidth_GBps": 2 * bw})
+    assert what_if.gpu_as_loaded == base.topology.gpu
+    assert load_scenario(path, [("topology.gpu.memory_bandwidth_GBps", 2 * bw)]) == what_if  # --set: the same
+    gemv = Kernel("gemv", 2 * 4096 * 4096, 2 * 4096 * 4096, "bf16", Gemm(1, 4096, 4096, "bf16"))
+    loaded, doubled = Machine(base).kernels, Machine(what_if).kernels
+    t0, t2 = loaded.kernel_us(gemv)[0], doubled.kernel_us(gemv)[0]
+    ratio = doubled.roofline.time_us(gemv.shape) / loaded.roofline.time_us(gemv.shape)
+    assert t2 == pytest.approx(t0 * ratio, rel=1e-12) and 0.5 < ratio < 1.0  # memory-bound: faster, not 2x
+    assert "what-if GPU: memory_bandwidth_GBps" in doubled.report([gemv])["source"]
+    # the same GPU loaded as such (its file saying 2x): its own measured times, and another machine key (plans and
+    # samples are memoised by the key)
+    from dataclasses import replace
+    as_loaded = replace(what_if, gpu_as_loaded=None)
+    assert Machine(as_loaded).kernels.kernel_us(gemv)[0] == t0 and Machine(as_loaded).key != Machine(what_if).key

@@ -12,12 +12,12 @@ import yaml
 
 from .catalog import read_kind
 from .errors import ConfigError
-from .paths import split_path  # noqa: F401  (re-exported: the one reading of a dotted path)
+from .paths import set_path, split_path  # noqa: F401  (re-exported: the one reading of a dotted path)
 from .base import validate
 from .model_card import ModelCard
 from .checks import check
 from .scenario import ScenarioSpec
-from .topology import Topology
+from .topology import GPUSpec, Topology, gpu_of, what_if_gpu
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,9 @@ class Scenario:
     # provenance, not configuration (two scenarios that run the same are equal whatever files they came from):
     files: Mapping[str, str] = field(default_factory=dict, compare=False)  # topology / model -> the file read
     overrides: tuple[tuple[str, Any], ...] = field(default=(), compare=False)  # every override applied, in order
+    # the GPU as its topology file has it, where overrides set a physical field away from it (a what-if GPU: measured
+    # kernel data are of this one); None when the topology's GPU is the loaded one
+    gpu_as_loaded: GPUSpec | None = None
 
     @property
     def name(self) -> str:
@@ -59,7 +62,8 @@ class Scenario:
         rebuilt = build(raw, self.source, os.path.dirname(self.source) if os.path.isfile(self.source) else ".",
                         owned=True)  # raw is this call's own dump
         files = {**self.files, **{k: v for k, v in rebuilt.files.items() if not v.startswith(self.source)}}
-        return replace(rebuilt, files=files, overrides=self.overrides + tuple(overrides.items()))
+        return replace(rebuilt, files=files, overrides=self.overrides + tuple(overrides.items()),
+                       gpu_as_loaded=self._loaded_gpu(rebuilt.topology))
 
     def _with_part_overrides(self, overrides: Mapping[str, Any], parts: list[str]) -> "Scenario":
         """with_overrides where every path reaches into the topology or the model card (a sweep over machines):
@@ -71,9 +75,14 @@ class Scenario:
         new = {part: validate(_PARTS[part], raw[part], f"{self.source} ({part})") for part in parts}
         # the spec holds each part as build() leaves it: the validated part's dump
         spec = self.spec.model_copy(update={part: new[part].model_dump(mode="json") for part in parts})
-        scenario = replace(self, **new, spec=spec, overrides=self.overrides + tuple(overrides.items()))
+        scenario = replace(self, **new, spec=spec, overrides=self.overrides + tuple(overrides.items()),
+                           gpu_as_loaded=self._loaded_gpu(new.get("topology", self.topology)))
         check(scenario)
         return scenario
+
+    def _loaded_gpu(self, topology: Topology) -> GPUSpec | None:
+        """gpu_as_loaded of a scenario derived from this one with `topology`: this one's loaded GPU, if it differs."""
+        return what_if_gpu(self.gpu_as_loaded or self.topology.gpu, topology.gpu)
 
 
 _PARTS = {"topology": Topology, "model": ModelCard}  # a scenario's parts loaded from their own files
@@ -197,37 +206,6 @@ def parse_override(text: str) -> tuple[str, Any]:
         return path, value
 
 
-def _index(node: list, key: str, file: str, where: str) -> int:
-    """A list index from a path: a non-negative integer below the list's length (no negative indices)."""
-    if not key.isdigit() or int(key) >= len(node):
-        raise ConfigError(file, where, f"no list element {key!r} (from --set)",
-                          f"an index 0..{len(node) - 1}" if node else "the list is empty")
-    return int(key)
-
-
-def set_path(data: dict, path: str, value: Any, file: str) -> None:
-    keys = split_path(path)
-    if not keys:
-        raise ConfigError(file, path or "<root>", "empty key path (from --set)", "dotted.path=value")
-    node: Any = data
-    for i, key in enumerate(keys[:-1]):
-        if isinstance(node, list):
-            node = node[_index(node, key, file, ".".join(keys[: i + 1]))]
-            continue
-        if not isinstance(node, dict):
-            raise ConfigError(file, ".".join(keys[:i]), "is not a mapping, cannot set a key inside it (from --set)")
-        if not isinstance(node.get(key), (dict, list)):
-            node[key] = {}
-        node = node[key]
-    last = keys[-1]
-    if isinstance(node, list):
-        node[_index(node, last, file, path)] = value
-    elif isinstance(node, dict):
-        node[last] = value
-    else:
-        raise ConfigError(file, ".".join(keys[:-1]), "is not a mapping (from --set)")
-
-
 def _load_part(value: Any, key: str, scenario_file: str, base_dir: str) -> tuple[Any, str]:
     """A referenced file's content (or an inline mapping) and the name to report errors against."""
     if isinstance(value, str):
@@ -248,6 +226,9 @@ def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any
     if not owned:
         raw = copy.deepcopy(raw)
     part_overrides: dict[str, list[tuple[str, Any]]] = {"topology": [], "model": []}
+    # the GPU before the overrides (where one reaches into the topology): a what-if GPU keeps it (gpu_as_loaded)
+    touched = any(path.startswith("topology.") for path, _ in overrides)
+    loaded_gpu = copy.deepcopy(raw["topology"].get("gpu")) if touched and isinstance(raw.get("topology"), dict) else None
     for path, value in overrides:
         head = path.split(".", 1)[0]
         if head in part_overrides and "." in path and isinstance(raw.get(head), str):
@@ -264,6 +245,8 @@ def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any
         if not isinstance(data, dict):
             raise ConfigError(name, "<root>", f"expected a mapping for the {key}")
         # data is the run's own: a file's parse is a fresh copy (read_yaml), an inline mapping is part of raw's copy
+        if key == "topology" and part_overrides[key]:
+            loaded_gpu = copy.deepcopy(data.get("gpu"))
         for sub, value in part_overrides[key]:
             set_path(data, sub, value, name)
         parts[key] = validate(model, data, name)
@@ -278,7 +261,8 @@ def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any
         draft_cfg["model"] = name if isinstance(draft_cfg["model"], str) else "<inline>"
     spec = validate(ScenarioSpec, raw, file)
     scenario = Scenario(spec=spec, topology=parts["topology"], model=parts["model"], source=file,
-                        draft_model=draft_card, files=files, overrides=tuple(overrides))
+                        draft_model=draft_card, files=files, overrides=tuple(overrides),
+                        gpu_as_loaded=what_if_gpu(gpu_of(loaded_gpu), parts["topology"].gpu))
     check(scenario)
     return scenario
 

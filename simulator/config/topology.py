@@ -1,7 +1,7 @@
 """A machine: its GPUs, the host that launches their kernels, and the fabric graph that joins them."""
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, NonNegativeFloat, model_validator
 
@@ -48,6 +48,26 @@ class GPUSpec(Strict):
         "rtx_pro_6000_server, ...); unset: the roofline times every kernel"))
     sm_version: int = Field(90, ge=60, le=200, description="CUDA compute capability x 10 (80 A100, 90 H100/H200, 100 B200, "
                             "120 RTX PRO 6000): selects NCCL's per-architecture tables and channel-search speeds")
+
+
+# the GPU's physical fields a kernel's measured time depends on: a scenario that sets one away from its topology file's
+# value runs a what-if GPU, whose measured kernel times are scaled by the roofline (kernels.timer.KernelTimer)
+MEASURED_GPU_FIELDS = ("memory_bandwidth_GBps", "peak_TFLOPS", "kernel_floor_us", "num_sms")
+
+
+def gpu_of(data: Any) -> "GPUSpec | None":
+    """A topology's GPU mapping as loaded, validated; None where it is not a valid GPU by itself (an override mends it)."""
+    try:
+        return GPUSpec.model_validate(data) if isinstance(data, dict) else None
+    except ValueError:  # pydantic's ValidationError
+        return None
+
+
+def what_if_gpu(loaded: "GPUSpec | None", gpu: "GPUSpec") -> "GPUSpec | None":
+    """The GPU as loaded (before overrides) where `gpu` differs from it in a MEASURED_GPU_FIELDS field, else None."""
+    if loaded is None or all(getattr(loaded, f) == getattr(gpu, f) for f in MEASURED_GPU_FIELDS):
+        return None
+    return loaded
 
 
 class HostSpec(Strict):

@@ -118,11 +118,13 @@ class Machine:
         self.card = scenario.model
         self.gpu = GPU(scenario.topology.gpu)
         self.host = Host(scenario.topology.host)
-        self.kernels = KernelTimer(self.gpu, spec.runtime.kernels)
+        loaded = scenario.gpu_as_loaded  # a what-if GPU: measured kernel times scaled by the roofline (KernelTimer)
+        self.kernels = KernelTimer(self.gpu, spec.runtime.kernels, GPU(loaded) if loaded is not None else None)
         # every value the machine's figures depend on, as JSON (pydantic's serialiser: fields in their declared order)
         cards = [self.card.model_dump_json(), scenario.draft_model.model_dump_json() if scenario.draft_model else ""]
         physical = [scenario.topology.model_dump_json(), *cards, str(self.tp), spec.parallelism.model_dump_json(),
-                    self.runtime.model_dump_json(), json.dumps(list(gpus) if gpus else None)]
+                    self.runtime.model_dump_json(), json.dumps(list(gpus) if gpus else None),
+                    loaded.model_dump_json() if loaded is not None else ""]
         self.key = hashlib.sha1("\0".join(physical).encode()).hexdigest()
         hardware = _HARDWARE.get((self.key, scenario.source))  # every value it depends on (the file: its errors)
         if hardware is None:

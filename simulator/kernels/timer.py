@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..config.topology import MEASURED_GPU_FIELDS
 from ..hardware.gpu import GPU
 from .roofline import ShapeRoofline
 from .source import kernel_source
@@ -30,12 +31,21 @@ class KernelTimes:
 class KernelTimer:
     """Kernel times on one GPU for one scenario: measured, or the roofline, per kernel."""
 
-    def __init__(self, gpu: GPU, choice: str = "roofline"):
+    def __init__(self, gpu: GPU, choice: str = "roofline", measured_gpu: GPU | None = None):
+        """measured_gpu: the GPU the measured data are of, where `gpu` is a what-if of it (a physical field set away
+        from the topology file's): each measured time is scaled by the roofline's ratio between the two GPUs."""
         self.gpu = gpu
         self.source, self.note = kernel_source(choice, gpu.spec)
         # with fitted efficiencies, shaped kernels take the shape-aware roofline; without, the datasheet roofline
         self.roofline = ShapeRoofline(gpu.spec) if gpu.spec.roofline else None
         self._measured: dict = {}
+        self._what_if = None
+        if measured_gpu is not None and self.source is not None:
+            # the loaded GPU's physical fields with this one's efficiencies: the ratio moves with the physics alone
+            nominal = GPU(gpu.spec.model_copy(update={f: getattr(measured_gpu.spec, f) for f in MEASURED_GPU_FIELDS}))
+            self._what_if = (nominal, ShapeRoofline(nominal.spec) if nominal.spec.roofline else None)
+            self.note = ", ".join(f"{f} {getattr(gpu.spec, f)} (measured at {getattr(measured_gpu.spec, f)})"
+                                  for f in MEASURED_GPU_FIELDS if getattr(gpu.spec, f) != getattr(measured_gpu.spec, f))
 
     def kernel_us(self, kernel) -> tuple[float, bool]:
         """(time, compute_bound): bound as the roofline classes the kernel, time from the source that answers."""
@@ -50,7 +60,7 @@ class KernelTimer:
             if shape in self._measured:
                 t = self._measured[shape]
             else:
-                t = self._measured[shape] = self.source.time_us(shape)
+                t = self._measured[shape] = self._measured_us(kernel)
             if t is not None:
                 return t, self._bound(kernel), True
         if shape is not None and self.roofline is not None:
@@ -58,15 +68,27 @@ class KernelTimer:
         roofline, compute_bound = self.gpu.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)
         return roofline, compute_bound, False
 
+    def _measured_us(self, kernel) -> float | None:
+        """The source's time of the kernel's shape; on a what-if GPU, times the roofline's ratio of this GPU's time
+        to the measured GPU's (the same roofline that times what the data do not cover)."""
+        t = self.source.time_us(kernel.shape)
+        if t is None or self._what_if is None:
+            return t
+        nominal, nominal_roofline = self._what_if
+        if self.roofline is not None and nominal_roofline is not None:
+            return t * self.roofline.time_us(kernel.shape) / nominal_roofline.time_us(kernel.shape)
+        return t * self.gpu.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)[0] / \
+            nominal.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)[0]
+
     def _bound(self, kernel) -> bool:
         if self.roofline is not None:
             return self.roofline.is_compute_bound(kernel.shape)
         return self.gpu.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)[1]
 
     def _covered(self, shape) -> bool:
-        if shape not in self._measured:
-            self._measured[shape] = self.source.time_us(shape) if self.source is not None else None
-        return self._measured[shape] is not None
+        if shape in self._measured:
+            return self._measured[shape] is not None
+        return self.source is not None and self.source.time_us(shape) is not None
 
     def segment(self, segment, graph: bool = False) -> "KernelTimes":
         """GPU time of a segment's kernels. In a CUDA graph, kernels marked side_stream run beside the segment's
@@ -141,4 +163,7 @@ class KernelTimer:
                                     f"shapes (outside the measured data)")
             families[family] += self._fills(covered_by)
         families["elementwise"] = "roofline (not in the database)"
-        return {"source": f"measured ({self.source.label})", "families": families}
+        source = f"measured ({self.source.label})"
+        if self._what_if is not None:
+            source += f", scaled by the roofline to a what-if GPU: {self.note}"
+        return {"source": source, "families": families}
