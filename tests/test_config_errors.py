@@ -180,3 +180,18 @@ def test_overriding_a_whole_part_through_a_trailing_dot_loads_it_as_a_rebuild_do
     base = load_scenario(scenario_path("pcie8_ngram.yaml"))
     assert base.with_overrides({"topology.": "nvlink8_h200"}) == base.with_overrides(
         {"topology.": "nvlink8_h200", "seed": base.spec.seed})
+
+
+def test_a_topology_replaced_whole_is_loaded_as_such_not_a_what_if_of_the_one_before():
+    """A sweep over topology files (with_overrides of `topology`) runs the new file's GPU as loaded, as --set does:
+    not a what-if of the replaced topology's GPU (whose roofline would rescale the new GPU's measured kernels)."""
+    from simulator.config import load_scenario
+
+    path, h200 = scenario_path("nvlink8_h100_llama8b_eagle3.yaml"), os.path.join(ROOT, "topologies", "nvlink8_h200.yaml")
+    base = load_scenario(path)
+    swept = base.with_overrides({"topology": h200})
+    assert swept.gpu_as_loaded is None and swept == load_scenario(path, [("topology", h200)])
+    # after a what-if of the replaced GPU too
+    what_if = base.with_overrides({"topology.gpu.memory_bandwidth_GBps": 1000})
+    assert what_if.gpu_as_loaded == base.topology.gpu
+    assert what_if.with_overrides({"topology": h200}) == swept

@@ -62,8 +62,11 @@ class Scenario:
         rebuilt = build(raw, self.source, os.path.dirname(self.source) if os.path.isfile(self.source) else ".",
                         owned=True)  # raw is this call's own dump
         files = {**self.files, **{k: v for k, v in rebuilt.files.items() if not v.startswith(self.source)}}
+        # a topology replaced whole (a sweep over topology files) is loaded as such, as build() has it: not a what-if
+        # of the GPU it replaces
+        replaced = any(key == ["topology"] for key in keys)
         return replace(rebuilt, files=files, overrides=self.overrides + tuple(overrides.items()),
-                       gpu_as_loaded=self._loaded_gpu(rebuilt.topology))
+                       gpu_as_loaded=rebuilt.gpu_as_loaded if replaced else self._loaded_gpu(rebuilt.topology))
 
     def _with_part_overrides(self, overrides: Mapping[str, Any], parts: list[str]) -> "Scenario":
         """with_overrides where every path reaches into the topology or the model card (a sweep over machines):
