@@ -195,3 +195,18 @@ def test_a_topology_replaced_whole_is_loaded_as_such_not_a_what_if_of_the_one_be
     what_if = base.with_overrides({"topology.gpu.memory_bandwidth_GBps": 1000})
     assert what_if.gpu_as_loaded == base.topology.gpu
     assert what_if.with_overrides({"topology": h200}) == swept
+
+
+def test_a_what_if_gpu_is_the_same_whether_its_overrides_come_at_once_or_one_by_one():
+    """gpu_as_loaded holds what the measured kernel times depend on (the physical fields as loaded): an efficiency
+    set in an earlier call (a sweep's `set`) and the bandwidth in a later one (its axis) give the scenario that --set
+    gives for both, the same machine key."""
+    from simulator.config import load_scenario
+
+    path = scenario_path("nvlink8_h100_llama8b_eagle3.yaml")
+    eff, bw = ("topology.gpu.memory_efficiency", 0.7), ("topology.gpu.memory_bandwidth_GBps", 1000)
+    together = load_scenario(path, [eff, bw])
+    assert together.gpu_as_loaded is not None
+    assert load_scenario(path, [eff]).with_overrides(dict([bw])) == together
+    base = load_scenario(path)
+    assert base.with_overrides(dict([eff])).with_overrides(dict([bw, ("seed", base.spec.seed)])) == together

@@ -64,10 +64,12 @@ def gpu_of(data: Any) -> "GPUSpec | None":
 
 
 def what_if_gpu(loaded: "GPUSpec | None", gpu: "GPUSpec") -> "GPUSpec | None":
-    """The GPU as loaded (before overrides) where `gpu` differs from it in a MEASURED_GPU_FIELDS field, else None."""
+    """Where `gpu` differs from the GPU as loaded (before overrides) in a MEASURED_GPU_FIELDS field: `gpu` with those
+    fields as loaded (what the measured times depend on; the other fields as run, so that the order the overrides
+    came in does not matter), else None."""
     if loaded is None or all(getattr(loaded, f) == getattr(gpu, f) for f in MEASURED_GPU_FIELDS):
         return None
-    return loaded
+    return gpu.model_copy(update={f: getattr(loaded, f) for f in MEASURED_GPU_FIELDS})
 
 
 class HostSpec(Strict):
