@@ -195,6 +195,11 @@ def test_a_topology_replaced_whole_is_loaded_as_such_not_a_what_if_of_the_one_be
     what_if = base.with_overrides({"topology.gpu.memory_bandwidth_GBps": 1000})
     assert what_if.gpu_as_loaded == base.topology.gpu
     assert what_if.with_overrides({"topology": h200}) == swept
+    # a new file and a key inside it in one call (a sweep with a topology axis and a topology.gpu.* axis), as --set
+    both = [("topology", h200), ("topology.gpu.memory_bandwidth_GBps", 9600)]
+    at_once = base.with_overrides(dict(both))
+    assert at_once == load_scenario(path, both) and at_once.topology.name == swept.topology.name
+    assert at_once.gpu_as_loaded is not None and at_once.gpu_as_loaded.memory_bandwidth_GBps == 4800
 
 
 def test_a_what_if_gpu_is_the_same_whether_its_overrides_come_at_once_or_one_by_one():

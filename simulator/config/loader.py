@@ -57,10 +57,10 @@ class Scenario:
         }
         if self.draft_model is not None:
             raw["speculation"]["draft_model"]["model"] = self.draft_model.model_dump(mode="json")
-        for path, value in overrides.items():
-            set_path(raw, path, value, self.source)
+        # build() applies the overrides as --set does: a part replaced by a file, then a key inside it, reaches into
+        # the new file (a sweep with a topology axis and a topology.gpu.* axis)
         rebuilt = build(raw, self.source, os.path.dirname(self.source) if os.path.isfile(self.source) else ".",
-                        owned=True)  # raw is this call's own dump
+                        list(overrides.items()), owned=True)  # raw is this call's own dump
         files = {**self.files, **{k: v for k, v in rebuilt.files.items() if not v.startswith(self.source)}}
         # a topology replaced whole (a sweep over topology files) is loaded as such, as build() has it: not a what-if
         # of the GPU it replaces
