@@ -164,6 +164,5 @@ class Walks:
         return len(active), done
 
 
-
 def _uniform_block(rng: np.random.Generator) -> list[float]:
     return rng.random(UNIFORM_BLOCK).tolist()

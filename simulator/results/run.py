@@ -156,8 +156,6 @@ FIGURES: dict[str, Callable[[Parts], Any]] = {
 def kernel_report(scenario: Scenario, machine: Machine, slots) -> dict:
     """Which source times each kernel family, over the decode and verify passes (and the drafters' passes) at the
     scenario's prompt length."""
-    from dataclasses import replace
-
     from ..engine.stepspec import verify_pass
 
     context = int(mean_length(scenario.spec.workload.prompt_tokens))
