@@ -65,8 +65,9 @@ def test_eager_launches_are_the_broadcast_formula(stratified):
     want = want * np.exp(spec.rank_skew_cv * skew - spec.rank_skew_cv**2 / 2)
     got = host.eager_launch_us(launches, None, 64, machine.tp, draws)
     assert spec.rank_skew_cv > 0 and np.array_equal(got, want) and got.strides == want.strides
-    one = eager_launch(plan, host, None, 64, draws)[2]
+    _, _, one, (low, high) = eager_launch(plan, host, None, 64, draws)
     assert np.array_equal(one, want / launches) and one.strides == (want / launches).strides
+    assert np.array_equal(low, one.min(axis=(0, 1))) and np.array_equal(high, one.max(axis=(0, 1)))
 
 
 def test_host_ready_is_the_unfused_formula():
@@ -322,6 +323,8 @@ def test_a_running_sum_is_cumsum(order):
         np.asarray(values, order=order)
     got, want = running_sum(L), np.cumsum(L, axis=2)
     assert got.strides == want.strides and np.array_equal(got, want)
+    H, low, high = running_sum(L, extremes=True)
+    assert np.array_equal(H, want) and np.array_equal(low, L.min(axis=(0, 1))) and np.array_equal(high, L.max(axis=(0, 1)))
 
 
 @pytest.mark.parametrize("samples", [1, 2, 64])
@@ -329,7 +332,7 @@ def test_collective_ends_are_the_running_maximum_in_the_layout_of_the_draws(samp
     """collective_ends_after: C_k = max(u running maximum, 0) + cumsum(W + T), the same floats and layout as
     numpy's accumulate over the ready times' own layout (a stratified draw's samples are contiguous)."""
     from simulator.engine import sampling
-    from simulator.engine.timeline import collective_ends_after
+    from simulator.engine.timeline import collective_ends_after, last_collective_end
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     shape = PassShape(9, 1, 2048, True, True)
@@ -342,3 +345,4 @@ def test_collective_ends_are_the_running_maximum_in_the_layout_of_the_draws(samp
     got = collective_ends_after(plan, hmax)
     assert got.strides == want.strides and np.array_equal(got, want)
     assert samples == 1 or not hmax.flags.c_contiguous  # the layout the shortcut is for
+    assert np.array_equal(last_collective_end(plan, hmax), want[:, -1])  # a duration alone: no running maximum

@@ -19,7 +19,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..hardware.gpu import Host
-from .timeline import (breakdown, collective_ends, collective_ends_after, eager_launch, eager_ready, host_ready,
+from .timeline import (breakdown, collective_ends, eager_launch, eager_ready, host_ready, last_collective_end,
                        latest_ready, sample_passes)
 
 FAST_SAMPLES = 64  # passes drawn per shape (stratified) for the fast fidelity: the run-to-run SE of a mean pass ~0.3%
@@ -87,8 +87,7 @@ def sample_durations(machine, part: str, shape, graph: bool, seed: int) -> np.nd
         draws = _draws(machine, part, shape, graph, seed, draws_key, plan.num_segments)
         hmax = latest_ready(plan, machine.host, FAST_SAMPLES, draws) if plan.graph else \
             _ready(machine, plan, draws_key, draws).max(axis=1)
-        # a copy: a view of the last column would keep every collective's end alive in the cache
-        durations = _bounded(_DURATIONS, same, collective_ends_after(plan, hmax)[:, -1].copy(), _SAMPLE_CACHE_SIZE)
+        durations = _bounded(_DURATIONS, same, last_collective_end(plan, hmax), _SAMPLE_CACHE_SIZE)
     return durations
 
 

@@ -21,6 +21,7 @@ from .clock import delay_to
 from .kernellines import PRUNE_ROWS, binding_lines
 from .passplan import CATEGORIES, PassPlan, blend  # noqa: F401  (re-exported: the plan is the timeline's input)
 
+
 def eager_launch(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int,
                  draws: tuple | None = None) -> tuple:
     """An eager pass's launches: (start, H, one, bounds) per sample, rank and segment: when the host starts launching
@@ -30,20 +31,32 @@ def eager_launch(plan: PassPlan, host: Host, rng: np.random.Generator | None, sa
     `launch`)."""
     L = host.eager_launch_us(plan.launches, rng, samples, plan.ranks, draws)
     one = L / over_samples(plan.launches, L)
-    many = L.shape[0] * L.shape[1] >= PRUNE_ROWS
-    H = running_sum(L) if many else np.cumsum(L, axis=2)
-    return H - L, H, one, (one.min(axis=(0, 1)), one.max(axis=(0, 1))) if many else None
+    if L.shape[0] * L.shape[1] < PRUNE_ROWS:
+        H = np.cumsum(L, axis=2)
+        return H - L, H, one, None
+    H, low, high = running_sum(L, extremes=True)
+    # one's range per segment: L's divided by the launch count (rounding is monotonic: the same floats as
+    # one.min(axis=(0, 1)) and one.max, without numpy's slow reduction over the samples' strided axes)
+    return H - L, H, one, (low / plan.launches, high / plan.launches)
 
 
-def running_sum(L: np.ndarray) -> np.ndarray:
+def running_sum(L: np.ndarray, extremes: bool = False):
     """np.cumsum(L, axis=2), the same floats in the same layout (each a sequential sum from the first segment), one
-    segment at a time over all samples and ranks: stratified draws lay the samples out contiguously, and numpy
-    accumulates along the segments' strided axis element by element (~2x slower at 64 samples x 8 ranks)."""
+    segment at a time over all samples and ranks, on a copy where each segment's values are contiguous (numpy
+    accumulates along a strided axis element by element, ~4x slower at 64 samples x 8 ranks). With extremes, also
+    L's minimum and maximum per segment over the samples and ranks."""
+    others = sorted(range(L.ndim - 1), key=lambda axis: -abs(L.strides[axis]))  # L's own order of the other axes
+    by_segment = L.transpose(L.ndim - 1, *others).copy()  # C order: the segments' rows, summed in place
+    rows = list(by_segment.reshape(L.shape[-1], -1))
+    if extremes:
+        flat = by_segment.reshape(L.shape[-1], -1)
+        low, high = flat.min(axis=1), flat.max(axis=1)
+    add = np.add
+    for before, row in zip(rows, rows[1:]):
+        add(before, row, out=row)
     H = np.empty_like(L)
-    H[..., 0] = L[..., 0]
-    for k in range(1, L.shape[2]):
-        np.add(H[..., k - 1], L[..., k], out=H[..., k])
-    return H
+    H.transpose(L.ndim - 1, *others)[...] = by_segment
+    return (H, low, high) if extremes else H
 
 
 def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samples: int, with_host: bool = False,
@@ -106,6 +119,15 @@ def collective_ends_after(plan: PassPlan, hmax: np.ndarray) -> np.ndarray:
     else:
         running = np.maximum.accumulate(u, axis=1)
     return np.maximum(running, 0.0) + cum
+
+
+def last_collective_end(plan: PassPlan, hmax: np.ndarray) -> np.ndarray:
+    """collective_ends_after(plan, hmax)[:, -1], the same floats, without the running maximum: the last end is
+    max(max_k u_k, 0) + the sum of every W + T, and a maximum is exact in any order (a pass's duration)."""
+    W, T = plan.gpu_us, plan.collective_us
+    cum = np.cumsum(W + T)
+    u = hmax + T - cum
+    return np.maximum(u.max(axis=1), 0.0) + cum[-1]
 
 
 def latest_ready(plan: PassPlan, host: Host, samples: int, draws: tuple, launch: tuple | None = None) -> np.ndarray:

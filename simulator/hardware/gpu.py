@@ -149,7 +149,7 @@ class Host:
         times *= over_samples(launches * mean, z)
         sigma = self.spec.rank_skew_cv
         if sigma > 0:
-            times = times * np.exp(sigma * skew_z - sigma**2 / 2)
+            times *= np.exp(sigma * skew_z - sigma**2 / 2)
         return times
 
     def graph_launch_us(self, rng: np.random.Generator | None, samples: int, ranks: int,
