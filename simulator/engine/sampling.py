@@ -185,7 +185,9 @@ def _ready(machine, plan, draws_key: tuple, draws: tuple) -> np.ndarray:
         h = host_ready(plan, machine.host, None, FAST_SAMPLES, draws=draws, launch=launch)
     else:
         changed = np.flatnonzero((before[0] != positions).any(axis=1) | (before[1] != suffixes).any(axis=1))
-        h = before[2].copy(order="K")  # its layout too: numpy reduces over the ranks in the order of the layout
+        # updated in place (its layout too: numpy reduces over the ranks in the order of the layout): every caller
+        # reads h at once and keeps only what it computes from it, so the entry's h is read nowhere else
+        h = before[2]
         if changed.size:
             start, H, one, bounds = launch
             h[..., changed] = eager_ready(start[..., changed], H[..., changed], one[..., changed],

@@ -75,7 +75,11 @@ def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | 
     for batch in sorted(set(batches.tolist())):  # the plain step's mean cost, blended over contexts
         spec = StepSpec(PassSpec("target", PassShape(1, int(batch)), scenario.spec.runtime.cuda_graph_decode),
                         other_us=other)
-        distinct, counts = np.unique(contexts[batches == batch], return_counts=True)
+        at = contexts[batches == batch]
+        if at.size > 1 and (at[1:] > at[:-1]).all():  # a lone request's contexts: already distinct and sorted
+            distinct, counts = at, np.ones(at.size, dtype=np.int64)  # what np.unique returns for them, without a sort
+        else:
+            distinct, counts = np.unique(at, return_counts=True)
         for value in (counts * planner.mean_step_us_many(spec, distinct)).tolist():
             plain += value  # in the order of the contexts, as a running sum (the same float every time)
     return float(steps["duration_us"][mask].sum()) / plain
