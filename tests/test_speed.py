@@ -324,7 +324,8 @@ def test_a_running_sum_is_cumsum(order):
     got, want = running_sum(L), np.cumsum(L, axis=2)
     assert got.strides == want.strides and np.array_equal(got, want)
     H, low, high = running_sum(L, extremes=True)
-    assert np.array_equal(H, want) and np.array_equal(low, L.min(axis=(0, 1))) and np.array_equal(high, L.max(axis=(0, 1)))
+    assert np.array_equal(H, want)
+    assert np.array_equal(low, L.min(axis=(0, 1))) and np.array_equal(high, L.max(axis=(0, 1)))
 
 
 @pytest.mark.parametrize("samples", [1, 2, 64])

@@ -47,10 +47,10 @@ def running_sum(L: np.ndarray, extremes: bool = False):
     L's minimum and maximum per segment over the samples and ranks."""
     others = sorted(range(L.ndim - 1), key=lambda axis: -abs(L.strides[axis]))  # L's own order of the other axes
     by_segment = L.transpose(L.ndim - 1, *others).copy()  # C order: the segments' rows, summed in place
-    rows = list(by_segment.reshape(L.shape[-1], -1))
+    flat = by_segment.reshape(L.shape[-1], -1)  # a view: a segment's values a row
     if extremes:
-        flat = by_segment.reshape(L.shape[-1], -1)
         low, high = flat.min(axis=1), flat.max(axis=1)
+    rows = list(flat)
     add = np.add
     for before, row in zip(rows, rows[1:]):
         add(before, row, out=row)
@@ -107,9 +107,7 @@ def collective_ends(plan: PassPlan, h: np.ndarray) -> np.ndarray:
 
 def collective_ends_after(plan: PassPlan, hmax: np.ndarray) -> np.ndarray:
     """collective_ends from the latest rank's ready time per sample and segment, hmax = max_r h."""
-    W, T = plan.gpu_us, plan.collective_us
-    cum = np.cumsum(W + T)
-    u = hmax + T - cum
+    u, cum = _slack(plan, hmax)
     if u.shape[0] > 1 and not u.flags.c_contiguous:  # samples laid out contiguously (stratified draws)
         # the running maximum along each sample's contiguous row (numpy accumulates a strided axis element by
         # element, ~1.5x slower), written back in u's layout: the same floats, and the layout later arithmetic
@@ -124,10 +122,14 @@ def collective_ends_after(plan: PassPlan, hmax: np.ndarray) -> np.ndarray:
 def last_collective_end(plan: PassPlan, hmax: np.ndarray) -> np.ndarray:
     """collective_ends_after(plan, hmax)[:, -1], the same floats, without the running maximum: the last end is
     max(max_k u_k, 0) + the sum of every W + T, and a maximum is exact in any order (a pass's duration)."""
-    W, T = plan.gpu_us, plan.collective_us
-    cum = np.cumsum(W + T)
-    u = hmax + T - cum
+    u, cum = _slack(plan, hmax)
     return np.maximum(u.max(axis=1), 0.0) + cum[-1]
+
+
+def _slack(plan: PassPlan, hmax: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The recurrence's u_k = max_r h_rk + T_k - sum_{j<=k}(W_j + T_j), and that running sum."""
+    cum = np.cumsum(plan.gpu_us + plan.collective_us)
+    return hmax + plan.collective_us - cum, cum
 
 
 def latest_ready(plan: PassPlan, host: Host, samples: int, draws: tuple, launch: tuple | None = None) -> np.ndarray:
