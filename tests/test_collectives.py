@@ -194,15 +194,6 @@ def test_single_rank_is_free():
     assert AllReduce(Fabric(switch_topology()), 1, "auto").cost(1 << 20).time_us == 0.0
 
 
-def test_shortest_paths_by_hand():
-    """Dijkstra on a small graph: the cheaper two-hop path beats a dear direct edge; an island stays unreachable."""
-    from simulator.hardware.interconnect import shortest_paths
-
-    weight = [{1: 1.0, 2: 5.0}, {0: 1.0, 2: 1.5}, {0: 5.0, 1: 1.5}, {}]
-    dist, pred = shortest_paths(weight, 0)
-    assert dist == [0.0, 1.0, 2.5, float("inf")] and pred == [-1, 0, 1, -1]
-
-
 def test_routes_prefer_nvlink_then_the_socket_last():
     fabric = Fabric(nvswitch_topology(4))
     gpu = fabric.gpus

@@ -82,13 +82,13 @@ def test_routes_are_shared_by_fabrics_that_differ_in_the_host_memory_hop_alone()
     slower = topology.model_copy(update={"fabric": topology.fabric.model_copy(update={"shm_hop_latency_us": 9.0})})
     a, b = Fabric(topology), Fabric(slower)
     staged = [a.hop(0, j) for j in range(1, 8) if not a.hop(0, j).p2p]
-    assert staged and a._hops is b._hops  # one search for both
+    assert staged and a._routes is b._routes  # one search for both
     for hop in staged:
         assert b.latency_us(hop) - a.latency_us(hop) == pytest.approx(9.0 - topology.fabric.shm_hop_latency_us)
     wider = topology.model_copy(update={"fabric": topology.fabric.model_copy(
         update={"links": [link.model_copy(update={"bandwidth_GBps": 2 * link.bandwidth_GBps})
                           for link in topology.fabric.links]})})
-    assert Fabric(wider)._hops is not a._hops
+    assert Fabric(wider)._routes is not a._routes
 
 
 @pytest.mark.parametrize("seed", range(4))

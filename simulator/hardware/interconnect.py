@@ -1,12 +1,12 @@
 """The fabric as a graph: routes between GPUs, their path class, peer-to-peer or host-memory transport, link sharing."""
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass
 from functools import cached_property
 
 from ..config.topology import Topology
+from .routes import Routes, routes_of
 
 # Path classes, nearest first, as NCCL's path types NVL < PXB < PHB < SYS < NET (the last: between machines).
 PATH_CLASSES = ("nvlink", "pcie_switch", "cpu", "system", "network")
@@ -28,34 +28,8 @@ class Hop:
         return self.path_class == "nvlink"
 
 
-# Route preference by link kind, as NCCL ranks paths by type (NVL before PCI before SYS) before bandwidth: a route
-# never trades an NVLink path for a PCIe one because of a link's latency or bandwidth.
-# A network link weighs more than any path inside a machine, so only routes between machines cross the network.
-LINK_CLASS_WEIGHT = {"nvlink": 0.0, "pcie": 1e3, "socket": 1e6, "network": 1e9}
-_ROUTING: dict[tuple, tuple] = {}  # (the fabric's graph by value, the ranks' GPUs) -> Fabric._routing
-_ROUTING_SIZE = 64
-
-
-def shortest_paths(weight: list[dict[int, float]], source: int) -> tuple[list[float], list[int]]:
-    """Dijkstra from `source` over an undirected graph with positive weights: distances (inf where unreachable)
-    and predecessors (-1 at the source and where unreachable). A fabric has a few dozen nodes at most, so a binary
-    heap in plain Python costs microseconds; ties keep the first path found (a predecessor changes only on a
-    strictly shorter distance) and the heap pops equal distances by node index, so routes are deterministic."""
-    dist = [math.inf] * len(weight)
-    pred = [-1] * len(weight)
-    dist[source] = 0.0
-    heap = [(0.0, source)]
-    done = [False] * len(weight)
-    while heap:
-        d, node = heapq.heappop(heap)
-        if done[node]:
-            continue
-        done[node] = True
-        for neighbour, w in weight[node].items():
-            if not done[neighbour] and d + w < dist[neighbour]:
-                dist[neighbour], pred[neighbour] = d + w, node
-                heapq.heappush(heap, (d + w, neighbour))
-    return dist, pred
+_ROUTES: dict[str, Routes] = {}  # the fabric's graph by value -> its routes (hardware/routes.py)
+_ROUTES_SIZE = 64
 
 
 class Fabric:
@@ -67,45 +41,31 @@ class Fabric:
         self.topology = topology
         fabric = topology.fabric
         self.gpu_names = list(topology.gpu_names if gpu_names is None else gpu_names)
-        # the routes depend on the graph alone (not on the host-memory hop's latency, read when a step is costed):
-        # found once per process for a graph and ranks (sweep points that vary that latency share them)
-        self.routing_key = key = (fabric.model_dump_json(exclude={"shm_hop_latency_us"}), tuple(self.gpu_names))
-        routing = _ROUTING.get(key)
-        if routing is None:
-            if len(_ROUTING) >= _ROUTING_SIZE:
-                _ROUTING.pop(next(iter(_ROUTING)))
-            routing = _ROUTING[key] = self._routing(fabric)
-        self.names, self.kinds, self.index, self.gpus, self.link_of, self._dist, self._pred, self._hops = routing
+        # the routes depend on the graph alone (not on the ranks' GPUs, nor on the host-memory hop's latency, read when
+        # a step is costed): found once per process for a graph, shared by every replica and sweep point on it
+        graph = fabric.model_dump_json(exclude={"shm_hop_latency_us"})
+        self.routing_key = (graph, tuple(self.gpu_names))  # what NCCL's graph search over these ranks reads
+        routes = _ROUTES.get(graph)
+        if routes is None:
+            if len(_ROUTES) >= _ROUTES_SIZE:
+                _ROUTES.pop(next(iter(_ROUTES)))
+            routes = _ROUTES[graph] = routes_of(fabric)
+        self._routes = routes
+        self.names, self.kinds, self.index, self.link_of = routes.names, routes.kinds, routes.index, routes.link_of
+        self.gpus = [self.index[name] for name in self.gpu_names]
+        self._hops: dict[tuple[int, int], Hop] = {}  # (source rank, destination rank) -> its hop, found once
         self._p2p_rank = PATH_CLASSES.index(fabric.p2p_level)
-
-    def _routing(self, fabric) -> tuple:
-        """(node names, kinds, index by name, rank -> node, link by directed pair, distances, predecessors, hops
-        found so far: filled as they are asked for, shared by every Fabric of the same graph and ranks)."""
-        names = [n.name for n in fabric.nodes]
-        index = {name: i for i, name in enumerate(names)}
-        link_of: dict[tuple[int, int], object] = {}
-        weight: list[dict[int, float]] = [{} for _ in names]  # adjacency: neighbour -> weight
-        for link in fabric.links:
-            a, b = index[link.between[0]], index[link.between[1]]
-            # weight: the link's class, then the time to move 1 KiB across it (equal-class routes prefer faster links)
-            w = LINK_CLASS_WEIGHT[link.kind] + link.latency_us + 1.024 / link.bandwidth_GBps
-            if b not in weight[a] or w < weight[a][b]:
-                weight[a][b] = weight[b][a] = w
-                link_of[(a, b)] = link_of[(b, a)] = link
-        dist, pred = zip(*(shortest_paths(weight, source) for source in range(len(names))))
-        hops: dict[tuple[int, int], Hop] = {}  # (source rank, destination rank) -> its hop, found once
-        return (names, [n.kind for n in fabric.nodes], index, [index[name] for name in self.gpu_names], link_of,
-                dist, pred, hops)
 
     def route(self, a: int, b: int) -> list[int]:
         """Node indices from a to b; empty if b is unreachable."""
         if a == b:
             return [a]
-        if self._pred[a][b] < 0:
+        pred = self._routes.pred[self._routes.row_of[a]]
+        if pred[b] < 0:
             return []
         path = [b]
         while path[-1] != a:
-            path.append(self._pred[a][path[-1]])
+            path.append(int(pred[path[-1]]))
         return path[::-1]
 
     def path_class(self, nodes: list[int]) -> str:
@@ -122,15 +82,21 @@ class Fabric:
         return "pcie_switch"
 
     def nearest_cpu(self, gpu: int) -> int | None:
-        cpus = [i for i, k in enumerate(self.kinds) if k == "cpu" and math.isfinite(self._dist[gpu][i])]
-        return min(cpus, key=lambda c: self._dist[gpu][c]) if cpus else None
+        dist = self._routes.dist[self._routes.row_of[gpu]]
+        cpus = [i for i, k in enumerate(self.kinds) if k == "cpu" and math.isfinite(dist[i])]
+        return min(cpus, key=lambda c: dist[c]) if cpus else None
 
     def hop(self, src_rank: int, dst_rank: int) -> Hop:
         """The transfer from one rank's GPU to another's: P2P along the route, or staged through host memory.
         Found once per pair (an all-to-all asks for every pair of every pass shape it costs)."""
         found = self._hops.get((src_rank, dst_rank))
         if found is None:
-            found = self._hops[(src_rank, dst_rank)] = self._find_hop(src_rank, dst_rank)
+            pair = (self.gpus[src_rank], self.gpus[dst_rank])
+            shape = self._routes.hops.get(pair)  # the same GPU pair in another replica's ranks: found already
+            if shape is None:
+                hop = self._find_hop(src_rank, dst_rank)
+                shape = self._routes.hops[pair] = (hop.links, hop.path_class, hop.p2p, hop.net)
+            found = self._hops[(src_rank, dst_rank)] = Hop(src_rank, dst_rank, *shape)
         return found
 
     def _find_hop(self, src_rank: int, dst_rank: int) -> Hop:
