@@ -115,7 +115,7 @@ def test_a_network_link_starts_at_a_nic():
     def gpu_to_leaf(d):
         d["fabric"]["links"].append({"between": ["n0_gpu0", "leaf"], "kind": "network", "bandwidth_GBps": 24,
                                      "latency_us": 0.0})
-    _refused(PCIE, gpu_to_leaf, "network link n0_gpu0-leaf must join a nic")
+    _refused(PCIE, gpu_to_leaf, "network link n0_gpu0-leaf must join nics and switches")
 
 
 def test_every_node_but_switches_names_its_machine():

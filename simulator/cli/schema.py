@@ -22,6 +22,7 @@ a number. A key path with `[]` is a list item; `(kind: X)` rows introduce the ke
 
 def roots():
     from ..analysis.calibrate import MeasuredFile
+    from ..config.cluster import Cluster
     from ..config.model_card import ModelCard
     from ..config.scenario import ScenarioSpec
     from ..config.topology import Topology
@@ -31,6 +32,9 @@ def roots():
              ScenarioSpec),
             ("Topology", "A machine: its GPUs, the host that launches their kernels and the fabric between them.",
              Topology),
+            ("Generated cluster", "`topology: {node: ..., nodes: N, network: {...}}` in a scenario: N copies of one "
+             "machine joined by a rail-optimised or fat-tree network (assumptions: simulator/config/cluster.py).",
+             Cluster),
             ("Model card", "A model's shape, weight types and the kernels its serving engine launches.", ModelCard),
             ("Sweep", "A sweep file: a base scenario and the axes to vary (`specsim sweep`).", SweepSpec),
             ("Measurements", "Measured figures to calibrate against (`specsim calibrate --measured`).", MeasuredFile)]

@@ -219,6 +219,23 @@ def _load_part(value: Any, key: str, scenario_file: str, base_dir: str) -> tuple
     raise ConfigError(scenario_file, key, "expected a file path or a mapping", "a YAML path relative to the scenario file")
 
 
+def _is_cluster(data: Any) -> bool:
+    """Whether a topology mapping names a machine to copy (`node:`) instead of a fabric (config/cluster.py)."""
+    return isinstance(data, dict) and "node" in data and "fabric" not in data
+
+
+def _generated_cluster(data: dict, file: str, base_dir: str) -> tuple[dict, str]:
+    """A generated cluster's topology mapping, and the name to report its errors against."""
+    from .cluster import Cluster, generate  # only scenarios that generate a cluster build its classes
+
+    cluster = validate(Cluster, data, file, "topology")
+    try:
+        path, machine = read_kind(cluster.node, "topology", file, base_dir)
+    except ConfigError as exc:
+        raise ConfigError(exc.file, "topology.node", exc.problem, exc.allowed) from None
+    return generate(cluster, machine, file), f"{file} (topology generated from {path})"
+
+
 def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any]] = (), owned: bool = False
           ) -> Scenario:
     """The Scenario of a raw document (with dotted overrides); owned: the caller hands `raw` over (a fresh dump
@@ -244,6 +261,8 @@ def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any
     parts, files = {}, {}
     for key, model in (("topology", Topology), ("model", ModelCard)):
         data, name = _load_part(raw[key], key, file, base_dir)
+        if key == "topology" and _is_cluster(data):
+            data, name = _generated_cluster(data, file, base_dir)
         files[key] = name
         if not isinstance(data, dict):
             raise ConfigError(name, "<root>", f"expected a mapping for the {key}")

@@ -58,7 +58,8 @@ class Runtime(Strict):
 class ScenarioSpec(Strict):
     name: str = Field(description="The scenario's name, used in reports and as its catalog name")
     description: str = Field("", description="Free text for the reader (results carry a description generated from the configuration)")
-    topology: Union[str, dict[str, Any]] = Field(description="Path to a topology YAML (relative to this file) or an inline mapping")
+    topology: Union[str, dict[str, Any]] = Field(description=(
+        "Path to a topology YAML (relative to this file), an inline mapping, or a generated cluster (node, nodes, network)"))
     model: Union[str, dict[str, Any]] = Field(description="Path to a model card YAML (relative to this file) or an inline mapping")
     parallelism: Parallelism
     deployment: Deployment = Field(Deployment(), description="The instances' router (parallelism.dp replicas)")

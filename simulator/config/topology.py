@@ -160,8 +160,8 @@ def _check_machines(fabric: "Fabric") -> None:
     for link in fabric.links:
         a, b = (nodes[end] for end in link.between)
         if link.kind == "network":
-            if "nic" not in (a.kind, b.kind) or {a.kind, b.kind} - {"nic", "switch"}:
-                raise ValueError(f"network link {a.name}-{b.name} must join a nic to a switch or a nic")
+            if {a.kind, b.kind} - {"nic", "switch"}:
+                raise ValueError(f"network link {a.name}-{b.name} must join nics and switches (a leaf to a spine)")
             if fabric.network is None:
                 raise ValueError("network links need fabric.network (transport, gpudirect_rdma)")
         elif a.machine != b.machine or "switch" in (a.kind, b.kind):
