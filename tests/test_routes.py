@@ -95,3 +95,18 @@ def test_routes_found_once_per_graph(monkeypatch):
     assert len(calls) == 1
     Fabric(topology.model_copy(update={"fabric": topology.fabric.model_copy(update={"nvls": False})}))
     assert len(calls) == 2
+
+
+def test_one_gpu_replicas_share_their_costs_and_keep_their_own_gpus():
+    """A one-GPU instance crosses no link: every such replica has the same cost key (plans and samples shared);
+    instances of several GPUs are keyed by their own GPUs. Each keeps its own fabric view (its GPU names)."""
+    from conftest import scenario_path
+    from simulator.engine.deployment import instance_machines
+    from simulator.results.run import resolve
+
+    one = instance_machines(resolve(scenario_path("pcie8_tp4_dp2.yaml"), {"parallelism.tp": 1, "model": "llama_3_1_8b",
+                                                                          "parallelism.dp": 4}))
+    assert len({m.key for m in one}) == 1
+    assert [m.fabric.gpu_names for m in one] == [["gpu0"], ["gpu1"], ["gpu2"], ["gpu3"]]
+    four = instance_machines(resolve(scenario_path("pcie8_tp4_dp2.yaml"), {}))
+    assert len({m.key for m in four}) == 2

@@ -122,13 +122,17 @@ class Machine:
         self.kernels = KernelTimer(self.gpu, spec.runtime.kernels, GPU(loaded) if loaded is not None else None)
         # every value the machine's figures depend on, as JSON (pydantic's serialiser: fields in their declared order)
         cards = [self.card.model_dump_json(), scenario.draft_model.model_dump_json() if scenario.draft_model else ""]
+        # which GPUs: a one-GPU instance's passes cross no link, so its costs are every one-GPU replica's (plans and
+        # samples shared by the replicas of a deployment); an instance of more GPUs is costed over its own routes
+        placed = json.dumps(list(gpus) if gpus else None)
         physical = [scenario.topology.model_dump_json(), *cards, str(self.tp), spec.parallelism.model_dump_json(),
-                    self.runtime.model_dump_json(), json.dumps(list(gpus) if gpus else None),
+                    self.runtime.model_dump_json(), "one GPU" if gpus is not None and len(gpus) == 1 else placed,
                     loaded.model_dump_json() if loaded is not None else ""]
         self.key = hashlib.sha1("\0".join(physical).encode()).hexdigest()
-        hardware = _HARDWARE.get((self.key, scenario.source))  # every value it depends on (the file: its errors)
+        hardware_key = (self.key, placed, scenario.source)  # every value it depends on (the file: its errors)
+        hardware = _HARDWARE.get(hardware_key)
         if hardware is None:
-            hardware = _HARDWARE[(self.key, scenario.source)] = self._hardware(scenario, gpus)
+            hardware = _HARDWARE[hardware_key] = self._hardware(scenario, gpus)
             if len(_HARDWARE) > _HARDWARE_SIZE:
                 _HARDWARE.pop(next(iter(_HARDWARE)))
         self.fabric, self.allreduce, self.allgather, self.collectives = hardware
