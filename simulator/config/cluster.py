@@ -132,7 +132,8 @@ def _one_machine(nodes: list[dict], links: list[dict], net: ClusterNetwork, pref
             on = [links[i] for g, (i, parent) in pcie_of.items() if parent == cpu] or [links[pcie_of[gpus[0]][0]]]
             fastest = max(on, key=lambda link: link.get("bandwidth_GBps", 0))
             nics.append(named(f"nic{j}"))
-            added_links.append({**{k: v for k, v in fastest.items() if k != "between"}, "between": [nics[-1], named(cpu)]})
+            speed = {k: v for k, v in fastest.items() if k != "between"}
+            added_links.append({**speed, "between": [nics[-1], named(cpu)]})
     added_nodes += [{"name": nic, "kind": "nic", "machine": machine} for nic in nics]
     last = max(i for i, _ in pcie_of.values())  # the NICs' links follow the machine's last GPU PCIe link
     return out_nodes + added_nodes, out_links[:last + 1] + added_links + out_links[last + 1:], nics
