@@ -9,7 +9,7 @@ import os
 from setuptools import find_namespace_packages, setup
 
 DATA = {"topologies": "simulator.data.topologies", "scenarios": "simulator.data.scenarios"}
-DATA_FILES = ["*.yaml", "*.yml", "*.csv", "*.json", "*.md"]
+DATA_FILES = ["*.yaml", "*.yml", "*.csv", "*.json", "*.md", "*.txt"]
 
 # namespace packages too: a folder such as simulator/results needs no __init__.py to be shipped
 packages = find_namespace_packages(include=["simulator", "simulator.*"], exclude=["*.__pycache__", "simulator.data*"])

@@ -1,6 +1,6 @@
 """The house: every import inside the package points down the layers, never up.
 
-config -> hardware / model / kernels / speculation -> engine -> results -> analysis / experiments / viz -> cli.
+config (and importers: outside files -> config) -> hardware / model / kernels / speculation -> engine -> results -> analysis / experiments / viz -> cli.
 A module may import its own layer or any lower one; anything else is a wrong-way arrow and fails here.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pathlib
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "simulator"
-LAYERS = {"config": 0, "hardware": 1, "model": 1, "kernels": 1, "speculation": 1, "engine": 2, "results": 3,
+LAYERS = {"config": 0, "importers": 0, "hardware": 1, "model": 1, "kernels": 1, "speculation": 1, "engine": 2, "results": 3,
           "analysis": 4, "experiments": 4, "viz": 4, "cli": 5}
 TOP = 6  # simulator/__init__.py and __main__.py: the public face may import anything
 

@@ -34,6 +34,7 @@ COMMANDS = {
     "validate": ("validate", "published measurements against the simulator, with the error of each"),
     "bench": ("bench", "simulated tokens per wall-second of each fidelity"),
     "plots": ("plots", "regenerate the README's figures (into ./plots by default)"),
+    "import": ("imports", "a model card from config.json, a topology from nvidia-smi, a scenario from a launch command"),
     "list": ("listing", "the shipped and local topologies, models or scenarios, by name"),
     "schema": ("schema", "the configuration reference: every key, type, unit, default and allowed values"),
     "kernels": ("kernels", "shape-aware roofline vs the measured kernel database: error per GPU and kernel family"),

@@ -211,6 +211,11 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def _load_part(value: Any, key: str, scenario_file: str, base_dir: str) -> tuple[Any, str]:
     """A referenced file's content (or an inline mapping) and the name to report errors against."""
+    if isinstance(value, str) and key != "topology" and value.endswith(".json"):  # a Hugging Face config.json
+        from ..importers.hf_model import load_card
+
+        path = os.path.normpath(os.path.join(base_dir, os.path.expanduser(value)))
+        return load_card(path, referrer=scenario_file), path
     if isinstance(value, str):
         path, data = read_kind(value, "topology" if key == "topology" else "model", scenario_file, base_dir)
         return data, path
