@@ -97,3 +97,25 @@ def test_commands_run_from_an_empty_directory_and_write_only_there(installed, tm
     home = base / "home"
     left = {os.path.relpath(os.path.join(d, f), home) for d, _, files in os.walk(home) for f in files}
     assert all(p.startswith((".cache/matplotlib", ".config/matplotlib", ".matplotlib")) for p in left), left
+
+
+def test_the_imports_run_from_an_empty_directory(installed, tmp_path):
+    """import topology / model / command against the installed data, then run what they wrote (docs/imports.md)."""
+    base, site = installed
+    data = site / "simulator" / "data"
+    smi, qwen = data / "topologies" / "nvidia_smi", data / "scenarios" / "models" / "hf" / "qwen3_32b"
+    work = tmp_path / "work"
+    work.mkdir()
+    steps = [["import", "topology", str(smi / "l40s_pcie_4gpu.txt"), "--query", str(smi / "l40s_pcie_4gpu.csv"),
+              "-o", "box.yaml"],
+             ["import", "model", str(qwen / "config.json"), "-o", "card.yaml"],
+             ["import", "command", "--topology", "box.yaml", "-o", "s.yaml", "--", "python", "-m",
+              "sglang.launch_server", "--model-path", str(qwen), "--tp", "4", "--speculative-algorithm", "NGRAM",
+              "--port", "30000"],
+             ["run", "s.yaml", "--set", "workload.requests=1", "--set", "workload.output_tokens=32"]]
+    for argv in steps:
+        done = specsim(base, site, work, *argv)
+        assert done.returncode == 0, (argv[:2], done.stderr)
+    assert "--port 30000" in done.stderr or "--port 30000" in (work / "s.yaml").read_text()
+    assert "throughput" in done.stdout
+    assert sorted(os.listdir(work)) == ["box.yaml", "card.yaml", "s.yaml"]

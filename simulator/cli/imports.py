@@ -7,8 +7,8 @@ import os
 import sys
 
 EXAMPLES = """
-  specsim import model scenarios/models/hf/Qwen3-32B/config.json -o qwen3_32b.yaml
-  specsim import model DeepSeek-V3/config.json --draft-head DeepSeek-V3-EAGLE3/config.json
+  specsim import model scenarios/models/hf/qwen3_32b/config.json -o qwen3_32b.yaml
+  specsim import model deepseek_v3/config.json --draft-head deepseek_v3_eagle3/config.json
   specsim import topology topo.txt --query gpus.csv -o my_box.yaml     (nvidia-smi topo -m > topo.txt;
                                   nvidia-smi --query-gpu=name,memory.total --format=csv > gpus.csv)
   specsim import topology topo.txt --gpu "NVIDIA H100 80GB HBM3"

@@ -60,7 +60,8 @@ class ScenarioSpec(Strict):
     description: str = Field("", description="Free text for the reader (results carry a description generated from the configuration)")
     topology: Union[str, dict[str, Any]] = Field(description=(
         "Path to a topology YAML (relative to this file), an inline mapping, or a generated cluster (node, nodes, network)"))
-    model: Union[str, dict[str, Any]] = Field(description="Path to a model card YAML (relative to this file) or an inline mapping")
+    model: Union[str, dict[str, Any]] = Field(description=(
+        "Path to a model card YAML or a Hugging Face config.json (relative to this file), a card name, or an inline mapping"))
     parallelism: Parallelism
     deployment: Deployment = Field(Deployment(), description="The instances' router (parallelism.dp replicas)")
     runtime: Runtime = Runtime()

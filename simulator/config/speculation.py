@@ -93,7 +93,7 @@ class NgramDrafter(Strict):
 class DraftModel(Strict):
     """A separate, smaller model drafting on the same ranks (its own TP passes)."""
 
-    model: str = Field(description="Model card YAML of the draft model, relative to the scenario file")
+    model: str = Field(description="Model card YAML or Hugging Face config.json of the draft model, relative to the scenario file")
 
 
 class Speculation(Strict):

@@ -50,6 +50,8 @@ def card_from_file(path: str, name: str | None = None, referrer: str | None = No
     config = read_json(path, referrer)
     beside = os.path.join(os.path.dirname(os.path.abspath(path)), "hf_quant_config.json")
     quant = read_json(beside) if os.path.isfile(beside) else None
+    if name is None and config.get("_name_or_path"):
+        name = os.path.basename(str(config["_name_or_path"]).rstrip("/")) or None
     if name is None:
         folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
         name = folder if os.path.basename(path) == "config.json" and folder else os.path.splitext(os.path.basename(path))[0]
