@@ -1,6 +1,7 @@
 """The house: every import inside the package points down the layers, never up.
 
-config (and importers: outside files -> config) -> hardware / model / kernels / speculation -> engine -> results -> analysis / experiments / viz -> cli.
+config -> hardware / model / kernels / speculation -> engine -> results -> analysis / experiments / viz -> cli;
+importers (outside files -> configuration) sit beside config.
 A module may import its own layer or any lower one; anything else is a wrong-way arrow and fails here.
 """
 from __future__ import annotations
