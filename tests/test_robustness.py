@@ -132,7 +132,7 @@ DENSE = {"name": "rob-dense", "num_layers": 2, "num_dense_layers": 2, "hidden_si
 MOE = {**copy.deepcopy(DENSE), "name": "rob-moe", "num_dense_layers": 1,
        "moe": {"num_experts": 16, "experts_per_token": 2, "num_shared_experts": 1, "intermediate_size": 256,
                "routing_locality": 0.3}}
-WORKLOAD = {"requests": 1, "prompt_tokens": 200, "output_tokens": 64, "concurrency": 1}
+WORKLOAD = {"requests": 1, "prompt_tokens": 200, "output_tokens": 64, "max_running_requests": 1}
 
 BASES = {
     "pcie2_chain": {"name": "rob", "topology": topology(pcie_fabric(2, sockets=1), GPU, HOST), "model": DENSE,
@@ -151,7 +151,7 @@ BASES = {
                                                       "mean_hard_tokens": 50}},
                        "policy": {"kind": "hybrid"}, "seed": 1},
 }
-WORKLOAD_SIZES = {("workload", "requests"), ("workload", "output_tokens"), ("workload", "concurrency")}
+WORKLOAD_SIZES = {("workload", "requests"), ("workload", "output_tokens"), ("workload", "max_running_requests")}
 
 
 def paths(data, prefix=()):
@@ -277,7 +277,7 @@ def test_set_overrides_that_are_not_quantities_exit_2(key, value):
     assert key.split(".")[-1].split("[")[0] in line, line  # the line names the key
 
 
-@pytest.mark.parametrize("key", [k for k in SET_PATHS if k != "workload.concurrency"])
+@pytest.mark.parametrize("key", [k for k in SET_PATHS if k != "workload.max_running_requests"])
 def test_astronomical_numbers_exit_2_naming_their_key(key):
     """2^64 + 1 is no GPU count, size, rate or time: the line must blame the key that holds it (a workload's sizes
     may be blamed on the workload: 'workload: too much work: ...' or 'workload: request 0 needs ... tokens of KV
@@ -294,7 +294,7 @@ def test_concurrency_beyond_requests_is_capped():
     """A batch cap above the number of requests is no mistake: the batch simply never fills."""
     with tempfile.TemporaryDirectory() as directory:
         path = write_yaml(directory, BASES["pcie2_chain"])
-        code, out, err = run_cli(path, "--format", "json", "--set", "workload.concurrency=18446744073709551617")
+        code, out, err = run_cli(path, "--format", "json", "--set", "workload.max_running_requests=18446744073709551617")
     assert_contract(code, out, err, expected=0)
 
 
@@ -362,7 +362,7 @@ EXTREMES = {
     "no output tokens": (with_changes("pcie2_chain", {"workload.output_tokens": 0}), 2),
     "empty workload mapping (all defaults)": (with_changes("pcie2_chain", {"workload": {}}), 0),
     "one output token": (with_changes("pcie2_chain", {"workload.output_tokens": 1}), 0),
-    "concurrency above requests": (with_changes("pcie2_chain", {"workload.concurrency": 64}), 0),
+    "concurrency above requests": (with_changes("pcie2_chain", {"workload.max_running_requests": 64}), 0),
     "tp above GPUs": (with_changes("pcie2_chain", {"parallelism.tp": 64}), 2),
     "acceptance 1, 20000 drafts": (with_changes("pcie2_chain", {"speculation.draft_tokens": 20000,
                                                                 "speculation.acceptance": {"kind": "iid", "alpha": 1.0}}), 2),

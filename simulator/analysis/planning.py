@@ -37,13 +37,11 @@ def _speculating(scenario: Scenario) -> bool:
 
 
 def _nvlink_topology(scenario: Scenario, path: str) -> str | None:
-    here = os.path.dirname(os.path.abspath(path))
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for folder in (os.path.join(here, "..", "topologies"), os.path.join(package_root, "topologies")):
-        candidate = os.path.normpath(os.path.join(folder, "nvlink8_h200.yaml"))
-        if os.path.isfile(candidate):
-            return candidate
-    return None
+    """The shipped NVLink board (topology nvlink8_h200), found like any topology name: the package's data first,
+    then the user's folders (so an installed specsim finds it from any folder, whatever `path` is)."""
+    from ..config.catalog import names
+
+    return names("topology", os.path.dirname(os.path.abspath(path))).get("nvlink8_h200")
 
 
 def _has_nvlink(scenario: Scenario) -> bool:

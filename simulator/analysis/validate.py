@@ -18,7 +18,24 @@ from ..config.base import Strict, validate
 from ..config.errors import ConfigError
 from ..config.loader import read_yaml
 
-DEFAULT_DIR = os.path.join("scenarios", "validation")
+
+
+def default_dir() -> str:
+    """The shipped validation set: inside the installed package, else the checkout's scenarios/validation."""
+    from ..config.catalog import data_dir
+
+    return os.path.join(data_dir("scenario"), "validation")
+
+
+def locate(path: str) -> str:
+    """A validation file or folder: a path as given, else a bare name of a shipped file (nccl_tests_272_h200)."""
+    if os.path.exists(path):
+        return path
+    shipped = os.path.join(default_dir(), path if path.endswith((".yaml", ".json")) else path + ".yaml")
+    if os.path.sep not in path and "/" not in path and os.path.isfile(shipped):
+        return shipped
+    known = ", ".join(os.path.splitext(os.path.basename(f))[0] for f in files(default_dir()))
+    raise ConfigError("command line", path, "no such validation file or folder", f"a path, or one of {known}")
 
 
 class Source(Strict):
@@ -80,7 +97,7 @@ def load(path: str) -> ValidationFile:
     return validate(ValidationFile, read_yaml(path), path)
 
 
-def files(directory: str = DEFAULT_DIR) -> list[str]:
+def files(directory: str) -> list[str]:
     found = sorted(glob.glob(os.path.join(directory, "*.yaml")))
     if not found:
         raise ConfigError(directory, "<folder>", "no validation files (*.yaml) here")

@@ -94,11 +94,20 @@ def main(args) -> int:
     bar = progress(list(zip(runs, scenarios)), desc="compare", unit="run")
     for i, ((label, _, _), scenario) in enumerate(bar, start=1):
         note(bar, f"compare: [{i}/{len(runs)}] {label}")
-        rows.append(summary(label, run(scenario)))
+        try:
+            rows.append(summary(label, run(scenario)))
+        except ConfigError as exc:  # this variant cannot run (e.g. its weights do not fit): a row that says why
+            if len(runs) == 1:
+                raise
+            rows.append(failed(label, exc))
+            log.warning("compare: %s not simulated: %s", label, exc.problem)
+    if all(r["result"] is None for r in rows):
+        raise ConfigError("command line", "scenarios", "no run could be simulated: " + rows[0]["error"])
     if args.rank_by:
         from ..results.planner import lookup, rank
 
-        rows = rank(rows, args.rank_by, lambda row, path: lookup(row["result"].to_dict(), path))
+        rows = rank(rows, args.rank_by,
+                    lambda row, path: None if row["result"] is None else lookup(row["result"].to_dict(), path))
     text = {"table": to_table, "json": lambda r: json.dumps([{k: v for k, v in x.items() if k != "result"} for x in r],
                                                              indent=2), "csv": to_csv}[args.format](rows)
     print(text.rstrip("\n"))
@@ -107,8 +116,16 @@ def main(args) -> int:
     return 0
 
 
+def failed(label: str, exc: ConfigError) -> dict:
+    """The row of a run that could not be simulated: every figure empty, and the reason."""
+    return {"label": label, **{key: None for _, key, _ in ROWS}, "breakdown_ms_per_token": {}, "accept_len_hist": {},
+            "provenance": {}, "error": exc.problem, "result": None}
+
+
 def summary(label: str, result) -> dict:
     mean = lambda key: (result.step_ms.get(key) or {}).get("mean")  # noqa: E731
+    load = result.load or {}
+    p90 = lambda key: (load.get(key) or {}).get("p90")  # noqa: E731
     return {"label": label, "scenario": result.scenario, "seed": result.seed,
             "throughput_tok_s": result.throughput_tok_s, "baseline_tok_s": result.baseline_tok_s,
             "speedup": result.speedup, "mean_accept_len": result.mean_accept_len,
@@ -118,9 +135,17 @@ def summary(label: str, result) -> dict:
             "throughput_tok_s_per_gpu": result.planner.get("throughput_tok_s_per_gpu"),
             "goodput_tok_s_per_gpu": result.planner.get("goodput_tok_s_per_gpu"),
             "target_met": result.planner.get("target_met"), "usd_per_mtok": result.planner.get("usd_per_mtok"),
+            "ttft_p90_ms": p90("ttft_ms"), "tpot_p90_ms": p90("tpot_ms"), "itl_p90_ms": p90_client(load, "itl_ms"),
+            "mean_batch": load.get("mean_batch"), "kv_peak_tokens": load.get("kv_peak_tokens"),
+            "kv_capacity_tokens": load.get("kv_capacity_tokens"), "kv_peak_fraction": load.get("kv_peak_fraction"),
+            "error": "",
             "breakdown_ms_per_token": dict(result.breakdown_ms_per_token),
             "accept_len_hist": dict(result.accept_len_hist), "provenance": result.provenance,
             "result": result}
+
+
+def p90_client(load: dict, key: str):
+    return ((load.get("client") or {}).get(key) or {}).get("p90")
 
 
 ROWS = (("throughput (tok/s)", "throughput_tok_s", 1), ("baseline (tok/s)", "baseline_tok_s", 1),
@@ -128,32 +153,49 @@ ROWS = (("throughput (tok/s)", "throughput_tok_s", 1), ("baseline (tok/s)", "bas
         ("drafting (ms)", "draft_ms", 2), ("speculative step (ms)", "step_ms", 2),
         ("plain decode step (ms)", "baseline_decode_ms", 2), ("break-even accept length", "breakeven_accept_len", 2),
         ("GPUs", "gpus", 0), ("tok/s per GPU", "throughput_tok_s_per_gpu", 1),
-        ("goodput tok/s per GPU", "goodput_tok_s_per_gpu", 1), ("$ per M output tokens", "usd_per_mtok", 2))
+        ("goodput tok/s per GPU", "goodput_tok_s_per_gpu", 1), ("$ per M output tokens", "usd_per_mtok", 2),
+        ("p90 TTFT (ms)", "ttft_p90_ms", 1), ("p90 TPOT (ms)", "tpot_p90_ms", 2), ("p90 ITL (ms)", "itl_p90_ms", 2),
+        ("latency target met", "target_met", None), ("mean batch", "mean_batch", 1),
+        ("KV cache peak (tokens)", "kv_peak_tokens", 0), ("KV cache capacity (tokens)", "kv_capacity_tokens", 0),
+        ("KV cache peak (share)", "kv_peak_fraction", 2))
 
 
 def to_table(rows: list[dict]) -> str:
     width = max(12, *(len(r["label"]) for r in rows))
-    fmt = lambda x, d: "-" if x is None else f"{x:,.{d}f}"  # noqa: E731
     lines = [f"{'':28}" + "".join(f" {r['label']:>{width}}" for r in rows)]
     for name, key, digits in ROWS:
-        lines.append(f"{name:28}" + "".join(f" {fmt(r[key], digits):>{width}}" for r in rows))
+        lines.append(f"{name:28}" + "".join(f" {_cell(r[key], digits):>{width}}" for r in rows))
+    done = [r for r in rows if r["result"] is not None]
     lines.append("time per token (ms)")
-    for category in rows[0]["breakdown_ms_per_token"]:
-        lines.append(f"  {category:26}" + "".join(f" {r['breakdown_ms_per_token'][category]:>{width}.2f}" for r in rows))
-    lines.append(f"  {'total':26}" + "".join(f" {sum(r['breakdown_ms_per_token'].values()):>{width}.2f}" for r in rows))
-    lines.append(f"common random numbers: every run used seed {rows[0]['seed']}.")
-    target = rows[0]["result"].load.get("target") or {}
+    for category in done[0]["breakdown_ms_per_token"]:
+        lines.append(f"  {category:26}" + "".join(
+            f" {_cell(r['breakdown_ms_per_token'].get(category), 2):>{width}}" for r in rows))
+    lines.append(f"  {'total':26}" + "".join(
+        f" {_cell(sum(r['breakdown_ms_per_token'].values()) if r['result'] else None, 2):>{width}}" for r in rows))
+    lines += [f"{r['label']}: not simulated: {r['error']}" for r in rows if r["result"] is None]
+    lines.append(f"common random numbers: every run used seed {done[0]['seed']}.")
+    target = done[0]["result"].load.get("target") or {}
     if target:
         lines.append(f"goodput: output tokens of the requests with TTFT <= {target['ttft_ms']:g} ms and TPOT <= "
                      f"{target['tpot_ms']:g} ms (the first run's target); per GPU: over the GPUs each run holds.")
     return "\n".join(lines)
 
 
+def _cell(x, digits) -> str:
+    """A table cell: '-' where there is no figure, yes/no for a flag, else the number."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool) or digits is None:
+        return "yes" if x else "no"
+    return f"{x:,.{digits}f}"
+
+
 def to_csv(rows: list[dict]) -> str:
     """One row per run: a label, then the same fixed columns as `specsim run --format csv`."""
     from ..results.report import CSV_COLUMNS, csv_row, write_csv
 
-    return write_csv([{"label": r["label"], **csv_row(r["result"])} for r in rows], ("label", *CSV_COLUMNS))
+    return write_csv([{"label": r["label"], **(csv_row(r["result"]) if r["result"] else {}), "error": r["error"]}
+                      for r in rows], ("label", *CSV_COLUMNS, "error"))
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -161,6 +203,7 @@ def plot(rows: list[dict], path: str) -> None:
         from ..viz.figures import grouped_bars
     except ImportError as exc:
         raise ConfigError("command line", "--plot", f"plotting is unavailable: {exc}", "install matplotlib") from None
+    rows = [r for r in rows if r["result"] is not None]
     grouped_bars([r["label"] for r in rows],
                  {"speculative": [r["throughput_tok_s"] for r in rows], "plain decode": [r["baseline_tok_s"] for r in rows]},
                  ylabel="tokens/s", title="throughput, speculative vs plain decode (same seed)", path=path)

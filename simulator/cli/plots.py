@@ -9,7 +9,7 @@ import time
 log = logging.getLogger("specsim")
 
 EXAMPLES = """
-  specsim plots                                    every figure into ./plots (about 15 s)
+  specsim plots                                    every figure into ./plots
   specsim plots --out figs --quick                 thin sweeps and short requests, for a quick look
   specsim plots --only deploy                      the deployment questions: figures and their rows (CSV)
 """
@@ -28,6 +28,11 @@ def main(args) -> int:
     from . import note, progress
 
     check_outputs(args, files=(), folders=("out",))  # made if missing, refused if a file or not writable
+    from ..kernels.measured import data_root
+
+    if data_root() is None:
+        log.warning("plots: aiconfigurator-core is not installed, so the roofline times every kernel: figures of "
+                    "scenarios with runtime.kernels: measured differ from the README's (pip install 'specsim[measured]')")
     figures = Figures(args.out, args.quick)
     started = time.perf_counter()
     items = [(name, make) for name, make in figures.all() if not args.only or any(o in name for o in args.only)]

@@ -78,16 +78,14 @@ def _model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     for item in loc[:-1]:
         if isinstance(item, int):
             continue
+        # a discriminated-union tag: the member whose kind matches
+        candidates = [m for m in _members(current) if _tag(m) == item]
+        if candidates:
+            current = candidates[0]
+            continue
         model = _as_model(current)
-        if model is None:
-            return None
-        field = model.model_fields.get(str(item))
+        field = model.model_fields.get(str(item)) if model is not None else None
         if field is None:
-            # a discriminated-union tag: find the member whose kind matches
-            candidates = [m for m in _members(current) if _tag(m) == item]
-            if candidates:
-                current = candidates[0]
-                continue
             return None
         current = field.annotation
     return _as_model(current)
@@ -110,6 +108,16 @@ def _members(annotation: Any) -> list[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     return []
+
+
+def _kinds_with_key(root: type[BaseModel], loc: tuple, key: str) -> list[str]:
+    """The kinds (other than the one at loc) of the discriminated union at loc whose members have `key`."""
+    if len(loc) < 3:
+        return []
+    parent = _model_at(root, loc[:-2])  # the model owning the union's key (loc[-3]; loc[-2] is the tag)
+    field = parent.model_fields.get(str(loc[-3])) if parent is not None else None
+    members = _members(field.annotation) if field is not None else []
+    return [str(_tag(m)) for m in members if key in m.model_fields and _tag(m) != loc[-2]]
 
 
 def _tag(model: type[BaseModel]) -> str | None:
@@ -174,7 +182,12 @@ def _problem(error: dict, model: type[BaseModel]) -> tuple[str, str | None]:
     given = error.get("input")
     if kind == "extra_forbidden":
         owner = _model_at(model, error["loc"])
-        close = difflib.get_close_matches(str(error["loc"][-1]), list(owner.model_fields) if owner else [], n=1)
+        key = str(error["loc"][-1])
+        close = difflib.get_close_matches(key, list(owner.model_fields) if owner else [], n=1)
+        others = _kinds_with_key(model, tuple(error["loc"]), key)
+        if owner is not None and _tag(owner) and others:  # the key of another kind of the same section
+            return (f"unknown key for kind {_tag(owner)} ({key} is a key of kind {' and '.join(others)}: remove it, "
+                    f"or set kind: {others[0]})"), allowed
         return "unknown key" + (f"; did you mean {close[0]!r}?" if close else ""), allowed
     if kind == "missing":
         return "required key is missing", allowed

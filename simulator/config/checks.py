@@ -14,6 +14,10 @@ def check(scenario: Scenario) -> None:
     """Checks that span the scenario, its topology and its model card."""
     spec, topo, card, file = scenario.spec, scenario.topology, scenario.model, scenario.source
     check_parallelism(spec.parallelism, topo, card, file)
+    if spec.workload.max_concurrency is not None and spec.parallelism.instances > 1:
+        raise ConfigError(file, "workload.max_concurrency", f"a client's concurrency over {spec.parallelism.instances} "
+                          "instances is not modelled (the router would have to see the client's requests in flight)",
+                          "none, with workload.max_running_requests each instance's cap")
     spec_cfg = spec.speculation
     if spec_cfg.method == "mtp" and card.mtp_layers == 0:
         raise ConfigError(file, "speculation.method", f"mtp needs a model with MTP modules; {card.name} has none",

@@ -1,7 +1,7 @@
 """A deployment: the engine instances a scenario's split makes (config/parallelism.py: dp replicas without
 dp_attention) and the router in front of them.
 
-Every instance runs its own serving loop, batching (`workload.concurrency` is each instance's batch cap, as each
+Every instance runs its own serving loop, batching (`workload.max_running_requests` is each instance's batch cap, as each
 SGLang data-parallel worker has its own scheduler) and speculation policy on its own GPUs; the workload's requests
 arrive at the router, which sends each to one instance when it arrives. The routers are those of SGLang's
 data-parallel controller (python/sglang/srt/managers/data_parallel_controller.py: round_robin and shortest_queue).

@@ -14,6 +14,7 @@ from .catalog import read_kind
 from .errors import ConfigError
 from .paths import set_path, split_path  # noqa: F401  (re-exported: the one reading of a dotted path)
 from .base import validate
+from .workload import OLD_NAMES, renamed_concurrency
 from .model_card import ModelCard
 from .checks import check
 from .scenario import ScenarioSpec
@@ -241,6 +242,10 @@ def _generated_cluster(data: dict, file: str, base_dir: str) -> tuple[dict, str]
     return generate(cluster, machine, file), f"{file} (topology generated from {path})"
 
 
+# dotted paths renamed, old -> new: an override or sweep axis of the old name sets the new key
+RENAMED_PATHS = {f"workload.{old}": f"workload.{new}" for old, new in OLD_NAMES.items()}
+
+
 def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any]] = (), owned: bool = False
           ) -> Scenario:
     """The Scenario of a raw document (with dotted overrides); owned: the caller hands `raw` over (a fresh dump
@@ -254,7 +259,13 @@ def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any
     # the GPU before the overrides (where one reaches into the topology): a what-if GPU keeps it (gpu_as_loaded)
     touched = any(path.startswith("topology.") for path, _ in overrides)
     loaded_gpu = copy.deepcopy(raw["topology"].get("gpu")) if touched and isinstance(raw.get("topology"), dict) else None
+    if isinstance(raw.get("workload"), dict):
+        try:
+            raw["workload"] = renamed_concurrency(raw["workload"], "workload")
+        except ValueError as exc:
+            raise ConfigError(file, "workload", str(exc)) from None
     for path, value in overrides:
+        path = RENAMED_PATHS.get(path, path)
         head = path.split(".", 1)[0]
         if head in part_overrides and "." in path and isinstance(raw.get(head), str):
             part_overrides[head].append((path.split(".", 1)[1], value))

@@ -1,7 +1,7 @@
 """The workload: when requests arrive, how long their prompts and outputs are, and how the server batches them."""
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
@@ -80,6 +80,22 @@ class LatencyTarget(Strict):
         "typical; 100: every request)"))
 
 
+OLD_NAMES = {"concurrency": "max_running_requests"}  # workload keys renamed, old -> new (old files keep loading)
+
+
+def renamed_concurrency(data, where: str):
+    """A workload mapping with its old keys under their new names; both an old key and its new one: an error."""
+    if not isinstance(data, dict) or not any(old in data for old in OLD_NAMES):
+        return data
+    data = dict(data)
+    for old, new in OLD_NAMES.items():
+        if old in data:
+            if new in data:
+                raise ValueError(f"{where}.{old} is the old name of {where}.{new}: give only {new}")
+            data[new] = data.pop(old)
+    return data
+
+
 class Workload(Strict):
     """The requests to serve: arrivals, prompt and output lengths, batching and the latency target."""
 
@@ -87,13 +103,33 @@ class Workload(Strict):
     arrival: Arrival = Field(AllAtOnce(kind="all_at_once"), description="When requests arrive: all_at_once, fixed_rate, poisson or trace")
     prompt_tokens: Length = Field(1000, description="Prompt length: tokens, or a distribution (fixed, uniform, lognormal)")
     output_tokens: Length = Field(2048, description="Generated tokens per request: a number or a distribution (fixed, uniform, lognormal)")
-    concurrency: PositiveInt = Field(1, description="Most requests running at once (the decode batch cap)")
+    max_running_requests: PositiveInt = Field(1, description=(
+        "The engine's cap on requests running at once in each instance, the decode batch cap (SGLang "
+        "--max-running-requests, vLLM --max-num-seqs); the old key `concurrency` still loads as this one"))
+    max_concurrency: Optional[PositiveInt] = Field(None, description=(
+        "The benchmark client's cap on requests in flight (vllm bench serve / sglang.bench_serving "
+        "--max-concurrency): a request is sent when it has arrived and fewer are outstanding, and its TTFT and "
+        "E2E latency count from then (docs/metrics.md); none: each request is sent when it arrives"))
     max_prefill_tokens: PositiveInt = Field(8192, description="Prompt tokens per prefill step (chunked prefill)")
     kv_overflow: Literal["queue", "preempt"] = Field(
         "queue", description="queue: admit a request only when its whole KV cache fits; preempt: admit on its prompt, "
                              "evict the newest request when the cache fills (it is recomputed later)")
     target: LatencyTarget = Field(LatencyTarget(), description="Latency target for goodput")
     seed_offset: int = Field(0, ge=0, description="Varies arrivals and lengths without changing acceptance draws")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_name(cls, data):
+        """`concurrency` was this key's name before the client's concurrency (max_concurrency) was modelled."""
+        return renamed_concurrency(data, "workload")
+
+    @property
+    def concurrency(self) -> int:
+        """Requests one instance runs at once: the engine's cap, and the client's where it is lower (one instance:
+        the client holds back what the engine would otherwise queue, so the batches are the same)."""
+        if self.max_concurrency is None:
+            return self.max_running_requests
+        return min(self.max_running_requests, self.max_concurrency)
 
     @model_validator(mode="after")
     def _span(self):

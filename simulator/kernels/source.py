@@ -18,17 +18,26 @@ class KernelSource(Protocol):
         """GPU time of one kernel of this shape, or None where the source does not cover it."""
 
 
-def kernel_source(choice: str, gpu_spec) -> tuple[KernelSource | None, str]:
-    """(source, note): the measured source, or None and the reason the roofline times every kernel."""
+def roofline_reason(choice: str, gpu_spec) -> str | None:
+    """Why the roofline times every kernel ('roofline (...)'), or None where the measured database serves."""
     if choice == "roofline":
-        return None, "roofline (runtime.kernels: roofline)"
+        return "roofline (runtime.kernels: roofline)"
     from . import measured
     system = gpu_spec.kernel_database
     if system is None:
-        return None, f"roofline ({gpu_spec.name} has no measured kernel data: topology gpu.kernel_database is unset)"
+        return f"roofline ({gpu_spec.name} has no measured kernel data: topology gpu.kernel_database is unset)"
     if measured.data_root() is None:
-        return None, "roofline (aiconfigurator-core is not installed: pip install 'specsim[measured]')"
+        return "roofline (aiconfigurator-core is not installed: pip install 'specsim[measured]')"
     if system not in measured.covered_systems():
-        return None, (f"roofline (no {measured.ENGINE} GEMM data for {system!r} in aiconfigurator-core "
-                      f"{measured.package_version()})")
-    return measured.MeasuredKernels(system), ""
+        return (f"roofline (no {measured.ENGINE} GEMM data for {system!r} in aiconfigurator-core "
+                f"{measured.package_version()})")
+    return None
+
+
+def kernel_source(choice: str, gpu_spec) -> tuple[KernelSource | None, str]:
+    """(source, note): the measured source, or None and the reason the roofline times every kernel."""
+    reason = roofline_reason(choice, gpu_spec)
+    if reason is not None:
+        return None, reason
+    from . import measured
+    return measured.MeasuredKernels(gpu_spec.kernel_database), ""

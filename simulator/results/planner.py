@@ -110,6 +110,19 @@ def rank(items: list, name: str, value_of=None) -> list:
     return sorted(items, key=sort_key(name, value_of))
 
 
+def queueing_note(load: dict) -> list[str]:
+    """A line saying that the TTFT is mostly waiting in the server's queue (by the workload's design: requests
+    arrive faster than the batch cap admits them), and how a benchmark client would count it instead."""
+    ttft, queue = (load.get("ttft_ms") or {}).get("p90"), (load.get("queue_ms") or {}).get("p90")
+    client = load.get("client") or {}
+    if not ttft or queue is None or queue < 0.5 * ttft or client.get("max_concurrency") is not None:
+        return []
+    return [f"    queueing          TTFT is mostly waiting for a batch slot (p90 {queue:,.1f} ms; up to "
+            f"{load.get('max_waiting', 0)} waiting): the workload sends requests faster than "
+            "workload.max_running_requests admits them, by design; workload.max_concurrency holds them at the "
+            "client instead, as vllm bench serve / sglang.bench_serving --max-concurrency do (docs/metrics.md)"]
+
+
 def table_lines(result) -> list[str]:
     """The report's lines on per-GPU throughput, goodput at the target and cost (empty before the planner ran)."""
     p, load = result.planner, result.load
@@ -122,7 +135,7 @@ def table_lines(result) -> list[str]:
              f"{p['goodput_tok_s_per_gpu']:.1f} tok/s per GPU (TTFT <= {target.get('ttft_ms', 0):g} ms, "
              f"TPOT <= {target.get('tpot_ms', 0):g} ms)",
              f"    latency target    {pct} TTFT {at('ttft_ms_at_percentile')} ms, {pct} TPOT "
-             f"{at('tpot_ms_at_percentile')} ms: {'met' if p['target_met'] else 'NOT met'}"]
+             f"{at('tpot_ms_at_percentile')} ms: {'met' if p['target_met'] else 'NOT met'}"] + queueing_note(load)
     if p.get("usd_per_mtok") is not None:
         price = p["price"]
         lines.append(f"    cost              ${p['usd_per_mtok']:,.2f} per million output tokens at "

@@ -28,9 +28,12 @@ def override_text(path: str, value: Any) -> str:
 
 
 def kernel_source(scenario: Scenario) -> str:
-    """Which source the scenario asks to cost the kernels (runtime.kernels: measured or roofline; the result's
-    `kernels` section says which source served each kernel family)."""
-    return str(getattr(scenario.spec.runtime, "kernels", None) or "roofline")
+    """Which source costs the kernels: `measured` where the scenario asks for it (runtime.kernels) and the database
+    serves its GPU, else `roofline` (the result's `kernels` section says which source served each kernel family)."""
+    from ..kernels.source import roofline_reason
+
+    choice = str(getattr(scenario.spec.runtime, "kernels", None) or "roofline")
+    return "roofline" if roofline_reason(choice, scenario.topology.gpu) else "measured"
 
 
 def provenance(scenario: Scenario) -> dict:
@@ -106,6 +109,8 @@ def _workload(scenario: Scenario) -> str:
                f"prompt + {_tokens(work.output_tokens)} output tokens"
         if arrival in ("poisson", "fixed_rate"):
             text += f", {arrival.replace('_', ' ')} arrivals at {work.arrival.rate_per_s:g}/s"
+    if work.max_concurrency is not None:
+        text += f", a client sending at most {work.max_concurrency} at once"
     if work.concurrency > 1:
         text += f", up to {work.concurrency} at once" + (" per instance" if scenario.spec.parallelism.instances > 1 else "")
     if work.kv_overflow == "preempt":

@@ -9,7 +9,7 @@ from typing import Any
 
 from .deployment import deployment_lines
 from .planner import table_lines as planner_lines
-from .summary import BREAKDOWN, Result
+from .summary import BREAKDOWN, Result, merged_windows
 
 
 def _fmt(x: float | None, digits: int = 1) -> str:
@@ -248,8 +248,9 @@ def _policy_lines(r: Result, spec: bool) -> list[str]:
     """Accept length per window of each request, and how often a dynamic policy speculated."""
     lines, windows, pol = [], r.accept_len_windows, r.policy
     if spec and len(windows) > 1:
+        windows = merged_windows(windows)
         values = " ".join(f"{w['mean_accept_len']:.2f}" for w in windows)
-        lines.append(f"  accept length per {windows[0]['end'] - windows[0]['start']}-token window of each request: "
+        lines.append(f"  accept length per {windows[0]['end'] - windows[0]['start']:,}-token window of each request: "
                      f"{values}")
     if spec and pol.get("kind", "static") != "static":
         share = f"  policy {pol['kind']}: speculated in {pol['speculative_share']:.0%} of {pol['steps']:,} steps"

@@ -65,11 +65,11 @@ class Parts:
 
     @cached_property
     def load(self) -> dict:
-        return load_metrics(self.main, self.spec.workload.target)
+        return load_metrics(self.main, self.spec.workload.target, self.spec.workload.max_concurrency)
 
     @cached_property
     def baseline_load(self) -> dict:
-        return self.load if self.base is self.main else load_metrics(self.base, self.spec.workload.target)
+        return self.load if self.base is self.main else load_metrics(self.base, self.spec.workload.target, self.spec.workload.max_concurrency)
 
     def deployment(self) -> dict:
         """The instances and their figures; where instances share links, the link fidelity's figure has contention

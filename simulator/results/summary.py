@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.records import KIND_DECODE, KIND_SPEC, StepColumns
+from .client import client_metrics, send_times
 from .planner import target_check
 from .quantiles import percentiles
 
@@ -37,6 +38,21 @@ def accept_windows(lengths: np.ndarray, positions: np.ndarray, window: int = WIN
     totals = np.bincount(bins, weights=lengths)  # integer lengths: exact sums, the same means as per-window masks
     return [{"start": b * window, "end": (b + 1) * window, "mean_accept_len": total / count, "steps": count}
             for b, (total, count) in enumerate(zip(totals.tolist(), steps.tolist())) if count]
+
+
+MOST_WINDOWS = 8  # the report's line of accept-length windows holds at most this many (the JSON has them all)
+
+
+def merged_windows(windows: list[dict], most: int = MOST_WINDOWS) -> list[dict]:
+    """Consecutive windows merged, a whole number of them each, into at most `most`: each mean weighted by steps."""
+    size = -(-len(windows) // most)
+    out = []
+    for i in range(0, len(windows), size):
+        group = windows[i:i + size]
+        steps = sum(w["steps"] for w in group)
+        out.append({"start": group[0]["start"], "end": group[0]["start"] + size * (group[0]["end"] - group[0]["start"]),
+                    "mean_accept_len": sum(w["mean_accept_len"] * w["steps"] for w in group) / steps, "steps": steps})
+    return out
 
 
 @dataclass(frozen=True)
@@ -153,14 +169,17 @@ def _percentiles_ms(values_us: list[float]) -> dict[str, float] | None:
     return {"mean": float(a.mean()), "p50": p50, "p90": p90, "p99": p99}
 
 
-def load_metrics(run: RunSummary, target) -> dict[str, Any]:
-    """Per-request latency percentiles, request throughput, goodput under the latency target, queueing, KV use."""
+def load_metrics(run: RunSummary, target, max_concurrency: int | None = None) -> dict[str, Any]:
+    """Per-request latency percentiles, request throughput, goodput under the latency target, queueing, KV use;
+    `client`: TTFT, TPOT, ITL and E2E as the benchmark clients compute them (results.client). Latencies count
+    from when the client sends a request (its arrival, or later with workload.max_concurrency)."""
     done = [r for r in run.requests if r.completed_at is not None and r.first_token_at is not None]
-    ttft = [r.first_token_at - r.arrived_at for r in done]
+    sent = send_times(done, max_concurrency)
+    ttft = [r.first_token_at - s for r, s in zip(done, sent)]
     tpot = [(r.completed_at - r.first_token_at) / (r.generated - 1) for r in done if r.generated > 1]
-    queue = [r.admitted_at - r.arrived_at for r in done if r.admitted_at is not None]
+    queue = [r.admitted_at - s for r, s in zip(done, sent) if r.admitted_at is not None]
     seconds = run.sim_time_us / 1e6
-    good = [r for r in done if (r.first_token_at - r.arrived_at) / 1e3 <= target.ttft_ms and
+    good = [r for r, t in zip(done, ttft) if t / 1e3 <= target.ttft_ms and
             (r.generated <= 1 or (r.completed_at - r.first_token_at) / (r.generated - 1) / 1e3 <= target.tpot_ms)]
     return {
         "ttft_ms": _percentiles_ms(ttft), "tpot_ms": _percentiles_ms(tpot), "queue_ms": _percentiles_ms(queue),
@@ -174,6 +193,7 @@ def load_metrics(run: RunSummary, target) -> dict[str, Any]:
         "preemptions": run.preemptions,
         "mean_batch": float(run.steps["batch"][run.steps["kind"] > 0].mean()) if (run.steps["kind"] > 0).any() else 0.0,
         "max_waiting": int(run.steps["waiting"].max()) if run.steps["waiting"].size else 0,
+        "client": client_metrics(run, max_concurrency),
     }
 
 

@@ -33,7 +33,7 @@ class Question:
 
 def _load(users: int) -> Overrides:
     """`users` requests sent at the same moment, all served at once: the TTFT is the burst's prefill, not a queue."""
-    return {"workload__concurrency": users, "workload__requests": users}
+    return {"workload__max_running_requests": users, "workload__requests": users}
 
 
 SPEC_OFF = {"speculation__method": "none"}
@@ -89,6 +89,7 @@ def figures_of(result) -> dict[str, Any]:
             "goodput_tok_s_per_gpu": p["goodput_tok_s_per_gpu"], "usd_per_mtok": p["usd_per_mtok"],
             "target_met": p["target_met"], "ttft_ms_p": target.get("ttft_ms_at_percentile"),
             "tpot_ms_p": target.get("tpot_ms_at_percentile"), "error": "",
+            "kernel_source": result.provenance.get("kernel_source", ""),
             "target": f"p{target.get('percentile', 0):g} TTFT <= {target.get('ttft_ms', 0):g} ms, TPOT <= "
                       f"{target.get('tpot_ms', 0):g} ms"}
 
@@ -133,7 +134,7 @@ def kv_transfer(scenario, result) -> dict[str, float]:
 
 
 COLUMNS = ("deployment", "load", "gpus", "tok_s", "tok_s_per_gpu", "goodput_tok_s_per_gpu", "usd_per_mtok",
-           "target_met", "ttft_ms_p", "tpot_ms_p", "kv_MB_per_request", "kv_GBps_at_prefill_rate", "target", "error")
+           "target_met", "ttft_ms_p", "tpot_ms_p", "kv_MB_per_request", "kv_GBps_at_prefill_rate", "target", "kernel_source", "error")
 
 
 def write_rows(rows: list[dict[str, Any]], path: str) -> str:
@@ -196,7 +197,9 @@ def deployment_bars(question: Question, rows: list[dict[str, Any]], path: str) -
         ax.grid(axis="y", alpha=0.3)
     missing = [d for d in question.deployments if d not in labels]
     axes[0].legend(fontsize=7, loc="best")
-    fig.suptitle(question.title + (f"\nnot simulated: {', '.join(missing)}" if missing else ""), fontsize=10)
+    sources = sorted({r["kernel_source"] for r in rows if r.get("kernel_source")})
+    fig.suptitle(question.title + (f"\nnot simulated: {', '.join(missing)}" if missing else "")
+                 + (f"\nkernel times: {', '.join(sources)}" if sources else ""), fontsize=10)
     return _save(fig, path)
 
 

@@ -150,7 +150,7 @@ class Figures:
         extra = {"workload__requests": 32, "workload__output_tokens": 128} if self.quick else {}
         rows = []
         for c in levels:
-            r = run(scenario("nvlink8_h100_llama8b_eagle3"), workload__concurrency=c, **extra)
+            r = run(scenario("nvlink8_h100_llama8b_eagle3"), workload__max_running_requests=c, **extra)
             rows.append({"concurrency": c, "throughput_tok_s": r.throughput_tok_s, "baseline_tok_s": r.baseline_tok_s,
                          "speedup": r.speedup, "breakeven_accept_len": r.breakeven_accept_len,
                          "mean_accept_len": r.mean_accept_len})
