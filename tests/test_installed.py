@@ -119,3 +119,19 @@ def test_the_imports_run_from_an_empty_directory(installed, tmp_path):
     assert "--port 30000" in done.stderr or "--port 30000" in (work / "s.yaml").read_text()
     assert "throughput" in done.stdout
     assert sorted(os.listdir(work)) == ["box.yaml", "card.yaml", "s.yaml"]
+
+
+SHORT = ["--set", "workload.requests=1", "--set", "workload.output_tokens=32", "--set", "workload.prompt_tokens=64"]
+
+
+def test_plan_and_validate_find_the_shipped_data_from_an_empty_directory(installed, tmp_path):
+    """`plan` finds the shipped NVLink board and `validate` the shipped validation set, from any folder."""
+    base, site = installed
+    work = tmp_path / "empty"
+    work.mkdir()
+    plan = specsim(base, site, work, "plan", "pcie8_eagle3", *SHORT)
+    assert plan.returncode == 0, plan.stderr
+    assert "not found" not in plan.stdout and "NVLink board (8x H200)" in plan.stdout
+    one = specsim(base, site, work, "validate", "nccl_tests_272_h200")
+    assert one.returncode == 0 and "1 figures from 1 sources" in one.stdout, one.stderr
+    assert os.listdir(work) == []

@@ -60,10 +60,22 @@ def metric(result_dict: dict, path: str, file: str = "<measured>") -> float:
     return float(node)
 
 
-def load_measured(path: str) -> tuple[MeasuredFile, str]:
-    """A file of the calibration set. A validation file is refused: nothing may be fitted to a validation figure."""
+def load_measured(path: str, scenario_path: str | None = None) -> tuple[MeasuredFile, str]:
+    """A file of the calibration set, or a benchmark client's result file (analysis.bench_files: its workload and
+    its mean TTFT, TPOT and ITL, for the scenario being calibrated). A validation file is refused: nothing may be
+    fitted to a validation figure."""
+    from .bench_files import looks_like_bench, read_bench
     from .validate import is_validation_file
 
+    if looks_like_bench(path):
+        bench = read_bench(path)
+        measurements = bench.measurements()
+        if not measurements:
+            raise ConfigError(path, "std_*_ms", "no figure with a spread to weigh it by (one request, no ITLs)",
+                              "a run of several requests, or one with ITLs")
+        data = {"scenario": os.path.abspath(scenario_path or path), "set": bench.overrides,
+                "description": f"{bench.client} benchmark client result", "measurements": measurements}
+        return validate(MeasuredFile, data, path), os.path.dirname(os.path.abspath(path))
     if is_validation_file(path):
         raise ConfigError(path, "--measured", "a validation file (published figures kept out of calibration)",
                           "a calibration file, e.g. scenarios/measured/reference.yaml")
@@ -87,7 +99,7 @@ def calibrate(scenario_path: str, measured_path: str, fit: list[str], set_args: 
               progress: Callable[[int, np.ndarray, float], None] | None = None) -> Fit:
     from scipy.optimize import least_squares
 
-    measured, base_dir = load_measured(measured_path)
+    measured, base_dir = load_measured(measured_path, scenario_path)
     if len(fit) > len(measured.measurements):
         raise ConfigError(measured_path, "--fit", f"{len(fit)} unknowns but only {len(measured.measurements)} "
                           "measurements: the fit is underdetermined", f"at most {len(measured.measurements)} parameters")

@@ -6,15 +6,21 @@ import json
 import sys
 
 EXAMPLES = """
-  python -m simulator validate                            every case, a table
-  python -m simulator validate --format markdown          the README's table
-  python -m simulator validate scenarios/validation/nccl_tests.yaml --format json
+  specsim validate                                        every shipped case, a table
+  specsim validate --format markdown                      the README's table
+  specsim validate nccl_tests_272_h200 --format json      one shipped file, by name (or a path)
+  specsim validate bench.json --scenario my_scenario.yaml  a vllm bench serve / sglang.bench_serving result file
 """
 
 
 def configure(p) -> None:
-    p.add_argument("paths", nargs="*", help="validation files or folders (default: scenarios/validation)")
+    p.add_argument("paths", nargs="*", help="validation files or folders, or names of shipped validation files "
+                   "(default: the shipped set, scenarios/validation)")
     p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    p.add_argument("--scenario", help="the scenario a benchmark client's result file (JSON / JSONL) ran on: its "
+                   "engine, machine and model (the file gives the workload)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value",
+                   help="override the --scenario's fields; repeatable")
 
 
 def _rows(outcomes) -> list[dict]:
@@ -55,17 +61,26 @@ def main(args) -> int:
         args = p.parse_args(args)
     import os
 
+    from ..analysis import bench_files
     from ..analysis import validate as v
+    from ..config.errors import ConfigError
 
     paths = []
-    for path in args.paths or [v.DEFAULT_DIR]:
+    for path in [v.locate(p) for p in args.paths] or [v.default_dir()]:  # every name checked before any run
         paths += v.files(path) if os.path.isdir(path) else [path]
+    benches = [p for p in paths if bench_files.looks_like_bench(p)]
+    if benches and not getattr(args, "scenario", None):
+        raise ConfigError("command line", "--scenario", f"{benches[0]} is a benchmark client's result file: it "
+                          "records the workload, not the engine or machine", "--scenario SCENARIO")
+    for path in benches:
+        bench_files.read_bench(path)  # a malformed file is one line, before any run
     outcomes = []
     progress = sys.stderr.isatty()
     for i, path in enumerate(paths):
         if progress:
             print(f"\r  {i + 1}/{len(paths)} {os.path.basename(path):<40}", end="", file=sys.stderr, flush=True)
-        outcomes += v.evaluate(path)
+        outcomes += bench_files.evaluate(path, args.scenario, getattr(args, "overrides", [])) \
+            if path in benches else v.evaluate(path)
     if progress:
         print("\r" + " " * 50 + "\r", end="", file=sys.stderr, flush=True)
     rows, summary = _rows(outcomes), v.summary(outcomes)

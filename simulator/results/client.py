@@ -46,31 +46,57 @@ def stats_ms(values_us) -> dict[str, float] | None:
     return {"mean": float(a.mean()), "median": p50, "std": float(a.std()), "p90": p90, "p99": p99}
 
 
-def step_gaps(steps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(gap, batch, tokens) of each decode or speculative step of one instance: the gap from the end of the step
-    before it (of any kind: a prefill in between stalls every running request) to its own end."""
+def chunk_gaps(steps, first_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(gap, requests, tokens per request) of one instance's decode and speculative steps: a request that was in
+    the step before waited from that step's end (a prefill in between stalls it too); one that joins waited from
+    its first token (first_tokens: the first-token times of the requests that decode here)."""
     ends = steps["start_at"] + steps["duration_us"]
-    order = np.argsort(ends, kind="stable")
-    kinds, ends = steps["kind"][order], ends[order]
-    gaps = np.diff(ends, prepend=ends[:1])
-    decoding = (kinds == KIND_DECODE) | (kinds == KIND_SPEC)
-    decoding[0] = False  # the first step has no step before it
-    return gaps[decoding], steps["batch"][order][decoding], steps["tokens"][order][decoding]
+    decoding = (steps["kind"] == KIND_DECODE) | (steps["kind"] == KIND_SPEC)
+    order = np.argsort(ends[decoding], kind="stable")
+    end, batch = ends[decoding][order], steps["batch"][decoding][order].astype(float)
+    if end.size == 0:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    per_request = steps["tokens"][decoding][order] / np.maximum(batch, 1)
+    first_step = np.searchsorted(end, first_tokens, "right")  # each request's first decode step
+    joins = first_step < end.size
+    joined = np.bincount(first_step[joins], minlength=end.size)
+    stayed = np.maximum(batch - joined, 0)
+    previous = np.concatenate([[np.nan], end[:-1]])
+    gaps = np.concatenate([end - previous, end[first_step[joins]] - first_tokens[joins]])
+    counts = np.concatenate([stayed, np.ones(int(joins.sum()))])
+    tokens = np.concatenate([per_request, per_request[first_step[joins]]])
+    keep = (counts > 0) & np.isfinite(gaps)
+    return gaps[keep], counts[keep], tokens[keep]
 
 
-def itl_samples(run) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """vLLM's ITL sample (one gap per request per step, microseconds) and SGLang's as (values, weights): each step's
-    gap divided by the mean tokens a request of its batch emitted, weighted by the tokens."""
-    parts = [instance.steps for instance in run.instances] if run.instances else [run.steps]
-    gaps, batches, tokens = (np.concatenate(x) for x in zip(*(step_gaps(s) for s in parts)))
-    per_chunk = np.repeat(gaps, batches.astype(int))
-    per_token = gaps * batches / np.maximum(tokens, 1)
-    return per_chunk, per_token, tokens.astype(float), batches
+def weighted_stats_ms(values_us: np.ndarray, weights: np.ndarray, mean_us: float) -> dict[str, float] | None:
+    """mean (given: the clients' exact one), median, std, p90 and p99 of values each occurring `weights` times;
+    percentiles by the inverted weighted CDF (each value holds its share of the weight)."""
+    if values_us.size == 0 or weights.sum() <= 0:
+        return None
+    order = np.argsort(values_us)
+    v, w = values_us[order] / 1e3, weights[order]
+    cdf = np.cumsum(w) / w.sum()
+    at = lambda q: float(v[min(np.searchsorted(cdf, q / 100.0), v.size - 1)])  # noqa: E731
+    average = float(np.average(v, weights=w))
+    return {"mean": float(mean_us) / 1e3, "median": at(50), "std": float(np.sqrt(np.average((v - average) ** 2, weights=w))),
+            "p90": at(90), "p99": at(99)}
 
 
-def weighted_stats_ms(values_us: np.ndarray, weights: np.ndarray) -> dict[str, float] | None:
-    """stats_ms of a sample where value i occurs weights[i] times (whole token counts)."""
-    return stats_ms(np.repeat(values_us, weights.astype(int))) if values_us.size else None
+def itl_stats(run, done) -> tuple[dict | None, dict | None]:
+    """vLLM's ITL (one gap per streamed chunk) and SGLang's (a chunk's gap split evenly over its tokens). Their
+    means are exact (the requests' decode time over their chunks, or over their tokens after the first); the
+    spread comes from the steps' gaps, each request of a step taken to emit the step's mean tokens."""
+    parts = [(i.steps, i.requests) for i in run.instances] if run.instances else [(run.steps, run.requests)]
+    pieces = [chunk_gaps(steps, np.array([r.first_token_at for r in reqs if r.first_token_at is not None], dtype=float))
+              for steps, reqs in parts]
+    gaps, counts, per_request = (np.concatenate(x) for x in zip(*pieces))
+    decode_us = sum(r.completed_at - r.first_token_at for r in done)
+    chunks, tokens = counts.sum(), sum(r.generated - 1 for r in done)
+    per_chunk = weighted_stats_ms(gaps, counts, decode_us / chunks) if chunks else None
+    per_token = weighted_stats_ms(gaps / np.maximum(per_request, 1e-12), counts * per_request,
+                                  decode_us / tokens) if tokens else None
+    return per_chunk, per_token
 
 
 def client_metrics(run, max_concurrency: int | None) -> dict:
@@ -81,10 +107,10 @@ def client_metrics(run, max_concurrency: int | None) -> dict:
     ttft = [r.first_token_at - sent[r.request_id] for r in done]
     e2e = [r.completed_at - sent[r.request_id] for r in done]
     tpot = [(r.completed_at - r.first_token_at) / (r.generated - 1) for r in done if r.generated > 1]
-    per_chunk, per_token, tokens, _ = itl_samples(run)
+    per_chunk, per_token = itl_stats(run, done)
     duration_s = (max(r.completed_at for r in done) - min(sent.values())) / 1e6 if done else 0.0
-    return {"ttft_ms": stats_ms(ttft), "tpot_ms": stats_ms(tpot), "itl_ms": stats_ms(per_chunk),
-            "itl_per_token_ms": weighted_stats_ms(per_token, tokens), "e2e_latency_ms": stats_ms(e2e),
+    return {"ttft_ms": stats_ms(ttft), "tpot_ms": stats_ms(tpot), "itl_ms": per_chunk,
+            "itl_per_token_ms": per_token, "e2e_latency_ms": stats_ms(e2e),
             "client_queue_ms": stats_ms([sent[r.request_id] - r.arrived_at for r in done]),
             "output_throughput_tok_s": sum(r.generated for r in done) / duration_s if duration_s > 0 else 0.0,
             "max_concurrency": max_concurrency}
