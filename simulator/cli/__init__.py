@@ -28,6 +28,7 @@ COMMANDS = {
     "breakeven": ("breakeven", "the accept length speculation needs, per chain / tree and verify mode"),
     "plan": ("plan", "one lever at a time: what each change does to throughput, ranked"),
     "sweep": ("sweep", "run a scenario over a grid, zip or random sample of config values"),
+    "pareto": ("pareto", "the frontier of output tok/s per GPU against tok/s per user, with and without speculation"),
     "collective": ("collective", "predicted time of one collective on a topology"),
     "tree": ("tree", "the best token tree for a positional acceptance vector"),
     "calibrate": ("calibrate", "fit named parameters to measured figures"),

@@ -144,9 +144,11 @@ def check_axes(sweep: Sweep, base: Scenario) -> None:
     """Every axis path must name a key of the base scenario (a path under a `kind` family is left to the run)."""
     raw = {**base.spec.model_dump(mode="json"), "topology": base.topology.model_dump(mode="json"),
            "model": base.model.model_dump(mode="json")}
+    from ..config.loader import RENAMED_PATHS
+
     for path in sweep.spec.axes:
         node: Any = raw
-        for key in path.split("."):
+        for key in RENAMED_PATHS.get(path, path).split("."):  # an old name sets its new key
             if isinstance(node, dict):
                 if key not in node:
                     if "kind" in node:
