@@ -48,7 +48,7 @@ def test_a_vllm_speculative_config_becomes_a_scenario_that_runs(capsys, tmp_path
     path, err = imported(capsys, tmp_path, "nvlink8_h100", VLLM)
     spec = load_scenario(str(path)).spec
     assert (spec.parallelism.tp, spec.speculation.method, spec.speculation.draft_tokens) == (4, "eagle3", 3)
-    assert (spec.workload.concurrency, spec.runtime.memory_fraction) == (64, 0.9)
+    assert (spec.workload.max_running_requests, spec.runtime.memory_fraction) == (64, 0.9)
     assert "draft_tensor_parallel_size=1" in err and "--max-model-len 8192" in err
     assert main(["run", str(path), *SHORT]) == 0
 

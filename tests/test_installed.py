@@ -135,3 +135,16 @@ def test_plan_and_validate_find_the_shipped_data_from_an_empty_directory(install
     one = specsim(base, site, work, "validate", "nccl_tests_272_h200")
     assert one.returncode == 0 and "1 figures from 1 sources" in one.stdout, one.stderr
     assert os.listdir(work) == []
+
+
+def test_pareto_from_an_empty_directory_writes_only_there(installed, tmp_path):
+    base, site = installed
+    work = tmp_path / "pareto"
+    work.mkdir()
+    ran = specsim(base, site, work, "pareto", "nvlink8_h100_llama8b_eagle3", "--gpus", "1", "--users", "1",
+                  "--prompt-tokens", "64", "--output-tokens", "16", "--workers", "1")
+    assert ran.returncode == 0, ran.stderr
+    assert "frontier (no speculation)" in ran.stdout
+    name = "pareto_nvlink8_h100_llama8b_eagle3"
+    written = sorted(f for f in os.listdir(work) if not f.endswith(".lock"))  # the sweep store's lock stays
+    assert written == [f"{name}.csv", f"{name}.png", f"{name}.results.csv"]

@@ -103,7 +103,7 @@ SGLANG: dict[str, Setter] = {
     "--enable-flashinfer-allreduce-fusion": _set("runtime.fuse_allreduce_rmsnorm", lambda _v: True),
     "--enable-nccl-nvls": _set("runtime.allreduce", lambda _v: "nvls"),
     "--mem-fraction-static": _set("runtime.memory_fraction", float),
-    "--chunked-prefill-size": _chunked, "--max-running-requests": _set("workload.concurrency"),
+    "--chunked-prefill-size": _chunked, "--max-running-requests": _set("workload.max_running_requests"),
     "--moe-a2a-backend": _a2a, "--deepep-mode": _deepep_mode,
 }
 VLLM: dict[str, Setter] = {
@@ -113,7 +113,7 @@ VLLM: dict[str, Setter] = {
     "--enable-expert-parallel": _vllm_ep, "--speculative-config": _spec("vllm_config", None),
     "--enforce-eager": _graphs_off, "--disable-custom-all-reduce": _set("runtime.allreduce", lambda _v: "nccl"),
     "--gpu-memory-utilization": _set("runtime.memory_fraction", float),
-    "--max-num-batched-tokens": _set("workload.max_prefill_tokens"), "--max-num-seqs": _set("workload.concurrency"),
+    "--max-num-batched-tokens": _set("workload.max_prefill_tokens"), "--max-num-seqs": _set("workload.max_running_requests"),
 }
 # known flags that change the engine but have no scenario key (said so, with what to do where there is one)
 NOT_MODELLED = {

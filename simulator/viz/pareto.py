@@ -69,7 +69,7 @@ def pareto_figure(points, fronts: dict, scenario, path: str) -> str:
                        label=f"{label}, {'meets' if met else 'misses'} the target" if chosen else None)
     for (name, front), style in zip(fronts.items(), ("-", "--")):
         ax.plot([p.tok_s_per_user for p in front], [p.tok_s_per_gpu for p in front], style, color="black",
-                drawstyle="steps-post", linewidth=1.2, label=f"frontier ({name})")
+                drawstyle="steps-pre", linewidth=1.2, label=f"frontier ({name})")
     ax.set_xlabel("tokens/s per user (1000 / mean TPOT)")
     ax.set_ylabel("output tokens/s per GPU")
     ax.grid(alpha=0.3)
