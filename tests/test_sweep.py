@@ -56,7 +56,7 @@ def test_grid_sweep_on_two_workers_matches_single_runs(tmp_path):
     out = tmp_path / "grid.results.csv"  # default: in the current directory, named after the sweep
     assert report.out == str(out) and (report.num_points, report.num_ok, report.num_failed) == (8, 8, 0)
     rows = read_results(str(out))
-    assert list(rows[0]) == ["point_id", "point", *GRID, *METRICS, *PROVENANCE_COLUMNS, "status", "error", "check"]
+    assert list(rows[0]) == ["point_id", "point", "base_id", *GRID, *METRICS, *PROVENANCE_COLUMNS, "status", "error", "check"]
     assert [int(r["point"]) for r in rows] == list(range(8))  # written in point order, whatever finished first
     assert len({r["point_id"] for r in rows}) == 8 and {r["status"] for r in rows} == {"ok"}
     combos = {(r["topology.fabric.shm_hop_latency_us"], r["topology.host.eager_launch_us"],
@@ -168,9 +168,9 @@ def test_random_mode_is_seeded_and_in_range(tmp_path):
 
 
 def test_point_id_is_a_stable_hash_of_the_overrides():
-    a = point_id("base.yaml", {"x.y": 1, "z": [0.5, 0.25]})
-    assert a == point_id("base.yaml", {"z": [0.5, 0.25], "x.y": 1}) and len(a) == 16
-    assert a != point_id("base.yaml", {"x.y": 2, "z": [0.5, 0.25]}) != point_id("other.yaml", {"x.y": 1})
+    a = point_id("0123456789abcdef", {"x.y": 1, "z": [0.5, 0.25]})
+    assert a == point_id("0123456789abcdef", {"z": [0.5, 0.25], "x.y": 1}) and len(a) == 16
+    assert a != point_id("0123456789abcdef", {"x.y": 2, "z": [0.5, 0.25]}) != point_id("fedcba9876543210", {"x.y": 1})
 
 
 def test_the_shipped_example_sweep_loads():

@@ -9,6 +9,10 @@ parent leaves spawned workers running (holding its stdout and stderr, and POSIX 
   points its stdin, stdout and stderr at /dev/null, so nobody waits on a pipe it holds;
 - the parent knows which task each worker holds: when one dies, `results()` reports that task as `Died` and a
   fresh worker takes its place; the caller decides whether to retry;
+- workers are watched: a worker may send `Deadline(seconds)` as it starts a piece of work (a sweep point, from
+  its own estimate); one that sends nothing else in that time (stuck, or stopped by SIGSTOP) is SIGKILLed and its
+  task reported as `Died`. Otherwise a worker holding a task must send something every `first_deadline_s`;
+- tasks are taken from an iterator only as workers become free, so a long sweep never holds them all;
 - glibc's malloc is told to keep freed memory instead of trimming and re-faulting it (M_TRIM_THRESHOLD,
   M_MMAP_THRESHOLD, M_TOP_PAD): a sweep point allocates and frees the same arrays over and over, and returning
   them to the kernel each time costs page faults (system time) on the next point.
@@ -24,7 +28,7 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Connection, Pipe, wait
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from .memory import tune_malloc
 
@@ -32,9 +36,21 @@ PR_SET_PDEATHSIG = 1
 
 
 class Died(NamedTuple):
-    """A worker died holding this task: how (a signal's name or an exit status)."""
+    """A worker died holding this task: how (a signal's name, an exit status, a deadline it ran past)."""
 
     reason: str
+
+
+class Done(NamedTuple):
+    """A task ended: what the function returned."""
+
+    result: Any
+
+
+class Deadline(NamedTuple):
+    """From a worker: kill me if I send nothing else within `seconds`."""
+
+    seconds: float
 
 
 def die_with_parent(parent: int) -> None:
@@ -60,18 +76,22 @@ class _Worker:
         self.pid = pid
         self.conn = conn
         self.task: Any = None  # the task it holds, or None when idle
+        self.deadline: tuple[float, float] | None = None  # (monotonic time, the seconds it was given)
         self.reaped = False  # its pid may belong to another process now: never signal it again
 
 
 class ForkPool:
-    """`workers` forked processes running `function(task)`; tasks in, (task, result or Died) out.
+    """`workers` forked processes running `function(task, send)`; tasks in, (task, message) out: what the worker
+    sent with `send`, then Done(result), or Died(reason).
 
     `close_fds` are descriptors of the parent's that a worker must not keep (a lock, a results file).
     """
 
-    def __init__(self, function: Callable[[Any], Any], workers: int, close_fds: tuple[int, ...] = ()):
+    def __init__(self, function: Callable[[Any, Callable[[Any], None]], Any], workers: int,
+                 close_fds: tuple[int, ...] = (), first_deadline_s: float | None = None):
         self.function = function
         self.close_fds = close_fds
+        self.first_deadline_s = first_deadline_s
         self.parent = os.getpid()
         self.queue: list[Any] = []
         self.workers: list[_Worker] = []
@@ -84,27 +104,58 @@ class ForkPool:
             raise
 
     def submit(self, task: Any) -> None:
+        """Run `task` before any task not yet taken from the iterator (a retry)."""
         self.queue.append(task)
 
-    def results(self) -> Iterator[tuple[Any, Any]]:
-        """Yield (task, result) as tasks finish, or (task, Died(reason)) when a worker dies holding one; tasks
-        submitted while iterating are run too. Ends when the queue is empty and every worker is idle."""
-        while self.queue or any(w.task is not None for w in self.workers):
+    def results(self, tasks: Iterable[Any] = ()) -> Iterator[tuple[Any, Any]]:
+        """Yield (task, message) as workers send them; (task, Done(result)) when a task ends; (task, Died(reason))
+        when a worker dies holding one or is killed past its deadline. Tasks come from the queue (`submit`, also
+        while iterating), then from `tasks`, one per free worker. Ends when both are empty and every worker idle."""
+        tasks = iter(tasks)
+        while True:
             for worker in self.workers:
-                if worker.task is None and self.queue:
-                    worker.task = self.queue.pop(0)
+                if worker.task is None:
+                    worker.task = self.queue.pop(0) if self.queue else next(tasks, None)
+                    if worker.task is None:
+                        continue
+                    self._arm(worker, self.first_deadline_s)
                     with contextlib.suppress(OSError):  # a dead worker is found by wait() below
                         worker.conn.send(worker.task)
             busy = {w.conn: w for w in self.workers if w.task is not None}
-            for conn in wait(list(busy), timeout=1.0):
+            if not busy:
+                return
+            now = time.monotonic()
+            soonest = min((w.deadline[0] for w in busy.values() if w.deadline), default=now + 1.0)
+            ready = wait(list(busy), timeout=min(1.0, max(0.0, soonest - now)))
+            for conn in ready:
                 worker = busy[conn]
-                task, worker.task = worker.task, None
                 try:
-                    result = conn.recv()
+                    message = conn.recv()
                 except (EOFError, OSError):
+                    task, worker.task = worker.task, None
                     yield task, Died(self._replace(worker))
                     continue
-                yield task, result
+                if isinstance(message, Deadline):
+                    self._arm(worker, message.seconds)
+                    continue
+                task = worker.task
+                if isinstance(message, Done):
+                    worker.task, worker.deadline = None, None
+                else:  # a sign of life: the next one is due within first_deadline_s
+                    self._arm(worker, self.first_deadline_s)
+                yield task, message
+            now = time.monotonic()
+            for worker in [w for w in busy.values() if w.conn not in ready and w.task is not None]:
+                if worker.deadline and now > worker.deadline[0]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(worker.pid, signal.SIGKILL)  # stuck or stopped: SIGKILL ends either
+                    task, worker.task = worker.task, None
+                    self._replace(worker)
+                    yield task, Died(f"ran past its deadline of {worker.deadline[1]:.3g} s, killed")
+
+    @staticmethod
+    def _arm(worker: _Worker, seconds: float | None) -> None:
+        worker.deadline = None if seconds is None else (time.monotonic() + seconds, seconds)
 
     def _replace(self, worker: _Worker) -> str:
         """Reap a dead worker, start another in its place; returns how the dead one ended."""
@@ -184,13 +235,13 @@ def _become_worker(parent: int, close_fds: tuple[int, ...]) -> None:
     tune_malloc()
 
 
-def _serve(conn: Connection, function: Callable[[Any], Any]) -> None:
+def _serve(conn: Connection, function: Callable[[Any, Callable[[Any], None]], Any]) -> None:
     while True:
         try:
             task = conn.recv()
         except (EOFError, OSError):
             return
-        conn.send(function(task))
+        conn.send(Done(function(task, conn.send)))
 
 
 def _reap(pid: int) -> str:

@@ -2,26 +2,26 @@
 
 A sweep file names a base scenario, `axes` (dotted paths, the same as `--set`), a `mode` that turns the axes into
 points (grid: product, zip: side by side, random: seeded samples), fixed `set` overrides and the `metrics` to keep
-(dotted paths into Result.to_dict()). A point's id is a hash of the base scenario's name and every override, so a
-rerun recognises the points it has done. Axis values must be finite numbers where they are numbers.
+(dotted paths into Result.to_dict()). A point's id is a hash of its resolved configuration (identity.py), so a
+rerun recognises the points it has done and no others. Points are made lazily, one at a time. Axis values must be finite numbers where they are numbers.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Iterable, Iterator, Literal, NamedTuple
 
 import numpy as np
 from pydantic import Field
 
-from ..config import Scenario
+from ..config import Scenario, load_scenario
 from ..config.base import Strict, validate
 from ..config.errors import ConfigError
 from ..config.loader import read_yaml
+from .identity import base_id, point_id
 
 RESERVED = ("point_id", "status", "error", "check")
 
@@ -73,6 +73,7 @@ class Sweep:
 class Point(NamedTuple):
     id: str
     values: dict[str, Any]  # axis path -> value
+    index: int = 0  # its place in the sweep's order (the results file's `point` column)
 
 
 def load_sweep(path: str) -> Sweep:
@@ -174,38 +175,66 @@ def num_points(sweep: Sweep) -> float:
     return float(math.prod(len(v) for v in spec.axes.values()))
 
 
-def point_id(scenario: str, overrides: dict[str, Any]) -> str:
-    """A stable hash of a point: the base scenario as named in the sweep file and every override applied to it."""
-    text = json.dumps({"scenario": scenario, "set": overrides}, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
+def iter_points(sweep: Sweep, base: Scenario | None = None, fixed: dict[str, Any] | None = None
+                ) -> Iterator[Point]:
+    """The sweep's distinct points in a stable order, made one at a time (a 10^7-point grid is never held).
 
-
-def points(sweep: Sweep, fixed: dict[str, Any] | None = None) -> list[Point]:
-    """The sweep's distinct points in a stable order; `fixed` (default: the file's `set`) goes into each id."""
+    `base`: the base scenario loaded with `fixed` (default: the file's `set`); ids hash its resolved configuration
+    (identity.py). Grid axes are made distinct value by value, so their product has no repeats; zip and random
+    points are made distinct by id (a set as large as the points: random samples are drawn up front anyway).
+    """
     spec = sweep.spec
-    fixed = dict(spec.fixed if fixed is None else fixed)
+    if base is None:
+        base = load_scenario(sweep.scenario_path, list((spec.fixed if fixed is None else fixed).items()))
+    base_key, base_dir, memo = base_id(base), base.base_dir, {}
     names = list(spec.axes)
+    seen: set[str] | None = set()
     if spec.mode == "grid":
-        rows = itertools.product(*spec.axes.values())
+        rows: Iterable = itertools.product(*(_distinct(values) for values in spec.axes.values()))
+        seen = None
     elif spec.mode == "zip":
         rows = zip(*spec.axes.values())
     else:
         rng = np.random.default_rng(spec.seed)
         columns = [_draw(RandomAxis.model_validate(spec.axes[n]), spec.samples, rng) for n in names]
         rows = zip(*columns)
-    out: dict[str, Point] = {}
+    index = 0
     for row in rows:
-        values = dict(zip(names, row))
-        pid = point_id(spec.scenario, {**fixed, **values})
-        out.setdefault(pid, Point(pid, values))
+        values = {name: _plain(value) for name, value in zip(names, row)}
+        pid = point_id(base_key, values, base_dir, memo)
+        if seen is not None:
+            if pid in seen:
+                continue
+            seen.add(pid)
+        yield Point(pid, values, index)
+        index += 1
+
+
+def points(sweep: Sweep, fixed: dict[str, Any] | None = None, base: Scenario | None = None) -> list[Point]:
+    """Every point of the sweep (iter_points as a list: for small sweeps and tests)."""
+    return list(iter_points(sweep, base, fixed))
+
+
+def _distinct(values: list[Any]) -> list[Any]:
+    """An axis's values with repeats (equal as JSON) left out, in their order."""
+    out: dict[str, Any] = {}
+    for value in values:
+        out.setdefault(json.dumps(value, sort_keys=True, default=str), value)
     return list(out.values())
 
 
-def _draw(axis: RandomAxis, n: int, rng: np.random.Generator) -> list[Any]:
+def _plain(value: Any) -> Any:
+    """A numpy scalar (a random draw) as the Python number it holds."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _draw(axis: RandomAxis, n: int, rng: np.random.Generator) -> Iterable[Any]:
+    """n draws of one axis: an array (8 bytes a sample), read lazily; choices by index."""
     if axis.choices is not None:
-        return [axis.choices[i] for i in rng.integers(0, len(axis.choices), n)]
+        choices = axis.choices
+        return (choices[i] for i in rng.integers(0, len(choices), n))
     u = rng.random(n)
     if axis.log:
         lo, hi = math.log(axis.low), math.log(axis.high)
-        return [float(x) for x in np.clip(np.exp(lo + u * (hi - lo)), axis.low, axis.high)]
-    return [float(x) for x in np.clip(axis.low + u * (axis.high - axis.low), axis.low, axis.high)]
+        return np.clip(np.exp(lo + u * (hi - lo)), axis.low, axis.high)
+    return np.clip(axis.low + u * (axis.high - axis.low), axis.low, axis.high)

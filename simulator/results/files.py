@@ -2,8 +2,9 @@
 
 Every output is written to a temporary file in the destination's own folder, flushed to disk (fsync) and renamed
 over the destination (os.replace, atomic on POSIX within one file system). A write that fails half-way (a full
-disk, a kill) leaves the previous file untouched and no temporary file behind. The checks run before the
-simulation, so a mistyped path costs one line and exit 2, not a simulation thrown away.
+disk, a kill) leaves the previous file untouched; a temporary file left by a kill -9 (its name holds its writer's
+pid) is removed by the next write to the same output. The checks run before the simulation, so a mistyped path
+costs one line and exit 2, not a simulation thrown away.
 """
 from __future__ import annotations
 
@@ -77,7 +78,9 @@ def atomic_write(path: str, mode: str = "w", encoding: str | None = "utf-8", new
     On any exception the temporary file is removed and `path` is left as it was.
     """
     folder = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    prefix = f".{os.path.basename(path)}."
+    remove_stale_temps(folder, prefix)
+    fd, temp = tempfile.mkstemp(dir=folder, prefix=f"{prefix}{os.getpid()}.", suffix=".tmp")
     try:
         binary = "b" in mode
         with os.fdopen(fd, mode, encoding=None if binary else encoding,
@@ -92,6 +95,30 @@ def atomic_write(path: str, mode: str = "w", encoding: str | None = "utf-8", new
             os.unlink(temp)
         raise
     _sync_folder(folder)
+
+
+def remove_stale_temps(folder: str, prefix: str) -> None:
+    """Remove the temporary files `prefix<pid>.<random>.tmp` in `folder` whose writer is gone (a kill -9 during a
+    write leaves one): a live writer's file is its own."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split(".", 1)[0] if name.startswith(prefix) and name.endswith(".tmp") else ""
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def write_bytes(path: str, data: bytes) -> str:
