@@ -25,7 +25,7 @@ import math
 import os
 import time
 import zlib
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -188,14 +188,7 @@ class Store:
         """flock the results file itself (made if missing): a sweep through another name of it (a hard link) is
         refused too. Taken again on each new inode a rewrite makes; the old ones stay held until the end."""
         fd = os.open(self.real, os.O_RDONLY | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _flock_holder(fd)
-            os.close(fd)
-            raise ConfigError("--out", self.path, f"another sweep (process {holder}) is writing this results file "
-                              "under another name", "wait for it to finish, or give another --out") from None
-        self.held.append(fd)
+        self.held.append(_exclusive(fd, self.path, _flock_holder, " under another name"))
 
     def _rewrite(self, data: bytes) -> None:
         """Replace the file's content atomically (through a symlink, never replacing it) and keep it locked."""
@@ -275,19 +268,25 @@ def _misfit(cells: list[str], status: str, done: set[str], checks: list[tuple[in
 
 def _lock(lock_path: str, shown: str) -> int:
     """Hold an exclusive lock on OUT.lock (beside the file's real path), or refuse naming the sweep that holds it."""
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _exclusive(os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644), shown,
+                    lambda fd: os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _exclusive(fd: int, shown: str, holder: Callable[[int], str], how: str = "") -> int:
+    """`fd` with an exclusive flock on its file, or closed and a refusal naming the process `holder` finds."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+        pid = holder(fd)
         os.close(fd)
-        raise ConfigError("--out", shown, f"another sweep (process {holder}) is writing this results file",
+        raise ConfigError("--out", shown, f"another sweep (process {pid}) is writing this results file{how}",
                           "wait for it to finish, or give another --out") from None
     except BaseException:
         os.close(fd)
         raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
 
 
