@@ -56,7 +56,8 @@ def test_grid_sweep_on_two_workers_matches_single_runs(tmp_path):
     out = tmp_path / "grid.results.csv"  # default: in the current directory, named after the sweep
     assert report.out == str(out) and (report.num_points, report.num_ok, report.num_failed) == (8, 8, 0)
     rows = read_results(str(out))
-    assert list(rows[0]) == ["point_id", "point", "base_id", *GRID, *METRICS, *PROVENANCE_COLUMNS, "status", "error", "check"]
+    assert list(rows[0]) == ["point_id", "point", "base_id", *GRID, *METRICS, *PROVENANCE_COLUMNS, "status", "error",
+                             "check"]
     assert [int(r["point"]) for r in rows] == list(range(8))  # written in point order, whatever finished first
     assert len({r["point_id"] for r in rows}) == 8 and {r["status"] for r in rows} == {"ok"}
     combos = {(r["topology.fabric.shm_hop_latency_us"], r["topology.host.eager_launch_us"],

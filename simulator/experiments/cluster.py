@@ -39,7 +39,8 @@ def connect(address: str):
     try:
         from dask.distributed import Client
     except ImportError:
-        raise ConfigError("--dask", address, "dask.distributed is not installed", "pip install 'specsim[dask]'") from None
+        raise ConfigError("--dask", address, "dask.distributed is not installed",
+                          "pip install 'specsim[dask]'") from None
     probe(address)
     try:
         return Client(address, timeout="10s")

@@ -3,7 +3,8 @@
 A sweep file names a base scenario, `axes` (dotted paths, the same as `--set`), a `mode` that turns the axes into
 points (grid: product, zip: side by side, random: seeded samples), fixed `set` overrides and the `metrics` to keep
 (dotted paths into Result.to_dict()). A point's id is a hash of its resolved configuration (identity.py), so a
-rerun recognises the points it has done and no others. Points are made lazily, one at a time. Axis values must be finite numbers where they are numbers.
+rerun recognises the points it has done and no others. Points are made lazily, one at a time. Axis values must be
+finite numbers where they are numbers.
 """
 from __future__ import annotations
 
