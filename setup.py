@@ -1,14 +1,16 @@
 """Package layout for setuptools (metadata is in pyproject.toml).
 
-The shipped topologies and scenarios (model cards, measurements and example scenarios included) stay at the
-repository's top level, where users and the README find them, and are installed as the packages
-simulator.data.topologies and simulator.data.scenarios[.*]; simulator.config.catalog looks in both places.
+The shipped topologies, scenarios (model cards, measurements and example scenarios included) and engine profiles
+stay at the repository's top level, where users and the README find them, and are installed as the packages
+simulator.data.topologies, simulator.data.scenarios[.*] and simulator.data.engines.*; simulator.config.catalog looks
+in both places.
 """
 import os
 
 from setuptools import find_namespace_packages, setup
 
-DATA = {"topologies": "simulator.data.topologies", "scenarios": "simulator.data.scenarios"}
+DATA = {"topologies": "simulator.data.topologies", "scenarios": "simulator.data.scenarios",
+        "engines": "simulator.data.engines"}
 DATA_FILES = ["*.yaml", "*.yml", "*.csv", "*.json", "*.md", "*.txt"]
 
 # namespace packages too: a folder such as simulator/results needs no __init__.py to be shipped

@@ -79,7 +79,8 @@ def test_reference_eagle3_verify_and_allreduce(reference):
 def test_reference_eagle3_accept_and_breakeven(reference):
     assert 1.9 <= reference.mean_accept_len <= 2.1
     assert reference.throughput_tok_s < reference.baseline_tok_s
-    assert 2.3 <= reference.breakeven_accept_len <= 2.6  # docs/reference.md: 2.46 (verify only)
+    # docs/reference.md: 2.46 from the verify alone; drafting and SGLang 0.5.9's host work around the step add the rest
+    assert 2.3 <= reference.breakeven_accept_len <= 2.7
 
 
 def test_cuda_graph_verify_is_cheaper_and_moves_breakeven(reference):

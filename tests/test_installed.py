@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ROOT
 
-SOURCES = ("pyproject.toml", "setup.py", "README.md", "simulator", "topologies", "scenarios")
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "simulator", "topologies", "scenarios", "engines")
 
 
 def snapshot(folder: str) -> dict[str, tuple[int, int]]:
@@ -62,6 +62,7 @@ def test_the_wheel_ships_the_data(installed):
     assert (data / "topologies" / "pcie8_rtx_pro_6000.yaml").is_file()
     assert (data / "scenarios" / "models" / "kimi_k2_5.yaml").is_file()
     assert (data / "scenarios" / "pcie8_ngram.yaml").is_file() and (site / "simulator" / "py.typed").is_file()
+    assert (data / "engines" / "sglang" / "0.5.9.yaml").is_file()
     # every module of the source is installed (a folder without __init__.py included)
     source = {os.path.relpath(os.path.join(d, f), ROOT) for d, _, files in os.walk(os.path.join(ROOT, "simulator"))
               for f in files if f.endswith(".py")}

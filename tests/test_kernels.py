@@ -126,6 +126,11 @@ def test_roofline_choice_and_missing_package_time_every_kernel_by_the_roofline(t
     timer = KernelTimer(Machine(scenario).gpu, "roofline")
     assert timer.source is None and "runtime.kernels: roofline" in timer.note
     monkeypatch.setattr(measured, "data_root", lambda: None)
+    # a process without the package has no plans cached by an equal machine that had it (an earlier test's)
+    from collections import OrderedDict
+
+    import simulator.engine.machine as machine_module
+    monkeypatch.setattr(machine_module, "_PLAN_CACHE", OrderedDict())
     default = load_scenario(_scenario(tmp_path, "llama_3_1_8b", "nvlink8_h100", 1))  # kernels: measured
     machine = Machine(default)
     assert machine.kernels.source is None and "not installed" in machine.kernels.report([])["source"]

@@ -24,6 +24,7 @@ KINDS = {
     "topology": (os.path.join("topologies"), "topology", ("topologies",)),
     "model": (os.path.join("scenarios", "models"), "model card", (os.path.join("scenarios", "models"), "models")),
     "scenario": (os.path.join("scenarios"), "scenario", ("scenarios",)),
+    "engine": (os.path.join("engines"), "engine profile", ("engines",)),
 }
 PLURALS = {"topologies": "topology", "models": "model", "scenarios": "scenario"}
 

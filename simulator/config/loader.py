@@ -17,6 +17,7 @@ from .base import validate
 from .workload import OLD_NAMES, renamed_concurrency
 from .model_card import ModelCard
 from .checks import check
+from .engine_profile import EngineRun, apply_engine
 from .scenario import ScenarioSpec
 from .topology import GPUSpec, Topology, gpu_of, what_if_gpu
 
@@ -36,6 +37,7 @@ class Scenario:
     # the GPU as its topology file has it, where overrides set a physical field away from it (a what-if GPU: measured
     # kernel data are of this one); None when the topology's GPU is the loaded one
     gpu_as_loaded: GPUSpec | None = None
+    engine: EngineRun | None = field(default=None, compare=False)  # the engine profile the runtime was resolved under
 
     @property
     def name(self) -> str:
@@ -58,6 +60,8 @@ class Scenario:
         }
         if self.draft_model is not None:
             raw["speculation"]["draft_model"]["model"] = self.draft_model.model_dump(mode="json")
+        for key in self.engine.keys if self.engine is not None else ():
+            raw["runtime"].pop(key, None)  # the engine profile's: resolved again (an override may change the engine)
         # build() applies the overrides as --set does: a part replaced by a file, then a key inside it, reaches into
         # the new file (a sweep with a topology axis and a topology.gpu.* axis)
         rebuilt = build(raw, self.source, os.path.dirname(self.source) if os.path.isfile(self.source) else ".",
@@ -79,7 +83,11 @@ class Scenario:
         new = {part: validate(_PARTS[part], raw[part], f"{self.source} ({part})") for part in parts}
         # the spec holds each part as build() leaves it: the validated part's dump
         spec = self.spec.model_copy(update={part: new[part].model_dump(mode="json") for part in parts})
-        scenario = replace(self, **new, spec=spec, overrides=self.overrides + tuple(overrides.items()),
+        engine = self.engine
+        if engine is not None and "topology" in parts:  # the profile's graph sizes depend on the GPU's memory
+            own = set(type(spec.runtime).model_fields) - set(engine.keys)
+            spec, engine = apply_engine(spec, new["topology"], self.source, own)
+        scenario = replace(self, **new, spec=spec, engine=engine, overrides=self.overrides + tuple(overrides.items()),
                            gpu_as_loaded=self._loaded_gpu(new.get("topology", self.topology)))
         check(scenario)
         return scenario
@@ -297,8 +305,8 @@ def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any
             raise ConfigError(name, "<root>", "expected a mapping for the draft model card")
         draft_card = validate(ModelCard, data, name)
         draft_cfg["model"] = name if isinstance(draft_cfg["model"], str) else "<inline>"
-    spec = validate(ScenarioSpec, raw, file)
-    scenario = Scenario(spec=spec, topology=parts["topology"], model=parts["model"], source=file,
+    spec, engine = apply_engine(validate(ScenarioSpec, raw, file), parts["topology"], file)
+    scenario = Scenario(spec=spec, topology=parts["topology"], model=parts["model"], source=file, engine=engine,
                         draft_model=draft_card, files=files, overrides=tuple(overrides),
                         gpu_as_loaded=what_if_gpu(gpu_of(loaded_gpu), parts["topology"].gpu))
     check(scenario)

@@ -7,6 +7,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt
 
 from .base import Strict
 from .deployment import Deployment
+from .engine import Engine
 from .parallelism import Parallelism
 from .policy import Policy, StaticPolicy
 from .speculation import Speculation
@@ -27,7 +28,9 @@ class SpeculativeHost(Strict):
 
 
 class Runtime(Strict):
-    """How the serving engine runs the passes: CUDA graphs, the all-reduce algorithm, fusions, memory share."""
+    """How the serving engine runs the passes: CUDA graphs, the all-reduce algorithm, fusions, memory share. A key
+    left out takes the engine profile's value (engines/<name>/<version>.yaml), not the default shown here; a key set
+    here is a what-if over the engine (never in a validation case)."""
 
     cuda_graph_decode: bool = Field(True, description="Plain decode passes replay a captured CUDA graph")
     cuda_graph_verify: bool = Field(False, description="Verify passes replay a captured CUDA graph (else eager)")
@@ -41,7 +44,10 @@ class Runtime(Strict):
     allreduce: Literal[ALLREDUCE_CHOICES] = Field(  # type: ignore[valid-type]
         "auto", description="auto: cheapest permitted; nccl: NCCL's tuner; or force one algorithm")
     fuse_allreduce_rmsnorm: bool = Field(False, description="All-reduce fused with the following RMSNorm: one kernel fewer per all-reduce")
-    overlap_schedule: bool = Field(True, description="Scheduler host work overlaps the GPU in plain decode (SGLang's overlap scheduler; off while speculating)")
+    overlap_schedule: bool = Field(True, description="Scheduler host work overlaps the GPU in plain decode (SGLang's overlap scheduler)")
+    scheduler_step_us: Optional[float] = Field(None, ge=0, le=1e5, description=(
+        "The engine's scheduler host time per step (the engine profile's; default: the topology's host.step_overhead_us)"))
+    overlap_schedule_speculative: bool = Field(False, description="Scheduler host work overlaps the GPU while speculating too (SGLang's spec v2)")
     speculative_host: SpeculativeHost = Field(SpeculativeHost(), description=(
         "Host work of the engine's speculative step outside the passes (eager ops behind syncs, syncs, per-request "
         "Python), exposed because the overlap scheduler is off while speculating"))
@@ -63,6 +69,10 @@ class ScenarioSpec(Strict):
     model: Union[str, dict[str, Any]] = Field(description=(
         "Path to a model card YAML or a Hugging Face config.json (relative to this file), a card name, or an inline mapping"))
     parallelism: Parallelism
+    engine: Optional[Engine] = Field(None, description=(
+        "The serving engine and its flags in its own names: {name: sglang|vllm|trtllm|transformers|gpt_fast, version, "
+        "...}; its profile (engines/<name>/<version>.yaml) sets the runtime keys the scenario leaves out; none: "
+        "SGLang 0.5.9, said in the report"))
     deployment: Deployment = Field(Deployment(), description="The instances' router (parallelism.dp replicas)")
     runtime: Runtime = Runtime()
     workload: Workload = Workload()

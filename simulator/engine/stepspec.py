@@ -17,9 +17,10 @@ class PassSpec:
 
 def step_overhead_us(host, runtime, speculating: bool) -> float:
     """Host time around a step's passes: the end-of-step synchronisation, and the scheduler's work, which overlaps
-    the GPU in plain decode under SGLang's overlap scheduler but not while speculating."""
-    hidden = runtime.overlap_schedule and not speculating
-    return host.sync_us + (0.0 if hidden else host.step_overhead_us)
+    the GPU under an overlap scheduler (the engine profile's: in SGLang, in plain decode but not while speculating)."""
+    hidden = runtime.overlap_schedule_speculative if speculating else runtime.overlap_schedule
+    scheduler = host.step_overhead_us if runtime.scheduler_step_us is None else runtime.scheduler_step_us
+    return host.sync_us + (0.0 if hidden else scheduler)
 
 
 def speculative_host_us(host, runtime, batch: int) -> float:

@@ -51,6 +51,8 @@ def provenance(scenario: Scenario) -> dict:
         "seed": scenario.spec.seed,
         "fidelity": scenario.spec.fidelity,
         "kernel_source": kernel_source(scenario),
+        "engine": scenario.engine.label() if scenario.engine is not None else None,
+        "engine_profile": _file(scenario.engine.profile_file) if scenario.engine is not None else None,
         "description": describe(scenario),
     }
 

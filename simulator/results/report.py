@@ -59,7 +59,7 @@ LOAD = {**{k: PERCENTILES for k in ("ttft_ms", "tpot_ms", "queue_ms")}, "request
         "kv_capacity_tokens": None, "kv_peak_fraction": None, "preemptions": None, "mean_batch": None,
         "max_waiting": None}
 PROVENANCE = ("specsim_version", "scenario", "scenario_file", "topology", "topology_file", "model", "model_file",
-              "overrides", "seed", "fidelity", "kernel_source", "description")
+              "overrides", "seed", "fidelity", "kernel_source", "engine", "engine_profile", "description")
 CSV_SHAPE: dict[str, Any] = {
     "scenario": None, "fidelity": None, "seed": None, "throughput_tok_s": None, "baseline_tok_s": None,
     "speedup": None, "mean_accept_len": None, "breakeven_accept_len": None, "tokens": None, "sim_time_s": None,
@@ -195,6 +195,8 @@ def _header_lines(r: Result) -> list[str]:
     lines = [f"specsim {r.provenance.get('specsim_version', '')}: {r.scenario}".replace(" :", ":")]
     if r.description:
         lines.append(f"  {r.description}")
+    if r.provenance.get("engine"):
+        lines.append(f"  engine {r.provenance['engine']}, profile {r.provenance.get('engine_profile')}")
     if r.provenance.get("overrides"):
         lines.append(f"  overrides: {'; '.join(r.provenance['overrides'])}")
     lines.append(f"fidelity {r.fidelity}, seed {r.seed}, {r.tokens:,} tokens, simulated {r.sim_time_s:,.1f} s "

@@ -1,0 +1,213 @@
+"""An engine profile: every engine-side input of one engine at one release, each with its source.
+
+A profile is a data file, engines/<name>/<version>.yaml (shipped in the package as simulator.data.engines). Every
+input is a mapping {value, kind, source}: kind `counted` (read from the engine's code at that release: the source
+names the file and function), `fitted` (a calibrated parameter: the source names the calibration figure in
+scenarios/measured/) or `estimated` (neither: the source says what the estimate rests on). `runtime_defaults`
+turns a profile and the scenario's engine flags into the runtime keys the simulator reads; a key the scenario
+sets itself under `runtime:` wins over both (a what-if, never in a validation case).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Generic, Literal, Optional, TypeVar
+
+from pydantic import Field, NonNegativeInt, PositiveInt, TypeAdapter
+
+from .base import Strict, validate
+from .errors import ConfigError
+from .scenario import SpeculativeHost
+
+T = TypeVar("T")
+SOURCE_KINDS = ("counted", "fitted", "estimated")
+
+
+class Sourced(Strict, Generic[T]):
+    """One engine-side input and where it comes from."""
+
+    value: T
+    kind: Literal[SOURCE_KINDS]  # type: ignore[valid-type]
+    source: str = Field(min_length=8, description="file and function at that release, or the calibration figure")
+
+
+class CapturedPasses(Strict):
+    """Which passes the engine replays from CUDA graphs (its graph runners), absent flags that turn them off."""
+
+    decode: bool
+    target_verify: bool
+    draft: bool
+    draft_extend: bool
+
+
+class MaxBatchTier(Strict):
+    """The largest captured batch where the GPU's memory is below a bound and the TP degree below another (the
+    first tier that matches wins; a tier without bounds matches every machine)."""
+
+    gpu_memory_below_GB: Optional[float] = Field(None, gt=0)
+    tp_below: Optional[PositiveInt] = None
+    max_bs: PositiveInt
+
+
+class BatchRange(Strict):
+    """Captured batch sizes start, start + step, ... up to stop (inclusive), as the engine's list comprehension."""
+
+    start: PositiveInt
+    stop: PositiveInt
+    step: PositiveInt = 1
+
+
+class CustomAllReduce(Strict):
+    """When the engine runs its own all-reduce kernel instead of NCCL's."""
+
+    kernel: str = Field(min_length=1, description="which kernel (one-shot / two-shot P2P, ...)")
+    one_shot_max_bytes: NonNegativeInt
+    max_bytes: NonNegativeInt
+    pcie_max_gpus: PositiveInt = Field(description="on a fabric without NVLink between all GPUs, at most this many")
+
+
+class KernelDatabase(Strict):
+    """The measured kernel tables (aiconfigurator-core) that stand for this engine's kernels."""
+
+    engine: str
+    version: str
+
+
+class EngineProfile(Strict):
+    """Every engine-side input of one engine release."""
+
+    engine: Literal["sglang", "vllm", "trtllm", "transformers", "gpt_fast"]
+    version: str
+    released: str = Field(description="release date (YYYY-MM-DD) and where the code was read")
+    scheduler_step_us: Sourced[Optional[float]] = Field(description=(
+        "the scheduler loop's host time per step; null: the topology's host.step_overhead_us"))
+    overlap_schedule: Sourced[bool] = Field(description="the scheduler's host work hidden behind the GPU in plain decode")
+    overlap_schedule_speculative: Sourced[bool] = Field(description="the same while speculating")
+    cuda_graphs: Sourced[CapturedPasses]
+    cuda_graph_max_bs: Sourced[list[MaxBatchTier]] = Field(description="the largest captured batch by machine")
+    speculative_capture_bs: Sourced[list[BatchRange]] = Field(description="speculative graphs' batch sizes (padded up)")
+    speculative_host: Sourced[SpeculativeHost]
+    custom_allreduce: Sourced[Optional[CustomAllReduce]] = Field(description="null: NCCL for every all-reduce")
+    fuse_allreduce_rmsnorm: Sourced[bool]
+    attention_backend: Sourced[dict[str, str]] = Field(description="GPU architecture (sm90, sm100, sm120, ...) -> backend")
+    kernel_database: Sourced[KernelDatabase]
+
+    def inputs(self) -> dict[str, Sourced]:
+        return {name: getattr(self, name) for name in type(self).model_fields if isinstance(getattr(self, name), Sourced)}
+
+
+def profile_path(name: str, version: str) -> str:
+    from .catalog import data_dir
+
+    return os.path.join(data_dir("engine"), name, f"{version}.yaml")
+
+
+def known_versions(name: str) -> list[str]:
+    from .catalog import data_dir
+
+    folder = os.path.join(data_dir("engine"), name)
+    if not os.path.isdir(folder):
+        return []
+    return sorted(os.path.splitext(f)[0] for f in os.listdir(folder) if f.endswith(".yaml"))
+
+
+def load_profile(name: str, version: str, referrer: str = "<scenario>") -> tuple[EngineProfile, str]:
+    """The profile of an engine release and its file; a version without one is a one-line error naming those there."""
+    from .loader import read_yaml
+
+    path = profile_path(name, version)
+    if not os.path.isfile(path):
+        shown = ", ".join(known_versions(name)) or "none"
+        raise ConfigError(referrer, "engine.version", f"no {name} profile for version {version!r}",
+                          f"one of {shown} (engines/{name}/<version>.yaml)")
+    profile = validate(EngineProfile, read_yaml(path), path)
+    if (profile.engine, profile.version) != (name, version):
+        raise ConfigError(path, "engine", f"the file holds {profile.engine} {profile.version}, not {name} {version}")
+    return profile, path
+
+
+def captured_sizes(profile: EngineProfile, flags: dict, gpu_memory_GB: float, tp: int) -> list[int] | None:
+    """The batch sizes the speculative graphs are captured at on this machine (None: every size, no padding)."""
+    explicit = flags.get("cuda_graph_bs") or flags.get("cuda_graph_sizes") or \
+        (flags.get("cuda_graph_config") or {}).get("batch_sizes")
+    if explicit:
+        return sorted(set(explicit))
+    max_bs = flags.get("cuda_graph_max_bs") or (flags.get("cuda_graph_config") or {}).get("max_batch_size")
+    if max_bs is None:
+        tier = next((t for t in profile.cuda_graph_max_bs.value
+                     if (t.gpu_memory_below_GB is None or gpu_memory_GB < t.gpu_memory_below_GB)
+                     and (t.tp_below is None or tp < t.tp_below)), None)
+        if tier is None:
+            return None
+        max_bs = tier.max_bs
+    if flags.get("disable_cuda_graph_padding") or (flags.get("cuda_graph_config") or {}).get("enable_padding") is False:
+        return list(range(1, max_bs + 1))
+    sizes = {b for r in profile.speculative_capture_bs.value for b in range(r.start, r.stop + 1, r.step)}
+    return sorted(b for b in sizes if b <= max_bs) or [max_bs]
+
+
+def runtime_defaults(profile: EngineProfile, flags: dict, gpu_memory_GB: float, tp: int) -> dict:
+    """The runtime keys this engine release runs a scenario with, its flags applied (runtime: keys set in the
+    scenario itself override these)."""
+    graphs = profile.cuda_graphs.value
+    no_graphs = bool(flags.get("disable_cuda_graph") or flags.get("enforce_eager") or flags.get("compile") is False
+                     or ("cuda_graph_config" in flags and flags["cuda_graph_config"] is None))
+    overlap_off = flags.get("disable_overlap_schedule") or flags.get("disable_overlap_scheduler")
+    overlap_on = flags.get("async_scheduling")
+    host = profile.speculative_host.value
+    out = {
+        "cuda_graph_decode": graphs.decode and not no_graphs,
+        "cuda_graph_verify": graphs.target_verify and not no_graphs,
+        "cuda_graph_draft": graphs.draft and not no_graphs,
+        "cuda_graph_draft_extend": graphs.draft_extend and not no_graphs,
+        "overlap_schedule": bool(overlap_on or (profile.overlap_schedule.value and not overlap_off)),
+        "overlap_schedule_speculative": bool(profile.overlap_schedule_speculative.value and not overlap_off),
+        "speculative_host": host.model_dump(),
+        "scheduler_step_us": profile.scheduler_step_us.value,
+        "fuse_allreduce_rmsnorm": bool(flags.get("enable_flashinfer_allreduce_fusion",
+                                                 profile.fuse_allreduce_rmsnorm.value)),
+    }
+    fraction = flags.get("mem_fraction_static") or flags.get("gpu_memory_utilization") or \
+        flags.get("free_gpu_memory_fraction")
+    if fraction is not None:
+        out["memory_fraction"] = fraction
+    if flags.get("disable_custom_all_reduce") or profile.custom_allreduce.value is None:
+        out["allreduce"] = "nccl"
+    sizes = captured_sizes(profile, flags, gpu_memory_GB, tp)
+    out["speculative_graph_batch_sizes"] = sizes
+    return out
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """The engine a scenario runs under: its profile's file, whether the scenario named it, and the runtime keys the
+    profile (with the flags) gave, none of which the scenario set under runtime: itself."""
+
+    name: str
+    version: str
+    profile_file: str
+    named: bool
+    keys: tuple[str, ...]
+
+    def label(self) -> str:
+        return f"{self.name} {self.version}" + ("" if self.named else " (the default: the scenario names no engine)")
+
+
+def apply_engine(spec, topology, file: str, user_keys=None):
+    """(the spec with its runtime resolved under its engine's profile, EngineRun). `user_keys`: the runtime keys the
+    scenario set itself (default: those its runtime: mapping holds)."""
+    from .engine import DEFAULT_ENGINE, Engine, flags_of
+    from .scenario import Runtime
+
+    engine, named = spec.engine, spec.engine is not None
+    if engine is None:
+        engine = TypeAdapter(Engine).validate_python(DEFAULT_ENGINE)
+    profile, path = load_profile(engine.name, engine.version, file)
+    defaults = runtime_defaults(profile, flags_of(engine), topology.gpu.memory_GB, spec.parallelism.tp)
+    user = set(spec.runtime.model_fields_set if user_keys is None else user_keys)
+    taken = {key: value for key, value in defaults.items() if key not in user}
+    own = spec.runtime.model_dump(mode="json", include=user)
+    runtime = validate(Runtime, {**own, **taken}, file, "runtime")
+    return spec.model_copy(update={"runtime": runtime}), EngineRun(engine.name, engine.version, path, named,
+                                                                   tuple(sorted(taken)))
+

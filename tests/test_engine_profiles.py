@@ -1,0 +1,155 @@
+"""Engine profiles (engines/<name>/<version>.yaml): every input sourced, every shipped scenario names an engine, the
+profile's inputs reach the runtime unless the scenario sets them, the engine's flags apply in its own names, and a
+scenario that names none runs the stated default and says so."""
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+import yaml
+
+import simulator
+from conftest import ROOT, SCENARIOS, scenario_path
+from simulator.config.engine import DEFAULT_ENGINE
+from simulator.config.engine_profile import EngineProfile, Sourced, captured_sizes, load_profile
+
+PROFILES = sorted(glob.glob(os.path.join(ROOT, "engines", "*", "*.yaml")))
+CASE = os.path.join(SCENARIOS, "validation", "cases", "h100_llama8b_eagle3_mtbench.yaml")
+EAGLE3 = scenario_path("pcie8_eagle3.yaml")
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=[os.path.relpath(p, ROOT) for p in PROFILES])
+def test_every_profile_loads_and_sources_every_input(path):
+    name, version = os.path.basename(os.path.dirname(path)), os.path.splitext(os.path.basename(path))[0]
+    profile, _ = load_profile(name, version)
+    inputs = profile.inputs()
+    assert set(inputs) == {f for f, info in EngineProfile.model_fields.items()
+                           if getattr(info.annotation, "__pydantic_generic_metadata__", {}).get("origin") is Sourced}
+    for key, item in inputs.items():
+        assert item.kind in ("counted", "fitted", "estimated"), key
+        assert len(item.source) >= 20, (key, item.source)  # a file and function, or what the estimate rests on
+
+
+def test_the_required_engines_have_a_profile():
+    have = {(os.path.basename(os.path.dirname(p)), os.path.splitext(os.path.basename(p))[0]) for p in PROFILES}
+    assert any(n == "sglang" and v.startswith("0.4.") for n, v in have)
+    assert any(n == "sglang" and v.startswith("0.5.") for n, v in have)
+    assert {"vllm", "trtllm"} <= {n for n, _ in have}
+    assert (DEFAULT_ENGINE["name"], DEFAULT_ENGINE["version"]) in have
+
+
+def test_every_shipped_scenario_names_an_engine():
+    files = glob.glob(os.path.join(SCENARIOS, "*.yaml")) + glob.glob(os.path.join(SCENARIOS, "validation", "cases", "*.yaml"))
+    scenarios = [p for p in files if "scenario" not in yaml.safe_load(open(p))]  # sweeps name a base scenario
+    assert len(scenarios) > 20
+    for path in scenarios:
+        assert "engine" in yaml.safe_load(open(path)), path
+
+
+def test_the_reference_scenarios_run_sglang_059():
+    for name in ("pcie8_eagle3.yaml", "pcie8_baseline.yaml", "pcie8_ngram.yaml"):
+        engine = simulator.load_scenario(scenario_path(name)).engine
+        assert (engine.name, engine.version, engine.named) == ("sglang", "0.5.9", True)
+
+
+def test_a_scenario_naming_no_engine_runs_the_default_and_says_so(tmp_path, capsys):
+    from simulator.cli import main
+
+    raw = yaml.safe_load(open(EAGLE3))
+    raw.pop("engine")
+    raw["topology"] = os.path.join(ROOT, "topologies", "pcie8_rtx_pro_6000.yaml")
+    raw["model"] = os.path.join(SCENARIOS, "models", "kimi_k2_5.yaml")
+    path = tmp_path / "no_engine.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    scenario = simulator.load_scenario(str(path))
+    assert (scenario.engine.name, scenario.engine.version, scenario.engine.named) == ("sglang", "0.5.9", False)
+    assert scenario.spec.runtime == simulator.load_scenario(EAGLE3).spec.runtime  # the same profile as naming it
+    assert main([str(path), "--set", "workload.requests=1", "--set", "workload.output_tokens=16"]) == 0
+    out = capsys.readouterr().out
+    assert "engine sglang 0.5.9 (the default: the scenario names no engine)" in out
+
+
+def test_the_profile_sets_what_the_scenario_leaves_out():
+    """The EAGLE-3 batch case sets no runtime key: its runtime is SGLang 0.4.4.post2's profile, read independently."""
+    scenario = simulator.load_scenario(CASE)
+    profile = yaml.safe_load(open(os.path.join(ROOT, "engines", "sglang", "0.4.4.post2.yaml")))
+    runtime = scenario.spec.runtime
+    graphs = profile["cuda_graphs"]["value"]
+    assert (runtime.cuda_graph_decode, runtime.cuda_graph_verify, runtime.cuda_graph_draft,
+            runtime.cuda_graph_draft_extend) == (graphs["decode"], graphs["target_verify"], graphs["draft"],
+                                                 graphs["draft_extend"])
+    assert runtime.speculative_host.model_dump() == profile["speculative_host"]["value"]
+    assert (runtime.overlap_schedule, runtime.overlap_schedule_speculative) == (True, False)
+    # SGLang 0.4.4.post2's list: 1-8, odd 9-31, then 64, 96, 128, 160 (an 80 GB H100 captures up to 160)
+    assert runtime.speculative_graph_batch_sizes == [*range(1, 9), *range(9, 32, 2), 64, 96, 128, 160]
+
+
+def test_a_runtime_key_the_scenario_sets_wins_over_the_profile():
+    scenario = simulator.load_scenario(EAGLE3)  # sets runtime.cuda_graph_verify: false; SGLang captures the verify
+    assert scenario.spec.runtime.cuda_graph_verify is False
+    assert "cuda_graph_verify" not in scenario.engine.keys and "speculative_host" in scenario.engine.keys
+
+
+@pytest.mark.parametrize("flag, value, check", [
+    ("disable_overlap_schedule", True, lambda r: r.overlap_schedule is False),
+    ("disable_cuda_graph", True, lambda r: not (r.cuda_graph_decode or r.cuda_graph_draft or r.cuda_graph_draft_extend)),
+    ("cuda_graph_max_bs", 12, lambda r: r.speculative_graph_batch_sizes == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12]),
+    ("cuda_graph_bs", [4, 2, 16], lambda r: r.speculative_graph_batch_sizes == [2, 4, 16]),
+    ("disable_cuda_graph_padding", True, lambda r: r.speculative_graph_batch_sizes == list(range(1, 513))),
+    ("disable_custom_all_reduce", True, lambda r: r.allreduce == "nccl"),
+    ("enable_flashinfer_allreduce_fusion", True, lambda r: r.fuse_allreduce_rmsnorm is True),
+])
+def test_engine_flags_apply_in_the_engines_own_names(flag, value, check):
+    runtime = simulator.load_scenario(EAGLE3, [(f"engine.{flag}", value)]).spec.runtime
+    assert check(runtime)
+    assert not check(simulator.load_scenario(EAGLE3).spec.runtime)
+
+
+def test_changing_the_engine_by_override_resolves_its_profile_again():
+    base = simulator.load_scenario(CASE)
+    newer = base.with_overrides({"engine.version": "0.5.9"})
+    assert newer.spec.runtime == simulator.load_scenario(CASE, [("engine.version", "0.5.9")]).spec.runtime
+    assert newer.spec.runtime.cuda_graph_draft_extend is True and base.spec.runtime.cuda_graph_draft_extend is False
+    assert newer.spec.runtime.speculative_host != base.spec.runtime.speculative_host
+
+
+def test_a_machine_with_less_memory_captures_fewer_graphs():
+    """SGLang 0.5.9 caps the captured batch by the GPU's memory (server_args.py's tiers): a what-if GPU of 24 GB at
+    TP1 captures up to 24, by override of the topology alone as by a rebuild."""
+    base = simulator.load_scenario(CASE, [("engine.version", "0.5.9")])
+    small = base.with_overrides({"topology.gpu.memory_GB": 24})
+    assert max(small.spec.runtime.speculative_graph_batch_sizes) == 24
+    assert max(base.spec.runtime.speculative_graph_batch_sizes) == 256
+    rebuilt = simulator.load_scenario(CASE, [("engine.version", "0.5.9"), ("topology.gpu.memory_GB", 24)])
+    assert small.spec.runtime == rebuilt.spec.runtime
+
+
+def test_captured_sizes_follow_the_engines_list():
+    profile, _ = load_profile("sglang", "0.5.9")
+    sizes = captured_sizes(profile, {}, gpu_memory_GB=80, tp=1)
+    assert sizes[:12] == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16] and sizes[-1] == 256
+    assert captured_sizes(profile, {}, gpu_memory_GB=80, tp=8)[-1] == 512
+
+
+def test_the_provenance_names_the_engine_and_its_profile():
+    result = simulator.run(EAGLE3, workload__requests=1, workload__output_tokens=16)
+    assert result.provenance["engine"] == "sglang 0.5.9"
+    assert result.provenance["engine_profile"].endswith(os.path.join("engines", "sglang", "0.5.9.yaml"))
+
+
+def profile_rows() -> list[str]:
+    """The README's table rows, read from the profile files themselves."""
+    rows = []
+    for path in PROFILES:
+        data = yaml.safe_load(open(path))
+        by = {kind: [key for key, item in data.items() if isinstance(item, dict) and item.get("kind") == kind]
+              for kind in ("counted", "fitted", "estimated")}
+        rows.append(f"| {data['engine']} {data['version']} | " + " | ".join(", ".join(by[k]) or "-" for k in by) + " |")
+    return rows
+
+
+def test_the_readme_table_says_what_each_profile_counts_fits_and_estimates():
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    head = "| profile | counted from code | fitted | estimated |\n| --- | --- | --- | --- |\n"
+    assert head + "\n".join(profile_rows()) + "\n" in readme
