@@ -12,7 +12,8 @@ import pathlib
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "simulator"
-LAYERS = {"config": 0, "importers": 0, "hardware": 1, "model": 1, "kernels": 1, "speculation": 1, "engine": 2, "results": 3,
+LAYERS = {"config": 0, "importers": 0, "hardware": 1, "model": 1, "kernels": 1, "speculation": 1, "engine": 2,
+          "serving": 2, "results": 3,
           "analysis": 4, "experiments": 4, "viz": 4, "cli": 5}
 TOP = 6  # simulator/__init__.py and __main__.py: the public face may import anything
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
 
 from .base import Strict
 from .deployment import Deployment
@@ -59,6 +59,16 @@ class Runtime(Strict):
         "kernels, NVLink inside a machine), nccl (NCCL send/recv groups); auto: SGLang's --deepep-mode auto (low-latency "
         "for decode and verify, normal for prefill) where the EP ranks share NVLink, else nccl")
     memory_fraction: float = Field(0.9, gt=0, le=1, description="Share of device memory for weights and KV cache (SGLang mem_fraction_static, vLLM gpu_memory_utilization)")
+    host_slowdown: Optional[dict[NonNegativeInt, float]] = Field(None, description=(
+        "Rank -> factor on that rank's host launch times (1.2: a host 20% slower; event fidelity only: every other "
+        "fidelity runs the ranks' hosts alike)"))
+
+    @field_validator("host_slowdown")
+    @classmethod
+    def _positive_slowdown(cls, value):
+        if value and not all(0.01 <= factor <= 100 for factor in value.values()):
+            raise ValueError("every factor must be between 0.01 and 100")
+        return value
 
 
 class ScenarioSpec(Strict):
@@ -79,4 +89,4 @@ class ScenarioSpec(Strict):
     speculation: Speculation = Speculation()
     policy: Policy = Field(StaticPolicy(kind="static"), description="When to speculate and with what: static, hybrid, adaptive_length, multi_drafter, batch_threshold, batch_table, goodput")
     seed: NonNegativeInt = Field(0, description="Seed of every random stream (acceptance, host jitter, arrivals, lengths)")
-    fidelity: Literal["fast", "layer", "link"] = Field("fast", description="fast: memoised pass costs; layer: every pass per rank; link: flows on the fabric's links")
+    fidelity: Literal["fast", "layer", "link", "event"] = Field("fast", description="fast: memoised pass costs; layer: every pass per rank; link: flows on the fabric's links; event: every rank's host and stream, every collective and the drafter as SimPy processes")

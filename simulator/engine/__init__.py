@@ -8,7 +8,7 @@ from ..config.errors import ConfigError
 from .machine import Machine
 from .server import Server
 
-FIDELITIES = ("fast", "layer", "link")
+FIDELITIES = ("fast", "layer", "link", "event")
 ON_START: list = []  # callables given each new Server before it runs: a progress display polls it (results/progress)
 
 
@@ -17,6 +17,9 @@ def check_fidelity(scenario: Scenario, fidelity: str | None) -> str:
     fidelity = fidelity or scenario.spec.fidelity
     if fidelity not in FIDELITIES:
         raise ConfigError(scenario.source, "fidelity", f"fidelity {fidelity!r} is not available", ", ".join(FIDELITIES))
+    if scenario.spec.runtime.host_slowdown and fidelity != "event":
+        raise ConfigError(scenario.source, "runtime.host_slowdown", f"a slower host needs the event fidelity, not "
+                          f"{fidelity!r} (the closed form runs every rank's host alike)", "fidelity: event")
     return fidelity
 
 

@@ -59,7 +59,7 @@ def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = Non
         prefill_pool(scenario, 1)
         return [simulate(scenario, machines[0], seed, fidelity, speculate, on_pass, max_steps)]
     env = simpy.Environment()
-    links = SharedLinks(env, machines[0].fabric) if fidelity == "link" else None
+    links = SharedLinks(env, machines[0].fabric) if fidelity in ("link", "event") else None
     servers = [Server(env, machine, instance_seed, fidelity, speculate, on_pass if i == 0 else None, max_steps,
                       routed=True, network=links.view(i) if links is not None else None)
                for i, (machine, instance_seed) in enumerate(zip(machines, instance_seeds(seed, len(machines))))]

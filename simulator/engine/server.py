@@ -62,9 +62,13 @@ class Server:
         self._primary = self.walks.primary
         jitter = np.random.default_rng(jitter_seq)
         # the breakdown of a step's cost is evaluated only if read (a sweep point reads the durations alone)
-        self.costs = FastStepCosts(machine, seed, jitter, deferred=True) if self.fast else \
-            LayerStepCosts(machine, jitter, on_pass, seed=seed, network=network or (
-                SharedLinks(env, machine.fabric).view(0) if fidelity == "link" else None))
+        links = network or (SharedLinks(env, machine.fabric).view(0) if fidelity in ("link", "event") else None)
+        if fidelity == "event":  # the ranks, collectives and drafter as processes (serving/)
+            from ..serving import EventStepCosts
+            self.costs = EventStepCosts(env, machine, jitter, on_pass, seed=seed, network=links)
+        else:
+            self.costs = FastStepCosts(machine, seed, jitter, deferred=True) if self.fast else \
+                LayerStepCosts(machine, jitter, on_pass, seed=seed, network=links)
         self.max_steps = max_steps  # stop early (traces record the first steps only)
         # the scheduler's per-step host work overlaps the GPU in plain decode, not while speculating (SGLang)
         self._other_spec = step_overhead_us(host, spec.runtime, speculating=True)

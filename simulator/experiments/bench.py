@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 
 REFERENCE_SCENARIOS = ("pcie8_ngram", "pcie8_eagle3", "pcie8_baseline")  # shipped scenarios, by name
-DEFAULT_TOKENS = {"fast": (2048, 8192, 32768), "layer": (2048, 8192), "link": (2048,)}
-DEFAULT_REPEATS = {"fast": 5, "layer": 3, "link": 3}
+DEFAULT_TOKENS = {"fast": (2048, 8192, 32768), "layer": (2048, 8192), "link": (2048,), "event": (2048,)}
+DEFAULT_REPEATS = {"fast": 5, "layer": 3, "link": 3, "event": 3}
 FLOOR_STEPS = 50_000  # timeouts in the reference loop: ~50 ms, long enough to time, short next to the figures
 
 

@@ -1,0 +1,106 @@
+"""A step at event fidelity: the drafter is a process, the passes are orders to the ranks' hosts (serving.ranks),
+and the scheduler's host work runs where the engine runs it: serial with the GPU, or (the overlap scheduler)
+after the hosts have launched the pass, while the GPU runs it, so that only what the GPU does not cover is exposed.
+
+The serving loop itself (engine.server.Server.run: admission, batching, the policy's decision, the log) is the
+scheduler process that calls `step`; the costs come back as STEP_COST values like the other fidelities'.
+Assumption: the overlapped preparation of step n+1 does not depend on step n's sampled tokens (SGLang's overlap
+scheduler resolves them on the GPU), so batches and decisions are those of the serial loop.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..config.errors import ConfigError
+from ..engine.costs import FastStepCosts
+from ..engine.machine import Machine
+from ..engine.passbook import BookedCost, PassBook
+from ..engine.records import STEP_COST, CostTable
+from ..engine.stepspec import PassSpec, StepSpec, step_overhead_us
+from ..engine.timeline import DURATION_ONLY, finish_pass
+from .ranks import RankSet
+
+
+def host_slowdown(machine: Machine) -> list[float] | None:
+    """Each rank's host speed factor from runtime.host_slowdown (None: every rank alike), or one line."""
+    slow = machine.scenario.spec.runtime.host_slowdown
+    if not slow:
+        return None
+    ranks = machine.tp
+    for rank in slow:
+        if not 0 <= rank < ranks:
+            raise ConfigError(machine.scenario.source, f"runtime.host_slowdown.{rank}",
+                              f"rank {rank} is not one of the {ranks} ranks", f"0 to {ranks - 1}")
+    return [slow.get(r, 1.0) for r in range(ranks)]
+
+
+class Drafter:
+    """The drafter as a process: host-side proposals (n-gram lookup) on the CPU, then its passes as orders to the
+    ranks it runs on (the target's, in order on the same streams)."""
+
+    def __init__(self, env, machine: Machine, ranks: RankSet, rng: np.random.Generator, on_pass=None):
+        self.env, self.machine, self.ranks, self.rng, self.on_pass = env, machine, ranks, rng, on_pass
+
+    def propose(self, step: StepSpec, context: int):
+        """SimPy process: one round of drafts for the batch; returns its time."""
+        env = self.env
+        start = env.now
+        if step.draft_host_us > 0:
+            yield env.timeout(step.draft_host_us)
+        for spec in step.drafts:
+            yield from run_pass(self, spec, context, main=False)
+        return env.now - start
+
+
+def run_pass(owner, spec: PassSpec, context: int, main: bool = True, after_us: float = 0.0, book=None):
+    """Generator: one pass ordered from the owner's ranks, waited for until every host has synced; its result
+    (engine.timeline.finish_pass: the duration, booked categories, spans when traced)."""
+    plan = owner.machine.plan_at(spec.part, spec.shape, spec.graph, context)
+    order = owner.ranks.launch(plan, owner.rng, after_us)
+    yield order.synced
+    traced = owner.on_pass is not None
+    book = None if traced else book if main else DURATION_ONLY
+    result = finish_pass(plan, order.h[None], order.H[None], order.ends(), order.begin, traced, book)
+    result["synced_us"] = owner.env.now - order.begin
+    if traced:
+        owner.on_pass(spec, plan, result)
+    return result
+
+
+class EventStepCosts:
+    """Steps whose passes run on rank processes (event fidelity); the drafter a process of its own."""
+
+    def __init__(self, env, machine: Machine, rng: np.random.Generator, on_pass=None, seed: int = 0, network=None):
+        self.env, self.machine, self.rng, self.on_pass = env, machine, rng, on_pass
+        self.network = network
+        self.book = PassBook()
+        self.ranks = RankSet(env, machine.host, machine.tp, network, host_slowdown(machine))
+        self.drafter = Drafter(env, machine, self.ranks, rng, on_pass)
+        self._planner = FastStepCosts(machine, seed, np.random.default_rng(seed))
+        host, runtime = machine.scenario.topology.host, machine.scenario.spec.runtime
+        self._plain_us = step_overhead_us(host, runtime, speculating=False)
+        # the scheduler work the fast fidelity counts as hidden behind the GPU in a plain decode step
+        self._hidden_us = step_overhead_us(host, runtime, speculating=True) - self._plain_us
+
+    def mean_step_us(self, step: StepSpec, context: int) -> float:
+        """Expected step duration, from the fast fidelity's samples (what policies compare)."""
+        return self._planner.mean_step_us(step, context)
+
+    def step(self, env, step: StepSpec, context: int):
+        """Generator (run by the scheduler process): the drafter's round, the main pass with the overlapped
+        scheduler work after its launches, then the serial host work; returns (duration, cost, 0, 0.0)."""
+        start = env.now
+        draft = 0.0
+        if step.drafts or step.draft_host_us > 0:
+            draft = yield env.process(self.drafter.propose(step, context))
+        hidden = self._hidden_us if self._hidden_us > 0 and step.other_us == self._plain_us else 0.0
+        r = yield from run_pass(self, step.main, context, after_us=hidden, book=self.book)
+        if step.other_us > 0:
+            yield env.timeout(step.other_us)
+        duration = env.now - start
+        known = {"duration": duration, "pass_us": r["duration"], "draft_us": draft,
+                 "other": duration - draft - r["duration"]}
+        if "slot" in r:
+            return duration, BookedCost(self.book, r["slot"], known), 0, 0.0
+        cost = dict(r, **known)
+        return duration, CostTable.measured([cost[name] for name in STEP_COST]), 0, 0.0
