@@ -17,7 +17,6 @@ from simulator.engine.machine import Machine
 from simulator.hardware import nccl_tables as T
 from simulator.hardware.expert_parallel import BACKENDS, ep_all_to_all_us, ep_latency_us, p2p_latency_us, stage_send_us
 from simulator.hardware.interconnect import Fabric
-from simulator.hardware.parallel_collectives import allreduce_between_machines
 from simulator.model.cost import PassShape, pass_layout
 from simulator.model.split_layout import Split, stage_layers
 
@@ -147,10 +146,23 @@ def test_expert_parallelism_over_two_machines_takes_deepeps_internode_latencies(
 
 
 def test_tp16_all_reduce_is_nccls_model_between_machines():
+    """One token's 16 KiB all-reduce over 2 machines x 8 H100 (NVLink inside, 8 NICs of 400 Gb/s each), worked out
+    by hand from NCCL 2.29's tuning.cc: NCCL picks tree LL at this size.
+    - channels: one per NIC, 8, each at the fastest sm90 inter-node search speed the NIC carries, 48 GB/s (no
+      duplication: sm90 below 50 GB/s with more than 4 channels); bus bandwidth 8 x 48 = 384 GB/s;
+    - tree: min(384 x 0.92, 8 channels x 41.4 GB/s Hopper per-channel tree cap at 2 nodes) = 331.2; LL: min(331.2 /
+      3.8, llMaxBw 39.0 for 2 nodes) = 39.0; all-reduce algorithm bandwidth half of it, 19.5 GB/s;
+    - latency: tree LL base 6.8 us + 2 x ((8 - 1) NVLink tree LL hops x 0.6 us + log2(2) network tree LL hop x 5.0 us)
+      = 25.2 us;
+    - time: 25.2 + 16384 B / (1000 x 19.5 GB/s x 0.7, the tree LL correction for log2(16384 / 64) = 8) us.
+    The runner-up, ring LL, has 6.6 + 28 x max(0.6, 1.0 us network overhead) + 2 x 2.7 = 40.0 us of latency alone.
+    """
     machine = Machine(load_scenario(TP16))
     nbytes = 8192 * 2
-    _, expected = allreduce_between_machines(machine.fabric, 16, nbytes)
-    assert machine.allreduce.cost(nbytes).time_us == pytest.approx(expected, rel=1e-12)
+    expected = 6.8 + 2 * (7 * 0.6 + 1 * 5.0) + nbytes / (1000 * 19.5 * 0.7)
+    cost = machine.allreduce.cost(nbytes)
+    assert (cost.algorithm, cost.protocol) == ("nccl_tree", "LL")
+    assert cost.time_us == pytest.approx(expected, rel=1e-12)
 
 
 def test_plain_split_keeps_the_tp_layout():
