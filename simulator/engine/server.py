@@ -17,7 +17,8 @@ from ..speculation.setup import build_speculation
 from .admission import Admission
 from .batch_view import BatchView
 from .costs import FastStepCosts
-from .stepspec import PassSpec, StepSpec, speculative_host_us, speculative_passes, step_overhead_us
+from .stepspec import (PassSpec, StepSpec, hidden_scheduler_us, speculative_host_us, speculative_passes,
+                       step_overhead_us)
 from .layercosts import LayerStepCosts
 from .linkpass import SharedLinks
 from .machine import Machine
@@ -73,6 +74,8 @@ class Server:
         # the scheduler's per-step host work overlaps the GPU in plain decode, not while speculating (SGLang)
         self._other_spec = step_overhead_us(host, spec.runtime, speculating=True)
         self._other_plain = step_overhead_us(host, spec.runtime, speculating=False)
+        self._hidden_plain = hidden_scheduler_us(host, spec.runtime, speculating=False)
+        self._hidden_verify = hidden_scheduler_us(host, spec.runtime, speculating=True)
         self._host = host
         self._step_specs: dict[tuple, StepSpec] = {}
         self.routed = routed
@@ -112,14 +115,17 @@ class Server:
         if spec is None:
             rt = self.runtime
             if kind == KIND_PREFILL:
-                spec = StepSpec(PassSpec("target", PassShape(tokens, batch), False), other_us=self._other_spec)
+                spec = StepSpec(PassSpec("target", PassShape(tokens, batch), False), other_us=self._other_spec,
+                                hidden_us=self._hidden_verify)
             elif kind == KIND_DECODE:
-                spec = StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode), other_us=self._other_plain)
+                spec = StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode), other_us=self._other_plain,
+                                hidden_us=self._hidden_plain)
             else:
                 drafter, tree = self.slots[decision.drafter].drafter, decision.tree
                 verify, drafts = speculative_passes(drafter, tree, batch, rt, rt.cuda_graph_verify)
                 spec = StepSpec(verify, drafts, drafter.host_us(tree, batch),
-                                self._other_spec + speculative_host_us(self._host, rt, batch))
+                                self._other_spec + speculative_host_us(self._host, rt, batch),
+                                self._hidden_verify)
             if len(self._step_specs) >= STEP_SPEC_CACHE_SIZE:
                 self._step_specs.clear()
             self._step_specs[key] = spec

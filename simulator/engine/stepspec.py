@@ -3,7 +3,7 @@ them (the scheduler, the end-of-step sync, an engine's speculative host path), a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..model.cost import PassShape
 
@@ -21,6 +21,15 @@ def step_overhead_us(host, runtime, speculating: bool) -> float:
     hidden = runtime.overlap_schedule_speculative if speculating else runtime.overlap_schedule
     scheduler = host.step_overhead_us if runtime.scheduler_step_us is None else runtime.scheduler_step_us
     return host.sync_us + (0.0 if hidden else scheduler)
+
+
+def hidden_scheduler_us(host, runtime, speculating: bool) -> float:
+    """The scheduler's host work of a step that the overlap scheduler runs beside the GPU (what step_overhead_us leaves
+    out: the fast fidelity takes it as hidden; the event fidelity runs it after the pass's launches, exposing what
+    the GPU does not cover)."""
+    hidden = runtime.overlap_schedule_speculative if speculating else runtime.overlap_schedule
+    scheduler = host.step_overhead_us if runtime.scheduler_step_us is None else runtime.scheduler_step_us
+    return scheduler if hidden else 0.0
 
 
 def speculative_host_us(host, runtime, batch: int) -> float:
@@ -72,9 +81,13 @@ class StepSpec:
     drafts: tuple[PassSpec, ...] = ()
     draft_host_us: float = 0.0  # proposals computed on the CPU (n-gram lookup)
     other_us: float = 0.0  # scheduler work and the end-of-step synchronisation
+    # scheduler work the overlap scheduler runs beside the GPU (not in other_us); left out of the repr, which seeds
+    # the fast fidelity's draft pairings (costs._draft_us)
+    hidden_us: float = field(default=0.0, repr=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "_hash", hash((self.main, self.drafts, self.draft_host_us, self.other_us)))
+        object.__setattr__(self, "_hash", hash((self.main, self.drafts, self.draft_host_us, self.other_us,
+                                                self.hidden_us)))
 
     def __hash__(self) -> int:
         return self._hash

@@ -16,7 +16,7 @@ from ..engine.costs import FastStepCosts
 from ..engine.machine import Machine
 from ..engine.passbook import BookedCost, PassBook
 from ..engine.records import STEP_COST, CostTable
-from ..engine.stepspec import PassSpec, StepSpec, step_overhead_us
+from ..engine.stepspec import PassSpec, StepSpec
 from ..engine.timeline import DURATION_ONLY, finish_pass
 from .ranks import RankSet
 
@@ -77,10 +77,6 @@ class EventStepCosts:
         self.ranks = RankSet(env, machine.host, machine.tp, network, host_slowdown(machine))
         self.drafter = Drafter(env, machine, self.ranks, rng, on_pass)
         self._planner = FastStepCosts(machine, seed, np.random.default_rng(seed))
-        host, runtime = machine.scenario.topology.host, machine.scenario.spec.runtime
-        self._plain_us = step_overhead_us(host, runtime, speculating=False)
-        # the scheduler work the fast fidelity counts as hidden behind the GPU in a plain decode step
-        self._hidden_us = step_overhead_us(host, runtime, speculating=True) - self._plain_us
 
     def mean_step_us(self, step: StepSpec, context: int) -> float:
         """Expected step duration, from the fast fidelity's samples (what policies compare)."""
@@ -93,8 +89,7 @@ class EventStepCosts:
         draft = 0.0
         if step.drafts or step.draft_host_us > 0:
             draft = yield env.process(self.drafter.propose(step, context))
-        hidden = self._hidden_us if self._hidden_us > 0 and step.other_us == self._plain_us else 0.0
-        r = yield from run_pass(self, step.main, context, after_us=hidden, book=self.book)
+        r = yield from run_pass(self, step.main, context, after_us=step.hidden_us, book=self.book)
         if step.other_us > 0:
             yield env.timeout(step.other_us)
         duration = env.now - start

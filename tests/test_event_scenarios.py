@@ -1,0 +1,111 @@
+"""What only processes can say, each a shipped scenario (scenarios/event/) with the effect it models: overlap
+scheduling on and off (plain and speculative), one rank's host 20% slower, KV transfers on the decode's links.
+Runs are short and paired by seed (common random numbers: the same host draws in both arms)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import simpy
+
+import simulator
+import simulator.results.run
+from conftest import SCENARIOS
+from simulator.engine.records import KIND_DECODE, KIND_SPEC
+
+EVENT = os.path.join(SCENARIOS, "event")
+OVERLAP = os.path.join(EVENT, "overlap_llama8b.yaml")
+SLOW = os.path.join(EVENT, "pcie8_eagle3_slow_host.yaml")
+KV = os.path.join(EVENT, "two_node_pd_kv_links.yaml")
+SHORT = {"workload__requests": 2, "workload__concurrency": 2, "workload__output_tokens": 48}
+
+
+def steps_of(result, kind):
+    steps = (result.run if hasattr(result, "run") else result).steps
+    return steps["duration_us"][steps["kind"] == kind]
+
+
+@pytest.mark.parametrize("switch, kind, baseline", [("runtime__overlap_schedule_speculative", KIND_SPEC, False),
+                                                    ("runtime__overlap_schedule", KIND_DECODE, True)])
+def test_overlap_scheduling_hides_the_schedulers_work_behind_the_gpu(switch, kind, baseline):
+    """Same draws, overlap on vs off: every step of the kind is shorter by exactly the scheduler's host work, which
+    the GPU's pass (several ms here) covers."""
+    on = simulator.run(OVERLAP, baseline=baseline, **SHORT)
+    off = simulator.run(OVERLAP, baseline=baseline, **{switch: False}, **SHORT)
+    on, off = (r.baseline if baseline else r for r in (on, off))
+    hidden = simulator.results.run.resolve(OVERLAP).topology.host.step_overhead_us
+    steps_on, steps_off = steps_of(on, kind), steps_of(off, kind)
+    assert steps_on.size == steps_off.size > 10
+    assert steps_off - steps_on == pytest.approx(np.full(steps_on.size, hidden), abs=1e-6)
+
+
+def test_overlap_exposes_what_the_gpu_does_not_cover():
+    """Where the scheduler's work outlasts the GPU's pass, the event fidelity makes the GPU wait for the host (the
+    step lasts the host's launch, its preparation and the sync); the closed form takes the work as hidden."""
+    slow_scheduler = {"topology__host__step_overhead_us": 20_000.0, **SHORT}  # longer than any pass here
+    event = simulator.run(OVERLAP, baseline=False, **slow_scheduler)
+    fast = simulator.run(OVERLAP, baseline=False, fidelity="fast", **slow_scheduler)
+    host = simulator.results.run.resolve(OVERLAP, slow_scheduler).topology.host
+    spec_event = steps_of(event, KIND_SPEC)
+    assert spec_event.min() >= host.step_overhead_us + host.sync_us
+    assert steps_of(fast, KIND_SPEC).max() < host.step_overhead_us
+
+
+def test_one_slow_host_holds_every_collective():
+    """Rank 3's launches 1.2x as long: the eager verify, paced by the slowest host, is slower, by no more than 20%
+    (only host time is scaled), and slower on average; with every rank slowed alike it is exactly the machine whose launch costs are 1.2x
+    (the same draws), which the layer fidelity runs too."""
+    short = {"workload__output_tokens": 24}
+    slow = simulator.run(SLOW, baseline=False, **short)
+    even = simulator.run(SLOW, baseline=False, runtime__host_slowdown=None, **short)
+    ratio = steps_of(slow, KIND_SPEC) / steps_of(even, KIND_SPEC)
+    # never faster (the same draws, one host slower), at most 1.2x, and slower on average: in a pass where another
+    # rank's own skew already made it the latest, rank 3's extra 20% may not be the binding one
+    assert ratio.min() >= 1.0 and ratio.max() <= 1.2 and ratio.mean() > 1.05
+    assert slow.throughput_tok_s < even.throughput_tok_s
+    host = simulator.results.run.resolve(SLOW).topology.host
+    everyone = simulator.run(SLOW, baseline=False, runtime__host_slowdown={r: 1.2 for r in range(8)}, **short)
+    scaled = simulator.run(SLOW, baseline=False, fidelity="layer", runtime__host_slowdown=None,
+                           topology__host__eager_launch_us=host.eager_launch_us * 1.2,
+                           topology__host__graph_launch_us=host.graph_launch_us * 1.2, **short)
+    assert everyone.run.steps["duration_us"] == pytest.approx(scaled.run.steps["duration_us"], rel=1e-9)
+
+
+def test_a_kv_transfer_on_a_collectives_links_stretches_it():
+    """The decode instance's ranks run a verify pass at event fidelity while KV caches load from host memory onto
+    every GPU (a flow on each CPU root port -> GPU link, as a host-cached prefix or a KV transfer staged through host
+    memory arrives, three requests at once): the all-reduces, whose SHM route crosses those links, share them max-min
+    fairly and take longer than alone, by exactly what the links report as delay; without the transfers there is none. (Over the
+    network, ../two_node_pd_kv_links.yaml, the 200G NIC caps each shard far below the links' share the all-reduces
+    need: the decode's link delay is about zero there.)"""
+    from simulator.engine.deployment import instance_machines
+    from simulator.engine.linkpass import SharedLinks
+    from simulator.model.cost import PassShape
+    from simulator.serving.ranks import RankSet
+
+    decode = instance_machines(simulator.results.run.resolve(KV))[1]
+    plan = decode.plan("target", PassShape(64, 4, 4000), False)  # a big verify: its all-reduces move ~3.7 MB
+    kinds = {node.name: node.kind for node in decode.fabric.topology.fabric.nodes}
+    names = decode.fabric.names
+    steps = next(s for s in plan.collective_steps if s is not None and s.steps)
+    into_gpus = sorted({link for hop in steps.hops for link in hop.links
+                        if kinds[names[link[0]]] == "cpu" and kinds[names[link[1]]] == "gpu"})
+    assert len(into_gpus) == 8
+
+    def run(kv_bytes: float) -> tuple[float, float]:
+        env = simpy.Environment()
+        links = SharedLinks(env, decode.fabric)
+        for link in into_gpus if kv_bytes else ():
+            for _ in range(3):  # three requests' caches at once: each flow's fair share, 48 / 4 GB/s, is below the
+                links.flows.transfer([link], kv_bytes)  # 22 GB/s the all-reduce's narrowest hop gives it alone
+        ranks = RankSet(env, decode.host, decode.tp, links.view(1))
+        order = ranks.launch(plan, np.random.default_rng(0))
+        env.run(until=order.synced)
+        return order.ends()[-1], links.delay_us[1]
+
+    alone, no_delay = run(0.0)
+    shared, delay = run(20e9)  # outlasts the pass
+    assert no_delay == pytest.approx(0.0, abs=1e-6)
+    assert delay > 0.01 * alone
+    assert shared == pytest.approx(alone + delay, rel=1e-9)
