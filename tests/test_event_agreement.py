@@ -68,7 +68,8 @@ def assert_agree(figures: dict) -> None:
 def test_fast_and_event_agree_on_random_lock_step_scenarios(raw, concurrency, graph):
     """Random fabrics, TP sizes, model cards, drafters, chains and trees, eager or CUDA-graph verify, batches."""
     raw["runtime"]["cuda_graph_verify"] = graph
-    raw["workload"].update(requests=concurrency, concurrency=concurrency, output_tokens=300)
+    raw["workload"].pop("concurrency", None)
+    raw["workload"].update(requests=concurrency, max_running_requests=concurrency, output_tokens=300)
     raw["runtime"].pop("host_slowdown", None)
     figures = compare(make_scenario(raw))
     print(figures)

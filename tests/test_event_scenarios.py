@@ -18,7 +18,7 @@ EVENT = os.path.join(SCENARIOS, "event")
 OVERLAP = os.path.join(EVENT, "overlap_llama8b.yaml")
 SLOW = os.path.join(EVENT, "pcie8_eagle3_slow_host.yaml")
 KV = os.path.join(EVENT, "two_node_pd_kv_links.yaml")
-SHORT = {"workload__requests": 2, "workload__concurrency": 2, "workload__output_tokens": 48}
+SHORT = {"workload__requests": 2, "workload__max_running_requests": 2, "workload__output_tokens": 48}
 
 
 def steps_of(result, kind):
