@@ -63,6 +63,14 @@ class Runtime(Strict):
         "Rank -> factor on that rank's host launch times (1.2: a host 20% slower; event fidelity only: every other "
         "fidelity runs the ranks' hosts alike)"))
 
+    @field_validator("host_slowdown", mode="before")
+    @classmethod
+    def _rank_numbers(cls, value):
+        """Ranks as YAML or an override gives them (an override's mapping may come with its keys as text)."""
+        if isinstance(value, dict):
+            return {int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in value.items()}
+        return value
+
     @field_validator("host_slowdown")
     @classmethod
     def _positive_slowdown(cls, value):
