@@ -36,6 +36,9 @@ def configure(p) -> None:
     p.add_argument("--algorithm", default="auto",
                    help="auto (the engine's choice: NCCL or its custom all-reduce), nccl (NCCL's own choice), "
                         "nccl_ring, nccl_tree, nvls, one_shot, two_shot")
+    p.add_argument("--engine", default=None, metavar="NAME:VERSION",
+                   help="the engine whose measured custom all-reduce is shown beside the model's figure (default: "
+                        "SGLang 0.5.9, the default engine profile)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value")
 
@@ -138,6 +141,10 @@ def main(args) -> int:
         raise ConfigError("command line", "--algorithm", str(exc), "auto, nccl, nccl_ring, nccl_tree") from None
     except ValueError as exc:  # the fabric's own check (a GPU pair without a route): the file's mistake
         raise ConfigError(args.topology, "fabric", str(exc)) from None
+    engine = _engine(args.engine)
+    if args.op == "allreduce" and args.algorithm in ("auto", "one_shot", "two_shot"):
+        for row in out:
+            row["engine_custom_allreduce"] = _measured(topology, ranks, engine, row["bytes"])
     if args.format == "json":
         print(json.dumps(out[0] if len(out) == 1 and args.bytes is not None else out, indent=2, default=float))
     elif len(out) == 1 and args.bytes is not None:
@@ -146,6 +153,41 @@ def main(args) -> int:
         print(f"  algorithm {row['algorithm']} / {row['protocol']}, latency {row.get('latency_us', 0.0):.2f} us, "
               f"algorithm bandwidth {row['algbw_GBps']:.1f} GB/s, bus bandwidth {row['busbw_GBps']:.1f} GB/s")
         print(f"  figures from: {row['implementation']}")
+        if "engine_custom_allreduce" in row:
+            print(_measured_line(row["engine_custom_allreduce"], engine))
     else:
         _table(out, topology, ranks)
     return 0
+
+
+def _engine(text: str | None) -> tuple[str, str]:
+    """(name, version) of --engine NAME:VERSION (default: the default engine profile's)."""
+    from ..config.engine import DEFAULT_ENGINE
+    from ..config.errors import ConfigError
+
+    if text is None:
+        return DEFAULT_ENGINE["name"], DEFAULT_ENGINE["version"]
+    name, _, version = text.partition(":")
+    if name not in ("sglang", "vllm", "trtllm") or not version:
+        raise ConfigError("command line", "--engine", f"cannot read {text!r}", "sglang:0.5.9, vllm:0.8.5, trtllm:1.0.0")
+    return name, version
+
+
+def _measured(topology, ranks: int, engine: tuple[str, str], nbytes: int) -> dict | None:
+    """The engine's custom all-reduce as measured on this GPU (graph and eager), or None where nothing was."""
+    from ..kernels.custom_allreduce import measured
+
+    row = measured(topology.gpu.kernel_database, engine[0], engine[1], ranks, nbytes)
+    if row is None:
+        return None
+    return {"engine": row.engine, "version": row.version, "kernel": row.kernel, "graph_us": row.graph_us,
+            "eager_us": row.eager_us, "source": row.label()}
+
+
+def _measured_line(row: dict | None, engine: tuple[str, str]) -> str:
+    if row is None:
+        return (f"  {engine[0]} {engine[1]}'s custom all-reduce: no measured table for this GPU, GPU count and size "
+                "(aiconfigurator-core, extra specsim[measured])")
+    asked = "" if row["version"] == engine[1] else f", the measured version nearest {engine[1]}"
+    return (f"  {row['engine']} {row['version']}'s custom all-reduce ({row['kernel']}{asked}), measured: CUDA graph "
+            f"{row['graph_us']:.2f} us, eager {row['eager_us']:.2f} us\n  figures from: {row['source']}")
