@@ -86,7 +86,11 @@ class EngineProfile(Strict):
     cuda_graphs: Sourced[CapturedPasses]
     cuda_graph_max_bs: Sourced[list[MaxBatchTier]] = Field(description="the largest captured batch by machine")
     speculative_capture_bs: Sourced[list[BatchRange]] = Field(description="speculative graphs' batch sizes (padded up)")
-    speculative_host: Sourced[SpeculativeHost]
+    speculative_eager_ops: Sourced[NonNegativeInt] = Field(description=(
+        "eager ops of a speculative step issued with the GPU idle, outside its passes (each host.eager_launch_us)"))
+    speculative_syncs: Sourced[NonNegativeInt] = Field(description=(
+        "device-to-host syncs of a speculative step beyond the end-of-step one (each host.sync_us)"))
+    speculative_per_request_us: Sourced[float] = Field(description="Python work a speculative step does per request")
     custom_allreduce: Sourced[Optional[CustomAllReduce]] = Field(description="null: NCCL for every all-reduce")
     fuse_allreduce_rmsnorm: Sourced[bool]
     attention_backend: Sourced[dict[str, str]] = Field(description="GPU architecture (sm90, sm100, sm120, ...) -> backend")
@@ -154,7 +158,8 @@ def runtime_defaults(profile: EngineProfile, flags: dict, gpu_memory_GB: float, 
                      or ("cuda_graph_config" in flags and flags["cuda_graph_config"] is None))
     overlap_off = flags.get("disable_overlap_schedule") or flags.get("disable_overlap_scheduler")
     overlap_on = flags.get("async_scheduling")
-    host = profile.speculative_host.value
+    host = SpeculativeHost(eager_ops=profile.speculative_eager_ops.value, syncs=profile.speculative_syncs.value,
+                           per_request_us=profile.speculative_per_request_us.value)
     out = {
         "cuda_graph_decode": graphs.decode and not no_graphs,
         "cuda_graph_verify": graphs.target_verify and not no_graphs,
