@@ -319,10 +319,14 @@ def test_a_long_run_shows_progress_and_time_left_on_stderr(monkeypatch):
 
 def test_a_long_run_without_a_terminal_gets_one_line_estimate(monkeypatch, capsys):
     import simulator.results.progress as progress
-    from simulator.results.run import resolve
+    from simulator.results.run import resolve, run
 
     scenario = resolve(EAGLE3, {"workload__output_tokens": 2048, "fidelity": "link"})
     with progress.shown(scenario, runs=2):
-        pass
+        pass  # nothing started: nothing said (a run refused at its start says its refusal alone)
+    assert capsys.readouterr().err == ""
+    short = resolve(EAGLE3, {"workload__requests": 2, "workload__output_tokens": 16})
+    with progress.shown(short, runs=2, enabled=True):
+        run(short)
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "about 32,768 tokens to simulate, roughly" in err
+    assert err.count("\n") == 1 and "about 64 tokens to simulate, roughly" in err

@@ -6,7 +6,9 @@ minimises the uncertainty-weighted residuals. Uncertainty of the fitted values c
 """
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -18,6 +20,11 @@ from ..config.base import Strict, validate
 from ..config.loader import read_yaml
 from ..config.errors import ConfigError
 from ..config.paths import PathNotFound, get_path
+
+log = logging.getLogger("specsim")
+# a residual (sigmas) at the start beyond which its square overflows inside the least-squares solver (float64 holds
+# ~1.8e308; its sums of squares and Jacobian products need a wide margin below that)
+_MAX_RESIDUAL = 1e75
 
 
 class Measurement(Strict):
@@ -57,6 +64,12 @@ def metric(result_dict: dict, path: str, file: str = "<measured>") -> float:
                           ", ".join(sorted(k for k in result_dict if not k.startswith("_")))) from None
     if node is None:
         raise ConfigError(file, f"metric {path}", "the run produced no value for this metric")
+    if isinstance(node, dict):
+        keys = sorted(k for k, v in node.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+        raise ConfigError(file, f"metric {path}", "a group of figures, not one number",
+                          ", ".join(f"{path}.{k}" for k in keys) or "a path to one number")
+    if isinstance(node, bool) or not isinstance(node, (int, float)):
+        raise ConfigError(file, f"metric {path}", f"not a number ({type(node).__name__})", "a path to one number")
     return float(node)
 
 
@@ -99,6 +112,9 @@ def calibrate(scenario_path: str, measured_path: str, fit: list[str], set_args: 
               progress: Callable[[int, np.ndarray, float], None] | None = None) -> Fit:
     from scipy.optimize import least_squares
 
+    if not fit:
+        raise ConfigError("command line", "--fit", "no parameter named",
+                          "comma-separated dotted paths, e.g. topology.host.eager_launch_us")
     measured, base_dir = load_measured(measured_path, scenario_path)
     if len(fit) > len(measured.measurements):
         raise ConfigError(measured_path, "--fit", f"{len(fit)} unknowns but only {len(measured.measurements)} "
@@ -126,15 +142,28 @@ def calibrate(scenario_path: str, measured_path: str, fit: list[str], set_args: 
         cache[key] = np.array(out)
         calls[0] += 1
         if progress:
-            progress(calls[0], x, float(np.sum(((cache[key] - values) / sigmas) ** 2)))
+            with np.errstate(over="ignore", invalid="ignore"):
+                progress(calls[0], x, float(np.sum(((cache[key] - values) / sigmas) ** 2)))
         return cache[key]
 
     def residuals(z: np.ndarray) -> np.ndarray:
         return (predict(z * scale) - values) / sigmas
 
     z0 = start / scale
-    solution = least_squares(residuals, z0, diff_step=0.02, x_scale=1.0, bounds=(np.zeros_like(z0), np.inf),
-                             max_nfev=60)
+    with np.errstate(over="ignore", invalid="ignore"):
+        first = residuals(z0)
+    if not np.all(np.abs(first) < _MAX_RESIDUAL):  # nan too
+        i = int(np.argmax(np.where(np.isfinite(first), np.abs(first), np.inf)))
+        m = measured.measurements[i]
+        raise ConfigError(measured_path, f"measurements[{i}].sigma", f"{m.name!r}: the model's {predict(start)[i]:.4g} "
+                          f"is {abs(first[i]):.3g} sigmas from the measured {m.value:g}: a fit cannot start there",
+                          "an uncertainty the measurement has (a sigma of its size, not 1e-300)")
+    with warnings.catch_warnings(record=True) as said:  # scipy's and numpy's warnings: a debug line each, not noise
+        warnings.simplefilter("always")
+        solution = least_squares(residuals, z0, diff_step=0.02, x_scale=1.0, bounds=(np.zeros_like(z0), np.inf),
+                                 max_nfev=60)
+    for warning in said:
+        log.debug("calibrate: %s: %s", warning.category.__name__, warning.message)
     J = solution.jac
     JtJ = J.T @ J
     if np.linalg.matrix_rank(JtJ, tol=1e-9 * max(1.0, np.abs(JtJ).max())) < len(fit):
@@ -146,5 +175,7 @@ def calibrate(scenario_path: str, measured_path: str, fit: list[str], set_args: 
     resid_var = max(1.0, float(solution.fun @ solution.fun) / dof) if len(values) > len(fit) else 1.0
     cov = np.linalg.inv(JtJ) * resid_var
     x = solution.x * scale
-    return Fit(list(fit), x, np.sqrt(np.diag(cov)) * scale, start, list(measured.measurements), predict(x),
+    with np.errstate(invalid="ignore"):  # a nearly singular fit can give a negative variance: reported as nan
+        sigmas = np.sqrt(np.diag(cov)) * scale
+    return Fit(list(fit), x, sigmas, start, list(measured.measurements), predict(x),
                float(solution.cost), bool(solution.success), str(solution.message))

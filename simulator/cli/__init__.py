@@ -143,9 +143,10 @@ def progress(iterable=None, **kwargs):
 
 
 def note(bar, text: str) -> None:
-    """Say what a progress bar is working on: in the bar on a terminal, as a log line where there is no bar."""
+    """Say what a progress bar is working on: in the bar on a terminal; where there is no bar (a pipe, a file, -q)
+    a line per item is noise in a log, so it is a debug line (shown with -v)."""
     if getattr(bar, "disable", True):
-        log.info("%s", text)
+        log.debug("%s", text)
     else:
         bar.set_postfix_str(text)
 
@@ -176,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else 0
     except Exception as exc:  # an internal error: say so in one line, the traceback on request
+        if isinstance(exc, OSError) and exc.filename and exc.strerror:  # the system refused a file: not a bug
+            kept = " (the previous file is unchanged)" if type(exc).__name__ == "OutputError" else ""
+            print(f"specsim: cannot write {exc.filename}: {exc.strerror}{kept}" if kept else
+                  f"specsim: {exc.filename}: {exc.strerror}", file=sys.stderr)
+            return 1
         if debug:
             traceback.print_exc()
         print(f"specsim: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
@@ -192,13 +198,20 @@ def scenario_options(p: ArgumentParser, formats=("table", "json"), fidelity: boo
     p.add_argument("--seed", type=int, help="override the scenario's seed")
     if fidelity:
         p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override the scenario's fidelity")
-    limit_options(p)
+    limit_options(p, memory=True)
 
 
-def limit_options(p: "ArgumentParser") -> None:
-    """--max-work: the bound on a run's estimated work (see simulator.results.limits)."""
-    p.add_argument("--max-work", type=float, metavar="N", help="refuse runs estimated above N weighted steps "
-                   "(default 2e7, a few minutes; requests x (output tokens + prefill chunks) x fidelity weight)")
+def limit_options(p: "ArgumentParser", memory: bool = False) -> None:
+    """--max-work: the bound on a run's estimated work; with `memory`, --max-memory-GB: the bound on its estimated
+    peak memory (see simulator.results.limits). Both refuse nan, inf, 0 and negative values at once."""
+    from ..results.limits import MAX_MEMORY_GB, MAX_WORK, MEMORY_FLAG, limit_value
+
+    p.add_argument("--max-work", type=limit_value("--max-work", MAX_WORK), metavar="N",
+                   help=f"refuse runs estimated above N weighted steps (default {MAX_WORK:g}, a few minutes; requests x "
+                   "(output tokens + prefill chunks + 4) x fidelity weight)")
+    if memory:
+        p.add_argument(MEMORY_FLAG, dest="max_memory_GB", type=limit_value(MEMORY_FLAG, MAX_MEMORY_GB), metavar="GB",
+                       help=f"refuse runs whose estimated peak memory is above GB (default {MAX_MEMORY_GB:g})")
 
 
 def overrides_of(args) -> list[str]:

@@ -21,6 +21,9 @@ def configure(p) -> None:
     p.add_argument("--tokens", help="comma-separated generated-token counts (default per fidelity)")
     p.add_argument("--repeat", type=int, metavar="N",
                    help=f"runs per figure (default {', '.join(f'{k} {v}' for k, v in DEFAULT_REPEATS.items())})")
+    from . import limit_options
+
+    limit_options(p)  # --max-work bounds the whole benchmark's estimated work (every run of every figure)
 
 
 def main(args) -> int:
@@ -39,6 +42,7 @@ def main(args) -> int:
             counts = tokens_asked or DEFAULT_TOKENS[fidelity]
             jobs += [(scenario, fidelity, t) for t in ([None, *counts] if fidelity == "fast" and not args.tokens
                                                         else counts)]
+    _check_work(jobs, args)
     print("simulated tokens per wall-second, speculative run only, each run from cold per-shape caches (a fresh seed);")
     print("'shipped' runs the scenario's own workload, the other rows one request of that many tokens. best and")
     print("median over the runs; 'x SimPy': the median over runs of the run's tokens per wall-second divided by the")
@@ -50,12 +54,28 @@ def main(args) -> int:
         name = os.path.splitext(os.path.basename(scenario))[0]
         note(bar, f"bench: {name} {fidelity} {tokens or 'shipped'}")
         repeats = args.repeat or DEFAULT_REPEATS[fidelity]
-        row = measure(scenario, fidelity, tokens, 1000 + 100 * i, repeats)
+        row = measure(scenario, fidelity, tokens, 1000 + 100 * i, repeats, args.max_work)
         label = "shipped" if tokens is None else "1 request"
         print(f"{name:<30} {fidelity:<8} {label:>9} {row.tokens:>7} {repeats:>4} "
               f"{row.best_tok_s:>11,.0f} {row.median_tok_s:>12,.0f} {row.faster_than_real_time:>11,.0f} "
               f"{row.floor_median:>13,.0f} {row.floor_ratio:>8.3f}", flush=True)
     return 0
+
+
+def _check_work(jobs: list, args) -> None:
+    """Refuse, before the first run, a benchmark whose runs together are estimated above the work limit."""
+    from ..config.errors import ConfigError
+    from ..experiments.bench import DEFAULT_REPEATS, estimate
+    from ..results.limits import MAX_WORK, _duration, _round_up, check_limit, estimated_seconds
+
+    limit = check_limit(args.max_work, "--max-work", MAX_WORK)
+    repeats = [args.repeat or DEFAULT_REPEATS[fidelity] for _, fidelity, _ in jobs]
+    work = estimate([(s, f, t, r) for (s, f, t), r in zip(jobs, repeats)])
+    if work > limit:
+        raise ConfigError("command line", "--repeat" if args.repeat else "--tokens",
+                          f"too much work: {sum(repeats):,} runs of {len(jobs)} figures = {work:.3g} weighted steps, "
+                          f"roughly {_duration(estimated_seconds(work))}; the limit is {limit:.3g}",
+                          f"fewer --repeat, --tokens or fidelities, or raise the limit with --max-work {_round_up(work)}")
 
 
 def _tokens(text: str) -> list[int]:

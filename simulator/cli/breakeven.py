@@ -50,7 +50,10 @@ def main(args) -> int:
     from ..results.limits import check_work
 
     check_outputs(args)
-    check_work(scenario, args.max_work)
+    check_work(scenario, args.max_work, memory_GB=args.max_memory_GB)
+    from ..engine.deployment import check_start
+
+    check_start(scenario)  # a context whose KV cache `run` refuses is refused here too, in the same words
     table = breakeven_table(scenario, tuple(range(1, args.max_chain + 1)), trees)
     check = None
     if args.check and table.own is not None:

@@ -3,6 +3,7 @@ engine's custom all-reduce, labelled as such)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 EXAMPLES = """
@@ -41,28 +42,56 @@ def configure(p) -> None:
                         "SGLang 0.5.9, the default engine profile)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value")
+    from ..results.limits import limit_value
+
+    p.add_argument("--max-sizes", type=limit_value("--max-sizes", MAX_SIZES), metavar="N",
+                   help=f"refuse a sweep of more than N sizes (default {MAX_SIZES:,})")
+
+
+MAX_SIZES = 10_000  # sizes in one sweep: nccl-tests' -b 8 -e 8G -f 2 is 31; each size is a cost-model call
 
 
 def sizes(args) -> list[int]:
+    """The message sizes: --bytes alone, or -b / -e / -f as nccl-tests steps them, counted before any is costed."""
     from ..config.errors import ConfigError
 
     if args.minbytes is None and args.maxbytes is None:
         if args.bytes is None:
             raise ConfigError("command line", "--bytes", "no message size given", "--bytes N, or -b MIN -e MAX [-f F]")
         return [parse_size(args.bytes)]
+    if args.bytes is not None:
+        raise ConfigError("command line", "--bytes", "given with -b / -e: one size or a sweep, not both",
+                          "--bytes N, or -b MIN -e MAX [-f F]")
     low = parse_size(args.minbytes if args.minbytes is not None else args.maxbytes, "-b")
     high = parse_size(args.maxbytes if args.maxbytes is not None else args.minbytes, "-e")
     if low > high:
         raise ConfigError("command line", "-b", f"smallest size {low} above largest {high}", "-b <= -e")
-    if args.stepfactor <= 1.0:
-        raise ConfigError("command line", "-f", f"step factor {args.stepfactor}", "a factor above 1")
+    if not args.stepfactor > 1.0 or not math.isfinite(args.stepfactor):
+        raise ConfigError("command line", "-f", f"step factor {args.stepfactor}", "a finite factor above 1")
+    limit = getattr(args, "max_sizes", None) or MAX_SIZES
     out, size = [], low
     while size <= high:
+        if len(out) >= limit:  # counted as they are made: the loop stops at the limit, whatever -f is
+            count = _count_sizes(low, high, args.stepfactor)
+            raise ConfigError("command line", "-f", f"-b {low} -e {high} -f {args.stepfactor!r} makes about {count:,} "
+                              f"sizes, more than the limit of {int(limit):,}", "a larger -f, or raise the limit with "
+                              f"--max-sizes {int(count * 1.2) + 1}")
         out.append(size)
         size = max(size + 1, int(size * args.stepfactor))
     if out[-1] != high:
         out.append(high)  # unlike nccl-tests, the largest size is always shown
     return out
+
+
+def _count_sizes(low: int, high: int, factor: float) -> int:
+    """About how many sizes -b low -e high -f factor makes, without making them: steps of +1 while the factor adds
+    less than a byte, then geometric steps (the sizes are rounded down, so a few more in truth: within ~15%)."""
+    if factor * max(low, 1) - max(low, 1) >= 1:
+        return 1 + math.ceil(math.log(high / max(low, 1)) / math.log(factor))
+    ones_until = math.ceil(1 / (factor - 1))  # from this size on a step multiplies by at least +1 byte
+    if high <= ones_until:
+        return high - low + 1
+    return (ones_until - low) + 1 + math.ceil(math.log(high / ones_until) / math.log(factor))
 
 
 def _load(args):

@@ -37,7 +37,7 @@ def configure(p) -> None:
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.add_argument("--plot", metavar="OUT.png", help="grouped bars: throughput and baseline per run")
     rank_option(p)
-    limit_options(p)
+    limit_options(p, memory=True)
 
 
 def rank_option(p) -> None:
@@ -76,6 +76,10 @@ def runs_of(args) -> list[tuple[str, str, list[str]]]:
     return runs
 
 
+def _sets_seed(overrides: list[str]) -> bool:
+    return any(text.split("=", 1)[0].strip() == "seed" for text in overrides)
+
+
 def main(args) -> int:
     from . import note, progress
 
@@ -83,24 +87,41 @@ def main(args) -> int:
     from ..results.run import resolve, run
 
     seed = args.seed if args.seed is not None else resolve(args.scenarios[0], None, args.overrides).spec.seed
-    scenarios = [resolve(path, None, overrides + [f"seed={seed}"]) for _, path, overrides in runs]  # errors first
+    # the common seed comes first: a variant's own seed= wins, and then it alone is listed in the provenance
+    scenarios = [resolve(path, None, ([] if _sets_seed(overrides) else [f"seed={seed}"]) + overrides)
+                 for _, path, overrides in runs]  # errors first
+    from ..engine.deployment import check_start
     from ..results.files import check_outputs
     from ..results.limits import check_work
 
     check_outputs(args)
     for scenario in scenarios:
-        check_work(scenario, args.max_work)
+        check_work(scenario, args.max_work, memory_GB=args.max_memory_GB)
+    refused = {}  # what a run refuses at its start (no route, a request larger than the cache), before any run
+    for i, ((label, _, _), scenario) in enumerate(zip(runs, scenarios)):
+        try:
+            check_start(scenario)
+        except ConfigError as exc:
+            if len(runs) == 1:
+                raise
+            refused[i] = exc
+            log.warning("compare: %s not simulated: %s", label, exc.problem)
+    if len(refused) == len(runs):
+        raise ConfigError("command line", "scenarios", "no run could be simulated: " + refused[0].line())
     rows = []
     bar = progress(list(zip(runs, scenarios)), desc="compare", unit="run")
     for i, ((label, _, _), scenario) in enumerate(bar, start=1):
         note(bar, f"compare: [{i}/{len(runs)}] {label}")
         try:
+            if i - 1 in refused:
+                raise refused[i - 1]
             rows.append(summary(label, run(scenario)))
         except ConfigError as exc:  # this variant cannot run (e.g. its weights do not fit): a row that says why
             if len(runs) == 1:
                 raise
             rows.append(failed(label, exc))
-            log.warning("compare: %s not simulated: %s", label, exc.problem)
+            if i - 1 not in refused:
+                log.warning("compare: %s not simulated: %s", label, exc.problem)
     if all(r["result"] is None for r in rows):
         raise ConfigError("command line", "scenarios", "no run could be simulated: " + rows[0]["error"])
     if args.rank_by:
@@ -173,7 +194,9 @@ def to_table(rows: list[dict]) -> str:
     lines.append(f"  {'total':26}" + "".join(
         f" {_cell(sum(r['breakdown_ms_per_token'].values()) if r['result'] else None, 2):>{width}}" for r in rows))
     lines += [f"{r['label']}: not simulated: {r['error']}" for r in rows if r["result"] is None]
-    lines.append(f"common random numbers: every run used seed {done[0]['seed']}.")
+    seeds = list(dict.fromkeys(r["seed"] for r in done))
+    lines.append(f"common random numbers: every run used seed {seeds[0]}." if len(seeds) == 1 else
+                 "seeds: " + ", ".join(f"{r['label']} {r['seed']}" for r in done) + " (a variant set its own).")
     target = done[0]["result"].load.get("target") or {}
     if target:
         lines.append(f"goodput: output tokens of the requests with TTFT <= {target['ttft_ms']:g} ms and TPOT <= "

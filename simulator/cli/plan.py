@@ -36,7 +36,7 @@ def main(args) -> int:
     from ..results.run import resolve
 
     check_outputs(args)
-    check_work(resolve(args.scenario, None, overrides_of(args)), args.max_work)
+    check_work(resolve(args.scenario, None, overrides_of(args)), args.max_work, memory_GB=args.max_memory_GB)
     from . import note, progress
 
     with progress(desc="plan", unit="run") as bar:

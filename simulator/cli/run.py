@@ -51,7 +51,7 @@ def main(args) -> int:
                           "8 ranks; write .json.gz for a tenth of that)")
     scenario = resolve(args.scenario, set_args=overrides_of(args))
     runs = 1 if args.no_baseline else 2
-    check_work(scenario, args.max_work, runs=runs)
+    check_work(scenario, args.max_work, runs=runs, memory_GB=args.max_memory_GB)
     from ..results.progress import shown
 
     with shown(scenario, runs):  # long runs: progress and time left on stderr

@@ -138,7 +138,27 @@ def safe_load(text: str, file: str = "<yaml>") -> Any:
     """yaml.safe_load through libyaml when available; duplicate keys, recursive aliases and alias bombs refused."""
     data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader: no arbitrary objects
     check_expansion(data, file)
+    check_integers(data, file)
     return data
+
+
+MAX_INTEGER = 2**63 - 1  # the largest integer a config value may hold (numpy's int64): no count or seed needs more
+
+
+def check_integers(data: Any, file: str, path: str = "") -> None:
+    """Refuse an integer beyond 64 bits anywhere in a document (a 400-digit count would overflow every float it
+    meets), naming its key path. The document is bounded by check_expansion, so the walk is too."""
+    stack: list[tuple[Any, str]] = [(data, path)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
+        elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INTEGER:
+            digits = len(str(abs(node)))
+            raise ConfigError(file, where or "<root>", f"an integer of {digits} digits, beyond 64 bits",
+                              f"integers of magnitude at most {MAX_INTEGER:,} (2^63 - 1)")
 
 
 def check_expansion(data: Any, file: str, limit: int = MAX_VALUES) -> None:
@@ -213,9 +233,12 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not path:
         raise ConfigError("--set", text, "empty key path")
     try:
-        return path, safe_load(value)
+        return path, safe_load(value, "--set")
     except yaml.YAMLError:
         return path, value
+    except ConfigError as exc:  # the value's own problem (an integer beyond 64 bits), named by the key set
+        inner = "" if exc.path == "<root>" else exc.path if exc.path.startswith("[") else "." + exc.path
+        raise ConfigError("--set", path + inner, exc.problem, exc.allowed) from None
 
 
 def _load_part(value: Any, key: str, scenario_file: str, base_dir: str) -> tuple[Any, str]:

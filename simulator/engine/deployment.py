@@ -80,6 +80,23 @@ def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = Non
     return servers
 
 
+def check_start(scenario: Scenario, machines: list[Machine] | None = None) -> list[Machine]:
+    """What a run refuses at its start, found without simulating: the instances' machines (a fabric without a route,
+    weights that do not fit) and a request whose KV cache alone is larger than an instance's (the same check and
+    message as the run's: engine.admission). Returns the machines."""
+    from ..speculation.setup import build_speculation
+    from .admission import Admission
+
+    machines = machines or instance_machines(scenario)
+    prefill_pool(scenario, len(machines))
+    lookahead = max((slot.tree.size for slot in build_speculation(scenario, True).slots), default=0)
+    requests = make_requests(scenario.spec.workload, scenario.spec.seed, scenario.base_dir, scenario.source)
+    for machine in machines:
+        admission = Admission(scenario.spec.workload, machine.memory["kv_capacity_tokens"], lookahead)
+        admission.check_fits(requests, machine.memory, scenario.source)
+    return machines
+
+
 def prefill_pool(scenario: Scenario, instances: int) -> int:
     """deployment.prefill_instances, checked against the instances: one line and exit 2 unless both pools have one."""
     pool = scenario.spec.deployment.prefill_instances

@@ -69,22 +69,36 @@ def simpy_floor(steps: int = FLOOR_STEPS) -> float:
     return steps / (time.perf_counter() - started)
 
 
-def run_once(scenario: str, fidelity: str, tokens: int | None, seed: int):
+def _overrides(fidelity: str, tokens: int | None, seed: int) -> dict:
+    workload = {} if tokens is None else {"workload__requests": 1, "workload__output_tokens": tokens}
+    return {"fidelity": fidelity, "seed": seed, **workload}
+
+
+def run_once(scenario: str, fidelity: str, tokens: int | None, seed: int, max_work: float | None = None):
     """The speculative run only: one request generating `tokens`, or with tokens None the scenario's own workload."""
     from ..results.run import run
 
-    workload = {} if tokens is None else {"workload__requests": 1, "workload__output_tokens": tokens}
     started = time.perf_counter()
-    result = run(scenario, baseline=False, fidelity=fidelity, seed=seed, **workload)
+    result = run(scenario, baseline=False, max_work=max_work, **_overrides(fidelity, tokens, seed))
     return time.perf_counter() - started, result
 
 
-def measure(scenario: str, fidelity: str, tokens: int | None, seed: int, repeats: int = 1) -> BenchRow:
+def estimate(jobs: list[tuple[str, str, int | None, int]]) -> float:
+    """Weighted steps of the jobs (scenario, fidelity, tokens, repeats) together (results.limits' estimate)."""
+    from ..results.limits import estimate_work
+    from ..results.run import resolve
+
+    return sum(repeats * estimate_work(resolve(scenario, _overrides(fidelity, tokens, 0)), runs=1)
+               for scenario, fidelity, tokens, repeats in jobs)
+
+
+def measure(scenario: str, fidelity: str, tokens: int | None, seed: int, repeats: int = 1,
+            max_work: float | None = None) -> BenchRow:
     """`repeats` runs, each with a fresh seed (so each starts from cold per-shape caches) and each followed by the
     SimPy reference loop."""
     rates, real_time, floors, counts = [], [], [], []
     for rep in range(max(1, repeats)):
-        wall, result = run_once(scenario, fidelity, tokens, seed + rep)
+        wall, result = run_once(scenario, fidelity, tokens, seed + rep, max_work)
         rates.append(result.tokens / wall)
         real_time.append(result.sim_time_s / wall)
         counts.append(result.tokens)

@@ -17,6 +17,11 @@ from typing import IO, Iterator
 from ..config.errors import ConfigError
 
 FILE_OPTIONS = ("steps_log", "trace", "plot")  # argparse dests of single-file outputs, shared by the commands
+PLOT_SUFFIXES = (".png", ".svg")  # what viz.style writes: SVG for .svg, PNG otherwise
+
+
+class OutputError(OSError):
+    """Writing an output failed (a full disk, a quota): the previous file at `filename` is as it was."""
 
 
 def _flag(dest: str) -> str:
@@ -29,6 +34,8 @@ def check_output_file(path: str | None, flag: str) -> None:
         return
     if not path.strip():
         raise ConfigError("command line", flag, "an empty path", "a file path such as out.json")
+    if path.endswith((os.sep, os.altsep or os.sep)):
+        raise ConfigError("command line", flag, f"{path} ends in a separator (a folder)", "a file path such as out.json")
     if os.path.isdir(path):
         raise ConfigError("command line", flag, f"{path} is a directory", "a file path inside it")
     if os.path.lexists(path):
@@ -63,9 +70,22 @@ def check_output_folder(path: str | None, flag: str, create: bool = True) -> Non
 
 
 def check_outputs(args, files: tuple[str, ...] = FILE_OPTIONS, folders: tuple[str, ...] = ()) -> None:
-    """Check a command's output options (argparse dests) before it simulates anything."""
+    """Check a command's output options (argparse dests) before it simulates anything: each path, a plot's
+    extension, and that no two outputs name one file (by real path: a symlink or ./x names x)."""
+    named: dict[str, str] = {}
     for dest in files:
-        check_output_file(getattr(args, dest, None), _flag(dest))
+        path = getattr(args, dest, None)
+        check_output_file(path, _flag(dest))
+        if path is None:
+            continue
+        if dest == "plot" and not path.lower().endswith(PLOT_SUFFIXES):
+            raise ConfigError("command line", "--plot", f"{path}: unsupported figure format "
+                              f"{os.path.splitext(path)[1] or '(no extension)'}", " or ".join(PLOT_SUFFIXES))
+        real = os.path.realpath(path)
+        if real in named:
+            raise ConfigError("command line", f"{named[real]} and {_flag(dest)}", f"both name the file {path}",
+                              "a different file for each output")
+        named[real] = _flag(dest)
     for dest in folders:
         check_output_folder(getattr(args, dest, None), _flag(dest))
 
@@ -75,7 +95,8 @@ def atomic_write(path: str, mode: str = "w", encoding: str | None = "utf-8", new
                  ) -> Iterator[IO]:
     """Open a temporary file next to `path`; on a clean exit flush, fsync and rename it over `path`.
 
-    On any exception the temporary file is removed and `path` is left as it was.
+    On any exception the temporary file is removed and `path` is left as it was; an OSError (a full disk) is
+    raised again naming `path`, the file the user asked for, not the temporary one.
     """
     folder = os.path.dirname(os.path.abspath(path))
     prefix = f".{os.path.basename(path)}."
@@ -90,9 +111,11 @@ def atomic_write(path: str, mode: str = "w", encoding: str | None = "utf-8", new
             os.fsync(handle.fileno())
         os.chmod(temp, _mode_for(path))
         os.replace(temp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(temp)
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename != path:
+            raise OutputError(exc.errno, exc.strerror, path) from exc
         raise
     _sync_folder(folder)
 

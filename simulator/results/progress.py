@@ -23,39 +23,59 @@ POLL_S = 0.5
 
 @contextlib.contextmanager
 def shown(scenario: Scenario, runs: int = 2, enabled: bool | None = None) -> Iterator[None]:
-    """Show the progress of the `runs` simulations made inside the block when they are expected to be long."""
+    """Show the progress of the `runs` simulations made inside the block when they are expected to be long.
+
+    Nothing is printed before the first server starts: a run refused at its start (a request larger than the KV
+    cache) says one line, the refusal, with no estimate before it."""
     seconds = estimated_seconds(estimate_work(scenario, runs))
     if enabled is False or (enabled is None and seconds < PROGRESS_AFTER_S):
         yield
         return
     workload = scenario.spec.workload
     total = runs * workload.requests * mean_length(workload.output_tokens)
+    servers: list = []
     if not sys.stderr.isatty():
-        print(f"{scenario.name}: about {total:,.0f} tokens to simulate, roughly {seconds:.0f} s", file=sys.stderr)
-        yield
+        def say(server) -> None:
+            if not servers:
+                print(f"{scenario.name}: about {total:,.0f} tokens to simulate, roughly {seconds:.0f} s",
+                      file=sys.stderr)
+            servers.append(server)
+
+        engine.ON_START.append(say)
+        try:
+            yield
+        finally:
+            engine.ON_START.remove(say)
         return
     from tqdm import tqdm
 
     tqdm.monitor_interval = 0  # the polling thread below is the only extra thread
     width = shutil.get_terminal_size((100, 20)).columns or 100
-    bar = tqdm(total=int(total), desc=scenario.name, unit="tok", file=sys.stderr, ncols=min(width, 120))
-    servers: list = []
+    bars: list = []  # the bar, made when the first server starts
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.wait(POLL_S):
-            bar.n = min(int(total), sum(sum(r.generated for r in s.requests) for s in list(servers)))
-            bar.refresh()
+            if bars:
+                bars[0].n = min(int(total), sum(sum(r.generated for r in s.requests) for s in list(servers)))
+                bars[0].refresh()
+
+    def hook(server) -> None:
+        if not bars:
+            bars.append(tqdm(total=int(total), desc=scenario.name, unit="tok", file=sys.stderr,
+                             ncols=min(width, 120)))
+        servers.append(server)
 
     thread = threading.Thread(target=poll, daemon=True)
-    hook = servers.append
     engine.ON_START.append(hook)
     thread.start()
     try:
         yield
-        bar.n = int(total)  # finished: the last poll may have been up to POLL_S ago
+        if bars:
+            bars[0].n = int(total)  # finished: the last poll may have been up to POLL_S ago
     finally:
         stop.set()
         thread.join()
         engine.ON_START.remove(hook)
-        bar.close()
+        if bars:
+            bars[0].close()

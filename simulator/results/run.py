@@ -8,6 +8,7 @@ from functools import cached_property
 from typing import Any, Callable, Iterable
 
 from ..config import Scenario, load_scenario
+from ..config.errors import ConfigError
 from ..engine import Machine
 from ..engine.deployment import instance_gpus, instance_machines, shared_links, simulate_deployment
 from .deployment import deployment_report, summarize_servers
@@ -20,9 +21,16 @@ from ..config.typical import mean_length
 
 
 def resolve(scenario_or_path: Scenario | str, overrides: dict[str, Any] | None = None,
-            set_args: list[str] | None = None) -> Scenario:
-    """A Scenario from a path or object, with dotted overrides (kwargs use '__' for '.')."""
-    pairs = [(k.replace("__", "."), v) for k, v in (overrides or {}).items()]
+            set_args: list[str] | str | None = None) -> Scenario:
+    """A Scenario from a path or object, with dotted overrides (kwargs use '__' for '.'); set_args: --set texts,
+    one string being one override."""
+    pairs = [(_dotted(k), v) for k, v in (overrides or {}).items()]
+    if isinstance(set_args, str):
+        set_args = [set_args]
+    elif set_args is not None and (not isinstance(set_args, (list, tuple)) or
+                                   not all(isinstance(s, str) for s in set_args)):
+        raise ConfigError("simulator.run", "set_args", f"{set_args!r} is not a list of 'dotted.path=value' texts",
+                          "a list of strings such as ['seed=1'], or one such string")
     if isinstance(scenario_or_path, Scenario):
         scenario = scenario_or_path
         if set_args:
@@ -32,11 +40,28 @@ def resolve(scenario_or_path: Scenario | str, overrides: dict[str, Any] | None =
     return load_scenario(str(scenario_or_path), list(set_args or []) + pairs)
 
 
-def run(scenario_or_path: Scenario | str, *, set_args: list[str] | None = None, baseline: bool = True,
-        **overrides: Any) -> Result:
-    """Simulate a scenario and, unless told not to, the same machine with speculation off (same seed)."""
+def _dotted(key: str) -> str:
+    """A keyword's dotted path (workload__requests -> workload.requests); an empty part (seed__, a____b) is refused."""
+    path = key.replace("__", ".")
+    if any(not part for part in path.split(".")):
+        raise ConfigError("simulator.run", key, "an override keyword with an empty part",
+                          "names joined by '__', e.g. workload__requests=4 or seed=1")
+    return path
+
+
+def run(scenario_or_path: Scenario | str, *, set_args: list[str] | str | None = None, baseline: bool = True,
+        max_work: float | None = None, max_memory_GB: float | None = None, **overrides: Any) -> Result:
+    """Simulate a scenario and, unless told not to, the same machine with speculation off (same seed).
+
+    Refused before any simulation, as on the command line: an estimated work above max_work (default
+    limits.MAX_WORK) or peak memory above max_memory_GB (default limits.MAX_MEMORY_GB)."""
+    from .limits import check_work
+
     started = time.perf_counter()
-    parts = Parts(resolve(scenario_or_path, overrides, set_args), baseline, started)
+    scenario = resolve(scenario_or_path, overrides, set_args)
+    check_work(scenario, max_work, runs=2 if baseline else 1, flag="max_work", memory_GB=max_memory_GB,
+               where="simulator.run", memory_flag="max_memory_GB")
+    parts = Parts(scenario, baseline, started)
     values = {name: figure(parts) for name, figure in FIGURES.items()}
     return Result(**values, run=parts.main, baseline=parts.base)
 
