@@ -162,8 +162,8 @@ def test_requests_1e18_is_refused_not_a_memory_error(capsys, no_simulation):
 
 def test_the_work_limit_can_be_raised(capsys):
     argv = [EAGLE3, "--format", "json", "--set", "workload.output_tokens=128", "--no-baseline"]
-    line = one_line_exit_2(capsys, [*argv, "--max-work", "1000"])  # 8 requests x (128 + 1 prefill chunk) > 1000
-    assert "8 requests x 129 steps" in line and "the limit is 1e+03" in line
+    line = one_line_exit_2(capsys, [*argv, "--max-work", "1000"])  # 8 requests x (128 + 1 prefill chunk + 4) > 1000
+    assert "8 requests x (129 steps + 4 a request)" in line and "the limit is 1e+03" in line
     assert cli_main([*argv, "--max-work", "1100"]) == 0
     assert json.loads(capsys.readouterr().out)["tokens"] == 8 * 128
 

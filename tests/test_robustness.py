@@ -294,7 +294,8 @@ def test_concurrency_beyond_requests_is_capped():
     """A batch cap above the number of requests is no mistake: the batch simply never fills."""
     with tempfile.TemporaryDirectory() as directory:
         path = write_yaml(directory, BASES["pcie2_chain"])
-        code, out, err = run_cli(path, "--format", "json", "--set", "workload.max_running_requests=18446744073709551617")
+        # 2^63 - 1: the largest integer a file may hold (beyond 64 bits is refused: tests/test_limits.py)
+        code, out, err = run_cli(path, "--format", "json", "--set", "workload.max_running_requests=9223372036854775807")
     assert_contract(code, out, err, expected=0)
 
 

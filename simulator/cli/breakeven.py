@@ -47,13 +47,10 @@ def main(args) -> int:
 
     scenario = resolve(args.scenario, None, overrides_of(args))
     from ..results.files import check_outputs
-    from ..results.limits import check_work
+    from ..results.limits import check_run
 
     check_outputs(args)
-    check_work(scenario, args.max_work, memory_GB=args.max_memory_GB)
-    from ..engine.deployment import check_start
-
-    check_start(scenario)  # a context whose KV cache `run` refuses is refused here too, in the same words
+    check_run(scenario, args.max_work, memory_GB=args.max_memory_GB)  # a KV cache `run` refuses: the same line
     table = breakeven_table(scenario, tuple(range(1, args.max_chain + 1)), trees)
     check = None
     if args.check and table.own is not None:

@@ -95,7 +95,7 @@ def main(args) -> int:
     from ..results.limits import check_work
 
     check_outputs(args)
-    for scenario in scenarios:
+    for scenario in scenarios:  # the limits: the whole comparison's
         check_work(scenario, args.max_work, memory_GB=args.max_memory_GB)
     refused = {}  # what a run refuses at its start (no route, a request larger than the cache), before any run
     for i, ((label, _, _), scenario) in enumerate(zip(runs, scenarios)):

@@ -32,11 +32,11 @@ def configure(p) -> None:
 def main(args) -> int:
     from ..analysis.planning import plan_levers
     from ..results.files import check_outputs
-    from ..results.limits import check_work
+    from ..results.limits import check_run
     from ..results.run import resolve
 
     check_outputs(args)
-    check_work(resolve(args.scenario, None, overrides_of(args)), args.max_work, memory_GB=args.max_memory_GB)
+    check_run(resolve(args.scenario, None, overrides_of(args)), args.max_work, memory_GB=args.max_memory_GB)
     from . import note, progress
 
     with progress(desc="plan", unit="run") as bar:

@@ -41,7 +41,7 @@ def main(args) -> int:
     from ..results.report import to_csv, to_csv_long, to_json, to_table
     from ..results.stepslog import write_steps
     from ..results.files import check_outputs
-    from ..results.limits import check_work
+    from ..results.limits import check_run
     from ..results.run import resolve, run
 
     check_outputs(args)  # before any simulation: a bad output path costs one line, not a run
@@ -51,7 +51,7 @@ def main(args) -> int:
                           "8 ranks; write .json.gz for a tenth of that)")
     scenario = resolve(args.scenario, set_args=overrides_of(args))
     runs = 1 if args.no_baseline else 2
-    check_work(scenario, args.max_work, runs=runs, memory_GB=args.max_memory_GB)
+    check_run(scenario, args.max_work, runs=runs, memory_GB=args.max_memory_GB)  # before the estimate line
     from ..results.progress import shown
 
     with shown(scenario, runs):  # long runs: progress and time left on stderr

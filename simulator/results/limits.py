@@ -13,10 +13,12 @@ switch the bound off, or refuse everything.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from ..config import Scenario
 from ..config.errors import ConfigError
-from ..config.typical import mean_length
+
+if TYPE_CHECKING:  # the command line's parser reads the limits below without loading the configuration's models
+    from ..config import Scenario
 
 # fast fidelity's simulated tokens per wall-second over each fidelity's (bench: ~117k fast, ~3k layer, 200-400 link)
 FIDELITY_WEIGHT = {"fast": 1.0, "layer": 40.0, "link": 400.0}
@@ -41,6 +43,8 @@ PROGRESS_AFTER_S = 5.0  # runs estimated longer than this show a progress bar on
 
 def workload_steps(scenario: Scenario) -> tuple[float, float]:
     """(requests, mean steps per request: output tokens + prefill chunks) of the scenario's workload."""
+    from ..config.typical import mean_length
+
     workload = scenario.spec.workload
     arrival = workload.arrival
     chunk = workload.max_prefill_tokens
@@ -120,6 +124,24 @@ def check_work(scenario: Scenario, limit: float | None = None, runs: int = 2, fl
 
 
 MEMORY_FLAG = "--max-memory-GB"
+# up to this many requests the start checks (machines, each request's KV cache: ~0.1 s for 10,000) come before the
+# limits, so a context no GPU holds is named as such rather than as too much work; above it, after them
+START_CHECK_REQUESTS = 10_000
+
+
+def check_run(scenario: Scenario, max_work: float | None = None, runs: int = 2, memory_GB: float | None = None
+              ) -> float:
+    """Everything a command's run would refuse, found before it starts: the limits (check_work) and what the run
+    checks at its start (engine.deployment.check_start: a fabric without a route, a request larger than the KV
+    cache), in the same words. Returns the work estimate."""
+    from ..engine.deployment import check_start
+
+    if workload_steps(scenario)[0] <= START_CHECK_REQUESTS:
+        check_start(scenario)
+        return check_work(scenario, max_work, runs, memory_GB=memory_GB)
+    work = check_work(scenario, max_work, runs, memory_GB=memory_GB)
+    check_start(scenario)
+    return work
 
 
 def check_points(count: float, file: str, limit: int | None = None, flag: str = "--max-points") -> None:
