@@ -116,8 +116,8 @@ CASES = [
     ("calibrate --fit ''", ["calibrate", EAGLE3, "--measured", "{tmp}/mapping.yaml", "--fit", ""], 2,
      "--fit: no parameter named", []),
     # defect 8: found before the work, one line
-    ("compare: a machine without a route", ["compare", EAGLE3, "{tmp}/split.yaml"], 2,
-     "no route between gpu3 and gpu4", []),
+    ("compare: no run has a route", ["compare", "{tmp}/split.yaml", "--variant", "a: seed=1"], 2,
+     "no run could be simulated: ", []),
     ("collective --bytes with -b / -e", ["collective", PCIE8, "--bytes", "8", "-b", "8", "-e", "1K"], 2,
      "--bytes: given with -b / -e", []),
 ]
@@ -186,6 +186,23 @@ def test_a_refusal_at_the_start_of_a_long_run_is_its_only_line(capsys):
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "tokens of KV cache" in err[0], err
+
+
+def test_compare_finds_a_machine_without_a_route_before_simulating_the_first(tmp_path, monkeypatch, capsys):
+    """The run without a route is named (a warning, its row says why) before the first run is simulated."""
+    tmp = folder(tmp_path)
+    said_first = []
+    real = simulator.results.run.run
+
+    def run(scenario, **kwargs):
+        said_first.append("no route between gpu3 and gpu4" in capsys.readouterr().err)
+        return real(scenario, **kwargs)
+
+    monkeypatch.setattr(simulator.results.run, "run", run)
+    assert cli_main(["compare", EAGLE3, str(tmp / "split.yaml"), *SHORT, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert said_first == [True] and rows[1]["result" if "result" in rows[1] else "error"]
+    assert "no route" in rows[1]["error"] and rows[0]["throughput_tok_s"] > 0
 
 
 # -- the Python API: the same limits and checks --------------------------------------------------------------------

@@ -105,9 +105,10 @@ def main(args) -> int:
             if len(runs) == 1:
                 raise
             refused[i] = exc
-            log.warning("compare: %s not simulated: %s", label, exc.problem)
     if len(refused) == len(runs):
         raise ConfigError("command line", "scenarios", "no run could be simulated: " + refused[0].line())
+    for i, exc in refused.items():
+        log.warning("compare: %s not simulated: %s", runs[i][0], exc.problem)
     rows = []
     bar = progress(list(zip(runs, scenarios)), desc="compare", unit="run")
     for i, ((label, _, _), scenario) in enumerate(bar, start=1):
