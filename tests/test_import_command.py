@@ -37,6 +37,8 @@ def test_an_sglang_eagle3_launch_line_becomes_a_scenario_that_runs(capsys, tmp_p
     assert spec.speculation.verify == "chain" and spec.runtime.memory_fraction == 0.85
     assert (spec.runtime.fuse_allreduce_rmsnorm, spec.runtime.overlap_schedule) == (True, False)
     assert spec.workload.max_prefill_tokens == 4096
+    # the engine flags under the engine's own names (docs/engines.md), resolved by its profile:
+    assert (spec.engine.name, spec.engine.version, spec.engine.cuda_graph_max_bs) == ("sglang", "0.5.9", 16)
     # SGLang's speculative capture list (1..8, 10..32 step 2, ...) cut at --cuda-graph-max-bs 16
     assert spec.runtime.speculative_graph_batch_sizes == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16]
     for flag in ("--attention-backend fa3", "--port 30000", "--kv-cache-dtype fp8_e4m3", "--frobnicate 7"):
@@ -49,6 +51,7 @@ def test_a_vllm_speculative_config_becomes_a_scenario_that_runs(capsys, tmp_path
     spec = load_scenario(str(path)).spec
     assert (spec.parallelism.tp, spec.speculation.method, spec.speculation.draft_tokens) == (4, "eagle3", 3)
     assert (spec.workload.max_running_requests, spec.runtime.memory_fraction) == (64, 0.9)
+    assert (spec.engine.name, spec.engine.gpu_memory_utilization) == ("vllm", 0.9)
     assert "draft_tensor_parallel_size=1" in err and "--max-model-len 8192" in err
     assert main(["run", str(path), *SHORT]) == 0
 
@@ -70,13 +73,14 @@ def test_tree_flags_and_vllm_data_parallel_moe(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv, where", [
+    (["--engine-version", "9.9", "--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"], "--engine-version"),
     (["python", "-m", "something.else", "--tp", "2"], "command"),
     (["vllm", "serve", "nobody/NoSuchModel-7B"], "--model"),
     (["python", "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct",
       "--speculative-algorithm", "MEDUSA"], "--speculative-algorithm"),
 ])
 def test_command_mistakes_are_one_line(capsys, argv, where):
-    code = main(["import", "command", "--", *argv])
+    code = main(["import", "command", *([] if "--" in argv else ["--"]), *argv])
     captured = capsys.readouterr()
     assert code == 2 and captured.out == "" and len(captured.err.strip().splitlines()) == 1
     assert f": {where}: " in captured.err

@@ -32,6 +32,7 @@ def configure(p) -> None:
     c = sub.add_parser("command", help="a scenario from an SGLang or vLLM launch command (after --)")
     c.add_argument("--topology", help="the machine it runs on: a name or a path (default: chosen by GPU count)")
     c.add_argument("--name", help="the scenario's name (default: from the model and flags)")
+    c.add_argument("--engine-version", metavar="V", help="the engine's release (default: its newest profile shipped)")
     c.add_argument("argv", nargs="+", help="the launch command, after --")
     for parser in (m, t, c):
         parser.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
@@ -80,7 +81,8 @@ def main(args) -> int:
 
     argv = [a for a in args.argv if a != "--"] if args.argv[:1] == ["--"] else args.argv
     scenario, header, unmodelled = import_command(argv, args.topology, args.name,
-                                                  os.path.dirname(os.path.abspath(args.output)) if args.output else None)
+                                                  os.path.dirname(os.path.abspath(args.output)) if args.output else None,
+                                                  args.engine_version)
     _write(to_yaml(scenario, None, header), args.output)
     for line in unmodelled:
         print(f"not modelled: {line}", file=sys.stderr)

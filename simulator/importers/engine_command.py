@@ -13,7 +13,7 @@ import shlex
 
 from ..config.catalog import data_dir, names
 from ..config.errors import ConfigError
-from ..config.scenario import ScenarioSpec
+from ..config.engine_profile import known_versions
 from .engine_flags import NO_EFFECT, NOT_MODELLED, SGLANG, SWITCHES, VLLM
 
 DEFAULT_TOPOLOGY = "pcie8_rtx_pro_6000"  # the reference machine, where --topology does not name one
@@ -58,7 +58,7 @@ def _flags(words: list[str]) -> list[tuple[str, str | None]]:
         while i + 1 + len(values) < len(words) and not words[i + 1 + len(values)].startswith("--") \
                 and word not in SWITCHES:
             values.append(words[i + 1 + len(values)])
-            if word != "--cuda-graph-bs":
+            if word not in ("--cuda-graph-bs", "--cuda-graph-sizes"):
                 break
         out.append((word.replace("_", "-"), " ".join(values) if values else None))
         i += 1 + len(values)
@@ -128,8 +128,8 @@ def _speculation(spec: dict, engine: str, base: str | None, notes: list[str]) ->
     return out
 
 
-def import_command(argv: list[str], topology: str | None, name: str | None, base: str | None
-                   ) -> tuple[dict, list[str], list[str]]:
+def import_command(argv: list[str], topology: str | None, name: str | None, base: str | None,
+                   engine_version: str | None = None) -> tuple[dict, list[str], list[str]]:
     """(scenario mapping, header lines, one line per flag not modelled)."""
     engine, words = _engine(argv)
     table = SGLANG if engine == "sglang" else VLLM
@@ -165,9 +165,12 @@ def import_command(argv: list[str], topology: str | None, name: str | None, base
     notes: list[str] = []
     speculation = _speculation(spec, engine, base, notes)
     unmodelled += spec.get("unmodelled", [])
-    graphs = s.pop("_engine", {}).get("cuda_graph_max_bs")
-    if graphs:
-        s.setdefault("runtime", {})["speculative_graph_batch_sizes"] = graphs
+    flags = s.pop("_engine", {})
+    versions = sorted(known_versions(engine), key=lambda v: [int(x) for x in re.findall(r"\d+", v)])
+    version = engine_version or (versions[-1] if versions else None)
+    if version not in versions:
+        raise ConfigError("command line", "--engine-version", f"no {engine} profile for {version!r}",
+                          ", ".join(versions) or "none shipped")
     model = model_for(spec["target"], base, "--model-path" if engine == "sglang" else "--model")
     label = os.path.basename(spec["target"].rstrip("/"))
     scenario = {"name": name or re.sub(r"[^a-z0-9]+", "_", f"{engine}_{label}_{(speculation or {}).get('method', 'plain')}".lower()),
@@ -177,14 +180,12 @@ def import_command(argv: list[str], topology: str | None, name: str | None, base
     scenario["workload"] = {**PLACEHOLDER_WORKLOAD, **s.get("workload", {})}
     if speculation:
         scenario["speculation"] = speculation
-    if "engine" in ScenarioSpec.model_fields:
-        scenario["engine"] = {"name": engine}
-    else:
-        unmodelled.append(f"engine {engine}: no scenario key names the engine yet (its version's behaviour is the "
-                          "scenario's runtime defaults)")
+    scenario["engine"] = {"name": engine, "version": version, **flags}
     header = [f"Imported by `specsim import command` from: {shlex.join(argv)}",
               "Not in the command, set here as placeholders to replace with your own:",
               f"  - topology: {scenario['topology']}" + ("" if topology else " (the reference machine; --topology NAME)"),
+              f"  - engine.version: {version}" + ("" if engine_version else f" (the newest {engine} profile shipped; "
+                                                  "--engine-version V)"),
               f"  - workload: {PLACEHOLDER_WORKLOAD} (your requests' lengths and count)"]
     if speculation:
         header.append(f"  - speculation.acceptance: {PLACEHOLDER_ACCEPTANCE} (*placeholder*: your drafter's measured "

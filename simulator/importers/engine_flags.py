@@ -9,10 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-# SGLang's speculative CUDA-graph batch sizes before --cuda-graph-max-bs cuts them (model_executor/cuda_graph_runner.py,
-# get_batch_sizes_to_capture: "speculative decoding requires more cuda graph memory, we capture less")
-SGLANG_SPEC_CAPTURE_BS = list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 161, 16))
-
 # flags that take no value (store_true in the engines' parsers)
 SWITCHES = {
     "--enable-dp-attention", "--disable-cuda-graph", "--disable-overlap-schedule", "--disable-custom-all-reduce",
@@ -20,7 +16,7 @@ SWITCHES = {
     "--enable-torch-compile", "--enable-expert-parallel", "--enforce-eager", "--disable-radix-cache",
     "--enable-mixed-chunk", "--enable-dp-lm-head", "--enable-symm-mem", "--disable-log-requests",
     "--enable-prefix-caching", "--no-enable-prefix-caching", "--enable-chunked-prefill", "--disable-log-stats",
-    "--enable-metrics", "--skip-server-warmup", "--enable-cache-report", "--disable-cuda-graph-padding",
+    "--enable-metrics", "--skip-server-warmup", "--enable-cache-report", "--disable-cuda-graph-padding", "--async-scheduling",
 }
 NO_EFFECT = {"--host", "--port", "--api-key", "--served-model-name", "--log-level", "--log-requests",
              "--tokenizer-path", "--tokenizer", "--trust-remote-code", "--disable-log-requests", "--disable-log-stats",
@@ -40,18 +36,15 @@ def _set(path: str, convert=int) -> Setter:
     return apply
 
 
-def _graphs_off(s: dict, _value: Any) -> None:
-    s.setdefault("runtime", {}).update(cuda_graph_decode=False, cuda_graph_verify=False, cuda_graph_draft=False)
+def _engine(key: str, convert=lambda _v: True) -> Setter:
+    """A flag the scenario's engine: key holds under the engine's own name (simulator/config/engine.py)."""
+    def apply(s: dict, value: Any) -> None:
+        s.setdefault("_engine", {})[key] = convert(value)
+    return apply
 
 
-def _max_bs(s: dict, value: Any) -> None:
-    cap = int(value)
-    sizes = [b for b in SGLANG_SPEC_CAPTURE_BS if b <= cap]
-    s.setdefault("_engine", {})["cuda_graph_max_bs"] = sorted(set(sizes + [cap]))
-
-
-def _graph_bs(s: dict, value: Any) -> None:
-    s.setdefault("_engine", {})["cuda_graph_max_bs"] = sorted({int(v) for v in str(value).split()})
+def _sizes(value: Any) -> list[int]:
+    return sorted({int(v) for v in str(value).replace(",", " ").split()})
 
 
 def _chunked(s: dict, value: Any) -> None:
@@ -97,12 +90,13 @@ SGLANG: dict[str, Setter] = {
     "--speculative-algorithm": _spec("algorithm", str), "--speculative-num-steps": _spec("steps"),
     "--speculative-eagle-topk": _spec("topk"), "--speculative-num-draft-tokens": _spec("draft_tokens"),
     "--speculative-draft-model-path": _spec("draft", None), "--speculative-draft": _spec("draft", None),
-    "--cuda-graph-max-bs": _max_bs, "--cuda-graph-bs": _graph_bs, "--disable-cuda-graph": _graphs_off,
-    "--disable-overlap-schedule": _set("runtime.overlap_schedule", lambda _v: False),
-    "--disable-custom-all-reduce": _set("runtime.allreduce", lambda _v: "nccl"),
-    "--enable-flashinfer-allreduce-fusion": _set("runtime.fuse_allreduce_rmsnorm", lambda _v: True),
+    "--cuda-graph-max-bs": _engine("cuda_graph_max_bs", int), "--cuda-graph-bs": _engine("cuda_graph_bs", _sizes),
+    "--disable-cuda-graph": _engine("disable_cuda_graph"), "--disable-overlap-schedule": _engine("disable_overlap_schedule"),
+    "--disable-cuda-graph-padding": _engine("disable_cuda_graph_padding"),
+    "--disable-custom-all-reduce": _engine("disable_custom_all_reduce"),
+    "--enable-flashinfer-allreduce-fusion": _engine("enable_flashinfer_allreduce_fusion"),
     "--enable-nccl-nvls": _set("runtime.allreduce", lambda _v: "nvls"),
-    "--mem-fraction-static": _set("runtime.memory_fraction", float),
+    "--mem-fraction-static": _engine("mem_fraction_static", float),
     "--chunked-prefill-size": _chunked, "--max-running-requests": _set("workload.max_running_requests"),
     "--moe-a2a-backend": _a2a, "--deepep-mode": _deepep_mode,
 }
@@ -111,8 +105,9 @@ VLLM: dict[str, Setter] = {
     "--tensor-parallel-size": _vllm_tp, "-tp": _vllm_tp, "--data-parallel-size": _vllm_dp, "-dp": _vllm_dp,
     "--pipeline-parallel-size": _set("parallelism.pp"), "-pp": _set("parallelism.pp"),
     "--enable-expert-parallel": _vllm_ep, "--speculative-config": _spec("vllm_config", None),
-    "--enforce-eager": _graphs_off, "--disable-custom-all-reduce": _set("runtime.allreduce", lambda _v: "nccl"),
-    "--gpu-memory-utilization": _set("runtime.memory_fraction", float),
+    "--enforce-eager": _engine("enforce_eager"), "--disable-custom-all-reduce": _engine("disable_custom_all_reduce"),
+    "--cuda-graph-sizes": _engine("cuda_graph_sizes", _sizes), "--async-scheduling": _engine("async_scheduling"),
+    "--gpu-memory-utilization": _engine("gpu_memory_utilization", float),
     "--max-num-batched-tokens": _set("workload.max_prefill_tokens"), "--max-num-seqs": _set("workload.max_running_requests"),
 }
 # known flags that change the engine but have no scenario key (said so, with what to do where there is one)
@@ -129,7 +124,7 @@ NOT_MODELLED = {
     "--no-enable-prefix-caching": "prefix caching is not simulated",
     "--enable-chunked-prefill": "prefill is chunked at workload.max_prefill_tokens",
     "--enable-mixed-chunk": "prefill chunks run in their own steps", "--enable-dp-lm-head": "not simulated",
-    "--enable-symm-mem": "not simulated", "--disable-cuda-graph-padding": "graphs pad to the next captured size",
+    "--enable-symm-mem": "not simulated",
     "--compilation-config": "vLLM's compilation passes are not simulated",
     "--max-cudagraph-capture-size": "vLLM's capture sizes: runtime.speculative_graph_batch_sizes by hand",
     "--speculative-token-tree": "an explicit tree: speculation.tree (kind: parents) by hand",
