@@ -160,6 +160,21 @@ def test_validate_command_prints_every_case_and_the_errors(capsys):
     out = capsys.readouterr().out
     assert "nccl-tests-272" in out and "sglang-docs-eagle3" in out
     assert "2 figures from 2 sources" in out and "mean absolute error" in out
+    assert "  plain decode    1 figures" in out and "  collectives     1 figures" in out and "speculative" not in out
+
+
+def test_the_summary_groups_cases_by_what_they_test():
+    from simulator.analysis.validate import Case, Outcome, Source, summary
+
+    source = Source(id="s", title="t", where="w", url="u", hardware="h", engine="e", date="2026-01", organisation="o")
+    cases = [("collective", "time_us", 11.0), ("scenario", "baseline_tok_s", 8.0), ("scenario", "speedup", 13.0),
+             ("scenario", "speedup", 7.0)]
+    outcomes = [Outcome(source, Case(name="c", measured=10.0, unit="x", kind=kind, metric=metric), simulated, "f")
+                for kind, metric, simulated in cases]
+    groups = summary(outcomes)["groups"]
+    assert groups["collectives"] == {"figures": 1, "mean_abs_error": pytest.approx(0.1), "max_abs_error": pytest.approx(0.1)}
+    assert groups["plain decode"]["figures"] == 1 and groups["plain decode"]["max_abs_error"] == pytest.approx(0.2)
+    assert groups["speculative"]["figures"] == 2 and groups["speculative"]["mean_abs_error"] == pytest.approx(0.3)
 
 
 def test_gpt_fast_int4_cases_carry_its_quantize_py_format(validation_files):

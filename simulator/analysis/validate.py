@@ -171,9 +171,26 @@ def evaluate(path: str) -> list[Outcome]:
     return out
 
 
-def summary(outcomes: list[Outcome]) -> dict:
+GROUPS = ("plain decode", "speculative", "collectives")
+
+
+def group(outcome: Outcome) -> str:
+    """Which part of the model a case tests: a collective, a plain-decode rate (a `baseline_*` figure: the machine
+    with speculation off), or a speculative figure (anything else a scenario gives: speedups, speculative rates)."""
+    if outcome.case.kind == "collective":
+        return "collectives"
+    return "plain decode" if outcome.case.metric.startswith("baseline") else "speculative"
+
+
+def _errors(outcomes: list[Outcome]) -> dict:
     errors = [abs(o.error) for o in outcomes]
-    return {"figures": len(outcomes), "sources": len({o.source.id for o in outcomes}),
-            "organisations": len({o.source.organisation for o in outcomes}),
-            "mean_abs_error": sum(errors) / len(errors) if errors else 0.0,
+    return {"figures": len(outcomes), "mean_abs_error": sum(errors) / len(errors) if errors else 0.0,
             "max_abs_error": max(errors) if errors else 0.0}
+
+
+def summary(outcomes: list[Outcome]) -> dict:
+    """Figures, sources, organisations, mean and maximum absolute error, overall and per group (GROUPS)."""
+    groups = {name: _errors([o for o in outcomes if group(o) == name]) for name in GROUPS}
+    return {**_errors(outcomes), "sources": len({o.source.id for o in outcomes}),
+            "organisations": len({o.source.organisation for o in outcomes}),
+            "groups": {name: g for name, g in groups.items() if g["figures"]}}

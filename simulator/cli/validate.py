@@ -48,6 +48,9 @@ def _print_markdown(rows: list[dict], summary: dict) -> None:
 
 
 def _print_summary(s: dict) -> None:
+    for name, g in s.get("groups", {}).items():
+        print(f"  {name:<13} {g['figures']:3d} figures: mean absolute error {100 * g['mean_abs_error']:.1f}%, "
+              f"maximum {100 * g['max_abs_error']:.1f}%")
     print(f"{s['figures']} figures from {s['sources']} sources ({s['organisations']} organisations): "
           f"mean absolute error {100 * s['mean_abs_error']:.1f}%, maximum {100 * s['max_abs_error']:.1f}%")
 
