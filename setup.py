@@ -16,7 +16,7 @@ DATA_FILES = ["*.yaml", "*.yml", "*.csv", "*.json", "*.md", "*.txt"]
 # namespace packages too: a folder such as simulator/results needs no __init__.py to be shipped
 packages = find_namespace_packages(include=["simulator", "simulator.*"], exclude=["*.__pycache__", "simulator.data*"])
 package_dir = {}
-package_data = {"simulator": ["py.typed"]}
+package_data = {"simulator": ["py.typed"], "simulator.corpora": ["data/*.npz"]}
 for folder, package in DATA.items():
     package_dir[package] = folder
     for dirpath, dirnames, _ in os.walk(folder):

@@ -45,6 +45,8 @@ def accept_scale_for(scenario: Scenario, gain: float) -> tuple[float, float, flo
     """Bisection on the scale of the per-depth probabilities so that the analytic expected accept length rises by
     `gain`: (scale, expected before, expected after), or why it cannot."""
     config = scenario.spec.speculation.acceptance
+    if config is None:
+        return "acceptance is computed from the corpus text: no probabilities to scale"
     if config.kind not in _SCALED:
         return f"{config.kind} acceptance has no probabilities to scale"
     kind = type(config)

@@ -126,7 +126,8 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
         method = "eagle3" if card.draft_head is not None else "mtp" if card.mtp_layers else "ngram"
         drafter, acceptance, own_tree = build_drafter(method, spec.speculation, spec.runtime), None, None
         note = f"speculation is off in this scenario: drafting costed as {method}, trees shaped for a generic drafter"
-    has_expectation = acceptance is not None and spec.speculation.acceptance.kind != "ngram_context"
+    config = spec.speculation.acceptance
+    has_expectation = acceptance is not None and config is not None and config.kind != "ngram_context"
 
     def table(depth: int):
         return typical_table(acceptance, depth) if acceptance is not None else \

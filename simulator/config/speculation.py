@@ -84,10 +84,44 @@ class TreeShape(Strict):
 
 
 class NgramDrafter(Strict):
-    """Prompt lookup / n-gram cache proposals, computed on the host CPU (SGLang's C++ trie + Python tensor prep)."""
+    """Prompt lookup / n-gram cache proposals, computed on the host CPU (SGLang's C++ trie + Python tensor prep).
+    With no acceptance model the proposals are computed over the workload's corpus (speculation/lookup.py): SGLang's
+    trie (its defaults: speculative_ngram_* server arguments) or vLLM's prompt lookup (prompt_lookup_min/max)."""
 
     host_us_per_step: NonNegativeFloat = Field(400.0, description="Lookup and tensor preparation per step")
     host_us_per_request: NonNegativeFloat = Field(150.0, description="Per request in the batch (mask building)")
+    host_us_per_node: NonNegativeFloat = Field(0.05, description="Per trie node a request's insert, match and "
+                                               "expansion visit (a hash-map probe; *estimate*)")
+    algorithm: Literal["sglang_trie", "prompt_lookup"] = Field("sglang_trie", description="sglang_trie (SGLang NGRAM) or prompt_lookup (vLLM ngram)")
+    branch_length: int = Field(18, ge=2, le=64, description="SGLang: tokens a trie path holds (speculative_ngram_branch_length)")
+    min_match_window: PositiveInt = Field(1, description="SGLang: shortest suffix matched (speculative_ngram_min_match_window_size)")
+    max_match_window: PositiveInt = Field(12, description="SGLang: longest suffix matched (speculative_ngram_max_match_window_size)")
+    min_bfs_breadth: PositiveInt = Field(1, description="SGLang: children expanded under the longest match (speculative_ngram_min_bfs_breadth)")
+    max_bfs_breadth: PositiveInt = Field(10, description="SGLang: children expanded under the shortest match (speculative_ngram_max_bfs_breadth)")
+    prompt_lookup_min: PositiveInt = Field(2, description="vLLM: shortest n-gram matched (specsim's default; vLLM asks for it)")
+    prompt_lookup_max: PositiveInt = Field(5, description="vLLM: longest n-gram matched (specsim's default; vLLM asks for it)")
+
+    @model_validator(mode="after")
+    def _windows(self):
+        if not self.min_match_window <= self.max_match_window < self.branch_length:
+            raise ValueError("need min_match_window <= max_match_window < branch_length")
+        if self.min_bfs_breadth > self.max_bfs_breadth or self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError("need min_bfs_breadth <= max_bfs_breadth and prompt_lookup_min <= prompt_lookup_max")
+        return self
+
+
+class SuffixDrafter(Strict):
+    """SuffixDecoding (Arctic Inference; vLLM method suffix) over the workload's corpus: suffix trees of the request's
+    prompt + output and of earlier requests' outputs, on the host CPU. Defaults: vLLM's suffix_decoding_* options."""
+
+    max_tree_depth: int = Field(24, ge=2, le=256, description="Longest match + speculation a tree holds (suffix_decoding_max_tree_depth)")
+    max_spec_factor: PositiveFloat = Field(1.0, description="Drafts per matched token (suffix_decoding_max_spec_factor)")
+    max_spec_offset: float = Field(0.0, description="Drafts added to factor x match (Arctic's max_spec_offset)")
+    min_token_prob: Probability = Field(0.1, description="Stop drafting below this estimated probability (suffix_decoding_min_token_prob)")
+    cache_requests: bool = Field(True, description="Keep completed requests' outputs in a shared tree (suffix_decoding_max_cached_requests > 0)")
+    host_us_per_step: NonNegativeFloat = Field(100.0, description="Python-side preparation per step (*estimate*)")
+    host_us_per_request: NonNegativeFloat = Field(20.0, description="Per request in the batch (*estimate*)")
+    host_us_per_node: NonNegativeFloat = Field(0.05, description="Per tree node a request's update and match visit (*estimate*)")
 
 
 class DraftModel(Strict):
@@ -99,18 +133,20 @@ class DraftModel(Strict):
 class Speculation(Strict):
     """The drafter, the verify shape (chain or token tree) and the acceptance model."""
 
-    method: Literal["none", "eagle3", "mtp", "draft_model", "ngram"] = Field("none", description="The drafter: none (plain decode), eagle3, mtp, draft_model or ngram")
+    method: Literal["none", "eagle3", "mtp", "draft_model", "ngram", "suffix"] = Field("none", description="The drafter: none (plain decode), eagle3, mtp, draft_model, ngram or suffix")
     draft_tokens: PositiveInt = Field(3, le=255, description="Draft tokens verified per step (tree: nodes besides the root)")
     verify: Literal["chain", "tree"] = Field("chain", description="Verify the drafts as a chain or as a token tree")
     tree: TreeShape = Field(TreeShape(), description="The verify tree's shape (verify: tree)")
-    acceptance: Optional[Acceptance] = Field(None, description="How many drafts survive verification: iid, positional, bursty, ngram_context or trace")
-    ngram: NgramDrafter = Field(NgramDrafter(), description="The n-gram drafter's host costs")
+    acceptance: Optional[Acceptance] = Field(None, description="How many drafts survive verification: iid, positional, bursty, ngram_context or trace; omitted for ngram / suffix: computed by the drafter over workload.corpus")
+    ngram: NgramDrafter = Field(NgramDrafter(), description="The n-gram drafter: its algorithm and host costs")
+    suffix: SuffixDrafter = Field(SuffixDrafter(), description="The suffix drafter (method: suffix)")
     draft_model: Optional[DraftModel] = Field(None, description="The draft model (method: draft_model)")
 
     @model_validator(mode="after")
     def _consistent(self):
-        if self.method != "none" and self.acceptance is None:
-            raise ValueError("a speculation method needs an acceptance model")
+        if self.method not in ("none", "ngram", "suffix") and self.acceptance is None:
+            raise ValueError("a speculation method needs an acceptance model (ngram and suffix compute theirs from "
+                             "workload.corpus)")
         if self.method == "draft_model" and self.draft_model is None:
             raise ValueError("method draft_model needs speculation.draft_model.model")
         return self

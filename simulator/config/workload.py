@@ -116,6 +116,10 @@ class Workload(Strict):
                              "evict the newest request when the cache fills (it is recomputed later)")
     target: LatencyTarget = Field(LatencyTarget(), description="Latency target for goodput")
     seed_offset: int = Field(0, ge=0, description="Varies arrivals and lengths without changing acceptance draws")
+    corpus: Optional[Literal["chat", "code"]] = Field(None, description="Text the requests stand for (chat: ShareGPT, "
+                                                      "code: HumanEval + code chats): request i's prompt and output are "
+                                                      "the tokens of stream corpus_stream + i; a model-free drafter runs on them")
+    corpus_stream: int = Field(0, ge=0, description="The corpus stream the first request reads (later ones follow)")
 
     @model_validator(mode="before")
     @classmethod

@@ -194,7 +194,7 @@ class Server:
 
     def _start_acceptance(self, request) -> None:
         if self._primary is not None:
-            request.acceptance_state = self._primary.start(request.prompt_tokens)
+            request.acceptance_state = self._primary.start_request(request)
 
     # -- the loop --------------------------------------------------------------------------------------------
     def run(self):

@@ -137,6 +137,7 @@ def expected_accept_len(scenario: Scenario, slots) -> float | None:
     if not slots:
         return None
     slot = slots[0]
-    if scenario.spec.speculation.acceptance.kind == "ngram_context":
-        return None  # its hit rate depends on the history: no single expectation
+    config = scenario.spec.speculation.acceptance
+    if config is None or config.kind == "ngram_context":
+        return None  # its hit rate depends on the history (or the text): no single expectation
     return slot.acceptance.expected_tokens(slot.tree)

@@ -65,6 +65,10 @@ class AcceptanceModel:
     def start(self, prompt_tokens: int):
         return None
 
+    def start_request(self, request):
+        """A request's initial state (the serving loop's entry; a model that reads text needs the request itself)."""
+        return self.start(request.prompt_tokens)
+
     def walker(self, tree: Tree, state=None) -> Walker:
         return _cached_walker(self._walkers, tree, lambda: Walker(tree, self.table(tree.depth)))
 

@@ -63,6 +63,19 @@ def build_tree(config, draft_tokens: int, verify: str, acceptance: AcceptanceMod
     return tree
 
 
+def computed_acceptance(spec, file: str) -> AcceptanceModel:
+    """A model-free drafter's acceptance, computed over the workload's corpus (speculation/textual.py)."""
+    s, work = spec.speculation, spec.workload
+    if work.corpus is None:
+        raise ConfigError(file, "workload.corpus", f"method {s.method} without speculation.acceptance computes its "
+                          "acceptance from text, and the workload names no corpus",
+                          "workload.corpus: chat or code (or an acceptance model, e.g. kind: ngram_context)")
+    from ..corpora import Corpus
+    from .textual import TextAcceptance
+    return TextAcceptance(s.method, s.ngram if s.method == "ngram" else s.suffix, Corpus(work.corpus),
+                          work.corpus_stream)
+
+
 @dataclass(frozen=True)
 class SpeculationSetup:
     """The drafters (slot 0 the scenario's, slot 1 a multi-drafter policy's fallback) and the policy choosing."""
@@ -80,7 +93,8 @@ def build_speculation(scenario, speculate: bool = True) -> SpeculationSetup:
         return SpeculationSetup([], build_policy(spec.policy, None))
     work = spec.workload
     typical_seen = typical_context(work)  # the mean history of a step
-    acceptance = build_acceptance(s.acceptance, base_dir, file, typical_seen)
+    acceptance = computed_acceptance(spec, file) if s.acceptance is None else \
+        build_acceptance(s.acceptance, base_dir, file, typical_seen)
     tree = build_tree(s.tree, s.draft_tokens, s.verify, acceptance, file, "speculation.tree")
     slots = [DrafterSlot(s.method, build_drafter(s.method, s, spec.runtime), acceptance, tree)]
     fallback_tree = None

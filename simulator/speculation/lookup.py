@@ -1,0 +1,187 @@
+"""Model-free drafters as the engines run them, over token ids: SGLang's n-gram trie, vLLM's prompt lookup and
+SuffixDecoding's suffix trees. Each proposes a draft tree (children per node, node 0 the last verified token) for a
+request's history; greedy verification accepts the longest path that the actual continuation follows (accepted()).
+
+SGLang (speculative_algorithm NGRAM, cpp_ngram/trie_cache.cpp): one trie shared by every request. After each
+verify the last branch_length tokens of the request (prompt + output) are inserted as their suffixes of length >= 2
+(the prompt itself is not inserted at prefill); a child touched last is tried first. A lookup walks the last w tokens
+for w = max_match_window .. min_match_window and expands, breadth first, each matched node: breadth max_bfs at the
+shortest window falling by (max_bfs - min_bfs) / (windows) per window length and per level, at least 1, merging equal
+tokens, until draft_tokens nodes. Its node-pool capacity (10M nodes) is not modelled: a run inserts ~17 nodes a token.
+vLLM (method ngram): the longest suffix n-gram (prompt_lookup_min..max) that occurred earlier, its earliest
+occurrence, and the k tokens after it as a chain. SuffixDecoding (Arctic Inference; vLLM method suffix): counted
+tries of every substring up to max_tree_depth tokens over the request's prompt + output and over earlier requests'
+outputs; for each match length m the most frequent continuation, stopped when its estimated probability (product of
+child / parent counts) falls below min_token_prob, at most max_spec_factor * m + offset tokens (and m + drafts <=
+max_tree_depth); the candidate with the highest score (summed probabilities) wins, the request's tree on a tie.
+"""
+from __future__ import annotations
+
+
+def accepted(children: list[dict], continuation) -> int:
+    """Drafts accepted under greedy verification: the longest tree path the continuation follows."""
+    node, count = 0, 0
+    for token in continuation:
+        node = children[node].get(token)
+        if node is None:
+            break
+        count += 1
+    return count
+
+
+class SglangTrie:
+    """SGLang's n-gram trie (BFS / recency match type): one per server, shared by all requests."""
+
+    def __init__(self, branch_length: int, min_window: int, max_window: int, min_bfs: int, max_bfs: int):
+        if not (1 <= min_window <= max_window < branch_length and 1 <= min_bfs <= max_bfs):
+            raise ValueError("need 1 <= min_match_window <= max_match_window < branch_length, 1 <= min_bfs <= max_bfs")
+        self.branch, self.min_window, self.max_window = branch_length, min_window, max_window
+        self.min_bfs, self.scale = min_bfs, (max_bfs - min_bfs) / (max_window - min_window + 1)
+        self.root: dict = {}  # token -> child node; a dict's order is its recency (last = touched last)
+        self.match_len = 0  # the longest window the last lookup matched
+
+    def insert(self, tokens) -> None:
+        """After a verify: the request's last branch_length tokens, every suffix longer than min_match_window."""
+        tokens = tokens[-self.branch:]
+        for i in range(len(tokens) - self.min_window):
+            cursor = self.root
+            for token in tokens[i:]:
+                child = cursor.pop(token, None)
+                cursor[token] = child = {} if child is None else child  # moved to the most recent end
+                cursor = child
+
+    def propose(self, tokens, length: int, drafts: int) -> list[dict]:
+        """The draft tree for a request whose tokens so far are tokens[:length] (at most `drafts` nodes besides the
+        root)."""
+        children: list[dict] = [{}]
+        self.match_len = 0
+        for window in range(min(length, self.max_window), self.min_window - 1, -1):
+            node = self.root
+            for token in tokens[length - window:length]:
+                node = node.get(token)
+                if node is None:
+                    break
+            if node is None:
+                continue
+            self.match_len = max(self.match_len, window)
+            queue, at = [(0, (self.max_window - window) * self.scale + self.min_bfs, node)], 0
+            while at < len(queue) and len(children) <= drafts:
+                parent, breadth, trie_node = queue[at]
+                at += 1
+                for taken, token in enumerate(reversed(trie_node)):
+                    if taken >= max(1, int(breadth)) or len(children) > drafts:
+                        break
+                    pos = children[parent].get(token)
+                    if pos is None:
+                        pos = children[parent][token] = len(children)
+                        children.append({})
+                    queue.append((pos, breadth - self.scale, trie_node[token]))
+        return children
+
+
+class PromptLookup:
+    """vLLM's n-gram proposer for one request: earliest occurrence of the longest matching suffix n-gram."""
+
+    def __init__(self, min_n: int, max_n: int):
+        if not 1 <= min_n <= max_n:
+            raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
+        self.min_n, self.max_n = min_n, max_n
+        self.first: dict = {}  # n-gram -> its earliest start, for n-grams ending before the history's last token
+        self.indexed = 0  # n-grams ending before this position are in `first`
+        self.match_len = 0
+
+    def propose(self, history, length: int, drafts: int) -> list[dict]:
+        first = self.first
+        for end in range(self.indexed, length - 1):  # n-grams ending at end (< length - 1)
+            for n in range(self.min_n, min(self.max_n, end + 1) + 1):
+                first.setdefault(tuple(history[end - n + 1:end + 1]), end - n + 1)
+        self.indexed = max(self.indexed, length - 1)
+        self.match_len = 0
+        for n in range(min(self.max_n, length), self.min_n - 1, -1):
+            start = first.get(tuple(history[length - n:length]))
+            if start is not None:
+                self.match_len = n
+                return chain(history[start + n:min(start + n + drafts, length)])
+        return [{}]
+
+
+def chain(tokens) -> list[dict]:
+    """A chain of drafts as a tree."""
+    return [{token: k + 1} for k, token in enumerate(tokens)] + [{}]
+
+
+class CountedTrie:
+    """Every substring up to `depth` tokens of the sequences added, with its count ([count, children] per node)."""
+
+    def __init__(self, depth: int):
+        self.depth = depth
+        self.root: list = [0, {}]
+
+    def add(self, tokens) -> None:
+        """A whole sequence (an earlier request's output)."""
+        tail = Tail(self)
+        for token in tokens:
+            tail.push(token)
+
+    def find(self, pattern):
+        node = self.root
+        for token in pattern:
+            node = node[1].get(token)
+            if node is None:
+                return None
+        return node
+
+
+class Tail:
+    """A sequence being appended to a CountedTrie: the nodes of its last 0..depth-1 tokens, so a token costs depth
+    updates."""
+
+    def __init__(self, trie: CountedTrie):
+        self.trie, self.nodes = trie, [trie.root]
+
+    def push(self, token) -> None:
+        nodes = [self.trie.root]
+        for node in self.nodes[:self.trie.depth]:
+            child = node[1].get(token)
+            if child is None:
+                child = node[1][token] = [0, {}]
+            child[0] += 1
+            nodes.append(child)
+        self.nodes = nodes
+
+
+class SuffixDrafter:
+    """SuffixDecoding for one request: its own tree over prompt + output, and the server's tree of earlier outputs."""
+
+    def __init__(self, depth: int, factor: float, offset: float, min_prob: float, shared: CountedTrie | None):
+        self.own, self.shared = CountedTrie(depth), shared
+        self.tail, self.pushed = Tail(self.own), 0
+        self.factor, self.offset, self.min_prob = factor, offset, min_prob
+        self.match_len = 0
+
+    def propose(self, history, length: int, drafts: int) -> list[dict]:
+        for token in history[self.pushed:length]:
+            self.tail.push(token)
+        self.pushed = length
+        depth = self.own.depth
+        best, best_score, self.match_len = [], 0.0, 0
+        trees = [self.own] if self.shared is None else [self.own, self.shared]
+        for trie in trees:
+            for m in range(1, min(depth - 1, length) + 1):
+                node = self.tail.nodes[m] if trie is self.own else trie.find(history[length - m:length])
+                if node is None:
+                    break  # a longer suffix is absent too
+                self.match_len = max(self.match_len, m)
+                limit = min(drafts, int(self.factor * m + self.offset), depth - m)
+                tokens, prob, score = [], 1.0, 0.0
+                while len(tokens) < limit and node[1]:
+                    token, child = max(node[1].items(), key=lambda kv: kv[1][0])  # the first of equals wins
+                    prob *= child[0] / node[0]
+                    if prob < self.min_prob:
+                        break
+                    tokens.append(token)
+                    score += prob
+                    node = child
+                if score > best_score:
+                    best, best_score = tokens, score
+        return chain(best)

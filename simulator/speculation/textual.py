@@ -1,0 +1,148 @@
+"""Acceptance computed from text: a model-free drafter (speculation/lookup.py) runs over each request's tokens from a
+corpus and the target accepts what its proposal shares with the actual continuation (greedy verification).
+
+Stated assumption: the corpus's tokens after a request's prompt are the target's greedy output (its user turns
+included: they stand for more text of the same conversation). Nothing is sampled: the uniforms go unread, and the
+same corpus, drafter and workload give the same accept lengths on every machine. A request's position is read from
+its remaining tokens, so a preempted request resumes where it was; the drafter's caches catch up lazily.
+"""
+from __future__ import annotations
+
+from ..corpora import Corpus
+from .acceptance import AcceptanceModel, positional_table
+from .lookup import CountedTrie, PromptLookup, SglangTrie, SuffixDrafter, accepted
+from .trees import Tree
+
+REPLAY_REQUESTS = 2  # requests the analytic figures (expected_tokens, table) replay, each from a fresh drafter
+
+
+class TextAcceptance(AcceptanceModel):
+    """Accept lengths computed by running the drafter over the corpus text each request stands for."""
+
+    stateful = True
+    value_key = None  # the drafter's caches move with every step (and SGLang's trie is shared by all requests)
+
+    def __init__(self, method: str, config, corpus: Corpus, first_stream: int = 0):
+        super().__init__([0.0])
+        self.method, self.config, self.corpus, self.first_stream = method, config, corpus, first_stream
+        self._requests: dict[int, tuple] = {}  # request id -> (tokens, prompt, output, per-request drafter)
+        self._trie = self._shared()
+        self._pending: dict[int, list] = {}  # SGLang inserts after the whole batch verified: request -> tokens
+        self._positions: dict[int, int] = {}  # request id -> tokens it holds (kept for match_tokens)
+        self._replays: dict[int, list[int]] = {}
+
+    def _shared(self):
+        c = self.config
+        if self.method == "ngram" and c.algorithm == "sglang_trie":
+            return SglangTrie(c.branch_length, c.min_match_window, c.max_match_window, c.min_bfs_breadth,
+                              c.max_bfs_breadth)
+        if self.method == "suffix" and c.cache_requests:
+            return CountedTrie(c.max_tree_depth)
+        return None
+
+    def _own(self):
+        c = self.config
+        if self.method == "suffix":
+            return SuffixDrafter(c.max_tree_depth, c.max_spec_factor, c.max_spec_offset, c.min_token_prob, self._trie)
+        if c.algorithm == "prompt_lookup":
+            return PromptLookup(c.prompt_lookup_min, c.prompt_lookup_max)
+        return None
+
+    def start_request(self, request):
+        rid = request.request_id
+        if rid not in self._requests:
+            prompt, output = request.prompt_tokens, request.output_tokens
+            tokens = self.corpus.tokens(self.first_stream + rid, prompt + output)
+            self._requests[rid] = (tokens, prompt, output, self._own())
+            self._positions[rid] = prompt + max(1, getattr(request, "generated", 1))
+        return rid
+
+    def start(self, prompt_tokens: int):
+        raise TypeError("text acceptance starts from the request (start_request)")
+
+    def step(self, tree: Tree, state, uniforms, at: int, switch_at: int, remaining: int):
+        tokens, prompt, output, own = self._requests[state]
+        position = prompt + output - remaining
+        trie = self._trie
+        if self.method == "ngram" and own is None:
+            if state in self._pending:  # a new round: the previous round's inserts land before anyone looks up
+                self._flush()
+            children = trie.propose(tokens, position, tree.num_drafts)
+        else:
+            children = own.propose(tokens, position, tree.num_drafts)
+        taken = accepted(children, tokens[position:position + tree.num_drafts])  # the proposal's own shape
+        emitted = taken + 1 if taken < remaining else remaining
+        self._positions[state] = position + emitted
+        if self.method == "ngram" and own is None:
+            self._queue(state, tokens, position + emitted, emitted >= remaining)
+        elif self.method == "suffix" and trie is not None and emitted >= remaining:
+            trie.add(tokens[prompt:])  # a completed request's output joins the shared tree
+        return taken, emitted, state
+
+    def _queue(self, state, tokens, end: int, completes: bool = False) -> None:
+        """SGLang's insert after a step: the request's last branch_length tokens, landing when the next round starts
+        (a completing request's at once)."""
+        if state in self._pending:
+            self._flush()
+        self._pending[state] = tokens[max(0, end - self.config.branch_length):end]
+        if completes:
+            self._flush()
+
+    def _flush(self) -> None:
+        for pending in self._pending.values():
+            self._trie.insert(pending)
+        self._pending.clear()
+
+    def accepted(self, tree: Tree, state, uniforms, at: int = 0) -> int:
+        raise TypeError("text acceptance moves the drafter's caches: step() accepts and emits in one call")
+
+    def advance(self, state, emitted: int, u: float):
+        """Another drafter's step or a plain one: only the position moves (step() reads it from the remaining)."""
+        self._positions[state] += emitted
+        if self.method == "ngram" and self._trie is not None:  # the cache sees every generated token
+            self._queue(state, self._requests[state][0], self._positions[state])
+        return state
+
+    def match_tokens(self, state) -> int:
+        """The longest suffix the drafter would match now (a lookup of one draft, its proposal unused)."""
+        tokens, _, _, own = self._requests[state]
+        drafter = own if own is not None else self._trie
+        drafter.propose(tokens, self._positions[state], 1)
+        return drafter.match_len
+
+    # -- analytic figures, replayed from the text ------------------------------------------------------------------
+    def replay(self, tree: Tree, prompt_tokens: int = 1000, output_tokens: int = 2048) -> list[int]:
+        """Drafts accepted per step over REPLAY_REQUESTS requests, each with a fresh drafter (what expected_tokens and
+        table summarise)."""
+        if tree.num_drafts not in self._replays:
+            fresh = TextAcceptance(self.method, self.config, self.corpus, self.first_stream)
+            lengths = []
+            for rid in range(REPLAY_REQUESTS):
+                request = _Replayed(rid, prompt_tokens, output_tokens)
+                state, remaining = fresh.start_request(request), output_tokens - 1
+                while remaining > 0:
+                    taken, emitted, _ = fresh.step(tree, state, (), 0, 0, remaining)
+                    lengths.append(taken)
+                    remaining -= emitted
+            self._replays[tree.num_drafts] = lengths
+        return self._replays[tree.num_drafts]
+
+    def expected_tokens(self, tree: Tree) -> float:
+        lengths = self.replay(tree)
+        return sum(min(a, tree.depth) + 1 for a in lengths) / len(lengths)
+
+    def table(self, depth: int, state=None):
+        """A chain's positional table from the replay: P(depth d accepted | depth d-1 was)."""
+        lengths = self.replay(Tree.chain(depth))
+        probs = []
+        for d in range(1, depth + 1):
+            reached = sum(1 for a in lengths if a >= d - 1)
+            probs.append(sum(1 for a in lengths if a >= d) / reached if reached else 0.0)
+        return positional_table(probs, 1.0, depth)
+
+
+class _Replayed:
+    """A stand-in request for a replay."""
+
+    def __init__(self, rid: int, prompt: int, output: int):
+        self.request_id, self.prompt_tokens, self.output_tokens = rid, prompt, output

@@ -1,0 +1,204 @@
+"""The model-free drafters' accept lengths (speculation/textual.py over speculation/lookup.py) against brute-force
+reference implementations written from the engines' descriptions: no trie, every count and recency found by scanning
+the token lists, every tree path enumerated."""
+from types import SimpleNamespace
+
+import pytest
+
+from simulator.config.speculation import NgramDrafter, SuffixDrafter
+from simulator.speculation.textual import TextAcceptance
+from simulator.speculation.trees import Tree
+
+BASE = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20]
+# repeats of whole and partial phrases, a periodic stretch, novel tokens between: the known structure
+STREAM = (BASE + [31, 32] + BASE[:6] + [41] + BASE + [51, 52, 53] + [7, 8, 9] * 8 + BASE[3:] + [61]
+          + BASE[:4] + [7, 8, 9, 7] + [71, 72] + BASE + [12, 13, 14, 81] + [7, 8] * 5 + BASE[::-1] + BASE)
+PROMPT = 14
+
+
+class Text:
+    """A corpus stub: request i reads STREAM rotated by 7 i tokens."""
+
+    def tokens(self, index: int, count: int) -> list[int]:
+        rotated = STREAM[7 * index:] + STREAM[:7 * index]
+        return (rotated * (1 + count // len(rotated)))[:count]
+
+
+def run_model(method: str, config, requests: int, drafts: int) -> list[int]:
+    """Requests one after another through the model, as the serving loop calls it: drafts accepted per step."""
+    model, tree, out = TextAcceptance(method, config, Text()), Tree.chain(drafts), []
+    for rid in range(requests):
+        request = SimpleNamespace(request_id=rid, prompt_tokens=PROMPT, output_tokens=len(STREAM) - PROMPT)
+        state, remaining = model.start_request(request), request.output_tokens - 1
+        while remaining > 0:
+            taken, emitted, state = model.step(tree, state, None, 0, 0, remaining)
+            out.append(taken)
+            remaining -= emitted
+    return out
+
+
+def run_reference(propose, after_step, after_request, requests: int, drafts: int) -> list[int]:
+    out = []
+    for rid in range(requests):
+        tokens = Text().tokens(rid, len(STREAM))
+        position = PROMPT + 1
+        while position < len(tokens):
+            paths = propose(rid, tokens, position, drafts)
+            continuation = tokens[position:position + drafts]
+            taken = max((len(p) for p in paths if continuation[:len(p)] == p), default=0)
+            out.append(taken)
+            position += min(taken + 1, len(tokens) - position)
+            after_step(rid, tokens, position)
+        after_request(tokens[PROMPT:])
+    return out
+
+
+def prefixes(chain) -> list[list[int]]:
+    """A chain's nodes as paths from the root."""
+    return [chain[:k] for k in range(len(chain) + 1)]
+
+
+def occurs_at(seq, pattern) -> list[int]:
+    return [j for j in range(len(seq) - len(pattern) + 1) if seq[j:j + len(pattern)] == pattern]
+
+
+def sglang_reference(c, requests: int, drafts: int) -> list[int]:
+    paths = []  # every inserted path, in insertion order (its index is its time)
+    pending = {}
+
+    def last_touch(prefix):
+        return max((k for k, p in enumerate(paths) if p[:len(prefix)] == prefix), default=None)
+
+    def children(prefix):
+        found = {p[len(prefix)] for p in paths if len(p) > len(prefix) and p[:len(prefix)] == prefix}
+        return sorted(found, key=lambda t: -last_touch(prefix + [t]))
+
+    def propose(rid, tokens, position, drafts):
+        if rid in pending:  # a new round: the last round's inserts land first
+            flush()
+        scale = (c.max_bfs_breadth - c.min_bfs_breadth) / (c.max_match_window - c.min_match_window + 1)
+        nodes = [[]]  # each draft node's path from the root
+        for window in range(min(position, c.max_match_window), c.min_match_window - 1, -1):
+            anchor = tokens[position - window:position]
+            if last_touch(anchor) is None:
+                continue
+            queue = [([], (c.max_match_window - window) * scale + c.min_bfs_breadth, anchor)]
+            while queue and len(nodes) <= drafts:
+                path, breadth, at = queue.pop(0)
+                for taken, token in enumerate(children(at)):
+                    if taken >= max(1, int(breadth)) or len(nodes) > drafts:
+                        break
+                    if path + [token] not in nodes:
+                        nodes.append(path + [token])
+                    queue.append((path + [token], breadth - scale, at + [token]))
+        return nodes
+
+    def flush():
+        for window in pending.values():
+            for i in range(len(window) - c.min_match_window):
+                paths.append(window[i:])
+        pending.clear()
+
+    def after_step(rid, tokens, position):
+        pending[rid] = tokens[max(0, position - c.branch_length):position]
+        if position >= len(tokens):  # a completing request's round lands at once
+            flush()
+
+    return run_reference(propose, after_step, lambda out: None, requests, drafts)
+
+
+def prompt_lookup_reference(c, requests: int, drafts: int) -> list[int]:
+    def propose(rid, tokens, position, drafts):
+        history = tokens[:position]
+        for n in range(min(c.prompt_lookup_max, position), c.prompt_lookup_min - 1, -1):
+            starts = [j for j in occurs_at(history, history[-n:]) if j + n - 1 <= position - 2]
+            if starts:
+                return prefixes(history[starts[0] + n:starts[0] + n + drafts])
+        return [[]]
+    return run_reference(propose, lambda *a: None, lambda out: None, requests, drafts)
+
+
+def suffix_reference(c, requests: int, drafts: int) -> list[int]:
+    done = []  # completed requests' outputs, in completion order
+
+    def counts(seqs, prefix):
+        """(occurrences of prefix, {next token: (occurrences, first occurrence as (sequence, end))})."""
+        total, nxt = 0, {}
+        for s, seq in enumerate(seqs):
+            for j in occurs_at(seq, prefix):
+                total += 1
+                if j + len(prefix) < len(seq) and len(prefix) < c.max_tree_depth:
+                    token = seq[j + len(prefix)]
+                    n, first = nxt.get(token, (0, (s, j + len(prefix))))
+                    nxt[token] = (n + 1, min(first, (s, j + len(prefix))))
+        return total, nxt
+
+    def propose(rid, tokens, position, drafts):
+        history = tokens[:position]
+        best, best_score = [], 0.0
+        for seqs in ([history], done) if c.cache_requests else ([history],):
+            for m in range(1, min(c.max_tree_depth - 1, position) + 1):
+                pattern = history[position - m:]
+                if counts(seqs, pattern)[0] == 0:
+                    break
+                limit = min(drafts, int(c.max_spec_factor * m + c.max_spec_offset), c.max_tree_depth - m)
+                out, prob, score = [], 1.0, 0.0
+                while len(out) < limit:
+                    total, nxt = counts(seqs, pattern + out)
+                    if not nxt:
+                        break
+                    token = min(nxt, key=lambda t: (-nxt[t][0], nxt[t][1]))
+                    prob *= nxt[token][0] / total
+                    if prob < c.min_token_prob:
+                        break
+                    out.append(token)
+                    score += prob
+                if score > best_score:
+                    best, best_score = out, score
+        return prefixes(best)
+    return run_reference(propose, lambda *a: None, done.append, requests, drafts)
+
+
+@pytest.mark.parametrize("drafts", [3, 8])
+def test_sglang_trie_matches_brute_force(drafts):
+    config = NgramDrafter(branch_length=6, max_match_window=4, max_bfs_breadth=4)
+    expected = sglang_reference(config, 2, drafts)
+    assert run_model("ngram", config, 2, drafts) == expected
+    assert max(expected) >= 3  # the stream's repeats are found
+
+
+def test_sglang_defaults_match_brute_force():
+    config = NgramDrafter()
+    assert run_model("ngram", config, 1, 8) == sglang_reference(config, 1, 8)
+
+
+@pytest.mark.parametrize("low, high", [(1, 3), (2, 5)])
+def test_prompt_lookup_matches_brute_force(low, high):
+    config = NgramDrafter(algorithm="prompt_lookup", prompt_lookup_min=low, prompt_lookup_max=high)
+    expected = prompt_lookup_reference(config, 1, 6)
+    assert run_model("ngram", config, 1, 6) == expected
+    assert max(expected) == 6
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_suffix_matches_brute_force(shared):
+    config = SuffixDrafter(max_tree_depth=8, max_spec_factor=1.5, min_token_prob=0.2, cache_requests=shared)
+    expected = suffix_reference(config, 2, 6)
+    assert run_model("suffix", config, 2, 6) == expected
+    assert max(expected) >= 3
+
+
+def test_periodic_text_is_accepted_in_full_once_a_period_is_seen():
+    """[1..5] repeated: after the first period prompt lookup proposes the period's continuation, all accepted."""
+    class Periodic:
+        def tokens(self, index, count):
+            return ([1, 2, 3, 4, 5] * count)[:count]
+    config = NgramDrafter(algorithm="prompt_lookup", prompt_lookup_min=2, prompt_lookup_max=3)
+    model, tree = TextAcceptance("ngram", config, Periodic()), Tree.chain(4)
+    state = model.start_request(SimpleNamespace(request_id=0, prompt_tokens=6, output_tokens=41))
+    remaining, lengths = 40, []
+    while remaining > 0:
+        taken, emitted, state = model.step(tree, state, None, 0, 0, remaining)
+        lengths.append(taken)
+        remaining -= emitted
+    assert lengths == [4] * 8  # 8 steps of 4 drafts + the bonus token = 40 tokens
