@@ -1,7 +1,7 @@
 """The house: every import inside the package points down the layers, never up.
 
 config -> hardware / model / kernels / speculation -> engine -> results -> analysis / experiments / viz -> cli;
-importers (outside files -> configuration) sit beside config.
+importers (outside files -> configuration) and corpora (shipped token streams) sit beside config.
 A module may import its own layer or any lower one; anything else is a wrong-way arrow and fails here.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pathlib
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "simulator"
-LAYERS = {"config": 0, "importers": 0, "hardware": 1, "model": 1, "kernels": 1, "speculation": 1, "engine": 2,
-          "serving": 2, "results": 3,
+LAYERS = {"config": 0, "importers": 0, "corpora": 0, "hardware": 1, "model": 1, "kernels": 1, "speculation": 1,
+          "engine": 2, "serving": 2, "results": 3,
           "analysis": 4, "experiments": 4, "viz": 4, "cli": 5}
 TOP = 6  # simulator/__init__.py and __main__.py: the public face may import anything
 

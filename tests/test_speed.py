@@ -123,7 +123,7 @@ def test_plans_are_shared_by_value_not_by_machine():
 def test_fused_acceptance_step_is_accepted_then_advance():
     from simulator.speculation.setup import build_speculation
 
-    scenario = resolve(scenario_path("pcie8_ngram.yaml"), {})
+    scenario = resolve(scenario_path("pcie8_ngram_long_fitted.yaml"), {})
     model = build_speculation(scenario, True).slots[0].acceptance
     tree = build_speculation(scenario, True).slots[0].tree
     rng = np.random.default_rng(0)
