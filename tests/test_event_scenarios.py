@@ -112,3 +112,37 @@ def test_a_kv_transfer_on_a_collectives_links_stretches_it():
     assert no_delay == pytest.approx(0.0, abs=1e-6)
     assert delay > 0.01 * alone
     assert shared == pytest.approx(alone + delay, rel=1e-9)
+
+
+OWN = os.path.join(EVENT, "h100_llama8b_own_gpu_drafter.yaml")
+
+
+@pytest.mark.parametrize("probs", [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+def test_a_drafter_on_its_own_gpus_drafts_beside_the_verify(probs):
+    """Every draft accepted: the next step's drafts are made during the verify, so a step waits only for the draft
+    tokens' transfer, far less than drafting on the target's GPUs. None accepted: the drafts made ahead are always
+    discarded and redrafted after the verify, so the drafter on its own GPUs gains nothing (the transfers cost)."""
+    kw = {"speculation__acceptance": {"kind": "positional", "probs": probs}, "workload__output_tokens": 48}
+    own = simulator.run(OWN, baseline=False, **kw)
+    same = simulator.run(OWN, baseline=False, runtime__draft_on_own_gpus=False, **kw)
+    assert own.tokens == same.tokens
+    if probs[0] == 1.0:
+        assert own.step_ms["draft"]["p50"] < 0.25 * same.step_ms["draft"]["p50"]
+        assert own.throughput_tok_s > same.throughput_tok_s
+    else:  # the two arms draw their launches in another order (the drafts made ahead draw too): noise, no gain
+        assert own.throughput_tok_s == pytest.approx(same.throughput_tok_s, rel=0.01)
+
+
+def test_the_shipped_own_gpu_drafter_pays():
+    own = simulator.run(OWN, baseline=False, workload__output_tokens=96)
+    same = simulator.run(OWN, baseline=False, runtime__draft_on_own_gpus=False, workload__output_tokens=96)
+    assert own.throughput_tok_s > same.throughput_tok_s
+
+
+def test_the_own_gpu_drafter_needs_gpus_and_the_event_fidelity():
+    from simulator.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="runtime.draft_on_own_gpus: a drafter beside the verify needs the event"):
+        simulator.run(OWN, baseline=False, fidelity="fast")
+    with pytest.raises(ConfigError, match="needs 8 GPUs of its own"):
+        simulator.run(OWN, baseline=False, parallelism__tp=8)

@@ -59,6 +59,9 @@ class Runtime(Strict):
         "kernels, NVLink inside a machine), nccl (NCCL send/recv groups); auto: SGLang's --deepep-mode auto (low-latency "
         "for decode and verify, normal for prefill) where the EP ranks share NVLink, else nccl")
     memory_fraction: float = Field(0.9, gt=0, le=1, description="Share of device memory for weights and KV cache (SGLang mem_fraction_static, vLLM gpu_memory_utilization)")
+    draft_on_own_gpus: bool = Field(False, description=(
+        "The drafter runs on as many GPUs of its own after the target's, drafting the next step while the target "
+        "verifies (PEARL, SwiftSpec; event fidelity only)"))
     host_slowdown: Optional[dict[NonNegativeInt, float]] = Field(None, description=(
         "Rank -> factor on that rank's host launch times (1.2: a host 20% slower; event fidelity only: every other "
         "fidelity runs the ranks' hosts alike)"))

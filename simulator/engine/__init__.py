@@ -17,6 +17,10 @@ def check_fidelity(scenario: Scenario, fidelity: str | None) -> str:
     fidelity = fidelity or scenario.spec.fidelity
     if fidelity not in FIDELITIES:
         raise ConfigError(scenario.source, "fidelity", f"fidelity {fidelity!r} is not available", ", ".join(FIDELITIES))
+    if scenario.spec.runtime.draft_on_own_gpus and fidelity != "event":
+        raise ConfigError(scenario.source, "runtime.draft_on_own_gpus", f"a drafter beside the verify needs the event "
+                          f"fidelity, not {fidelity!r} (the closed form runs the drafts before the verify)",
+                          "fidelity: event")
     if scenario.spec.runtime.host_slowdown and fidelity != "event":
         raise ConfigError(scenario.source, "runtime.host_slowdown", f"a slower host needs the event fidelity, not "
                           f"{fidelity!r} (the closed form runs every rank's host alike)", "fidelity: event")

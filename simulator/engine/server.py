@@ -232,6 +232,7 @@ class Server:
         walk, plain = self.walks.walk, self.walks.plain
         max_steps, preempt = self.max_steps, not adm.queue_mode
         fixed = getattr(self.policy, "fixed", False)  # the same decision every step, nothing to observe
+        accepted_all = getattr(self.costs, "observe", None)  # a drafter beside the verify (serving.drafting)
         chosen = self.policy.decision if fixed else None
         specs: dict = {}  # decision -> its step spec at this batch size
         batch = context = 0
@@ -273,6 +274,8 @@ class Server:
             if decision:
                 tokens, done = walk(active, decision, end)
                 tree = decision.tree
+                if accepted_all is not None:
+                    accepted_all(tokens == batch * (tree.depth + 1))
                 log.append((KIND_SPEC, start, batch, tokens, tree.depth, decision.drafter, tree.size, kv_tokens,
                             len(adm.waiting), context), table, row, weight)
             else:

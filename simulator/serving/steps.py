@@ -18,6 +18,7 @@ from ..engine.passbook import BookedCost, PassBook
 from ..engine.records import STEP_COST, CostTable
 from ..engine.stepspec import PassSpec, StepSpec
 from ..engine.timeline import DURATION_ONLY, finish_pass
+from .drafting import OwnGPUDrafter
 from .ranks import RankSet
 
 
@@ -75,7 +76,10 @@ class EventStepCosts:
         self.network = network
         self.book = PassBook()
         self.ranks = RankSet(env, machine.host, machine.tp, network, host_slowdown(machine))
-        self.drafter = Drafter(env, machine, self.ranks, rng, on_pass)
+        own = machine.scenario.spec.runtime.draft_on_own_gpus
+        self.drafter = OwnGPUDrafter(env, machine, rng, network) if own else Drafter(env, machine, self.ranks, rng,
+                                                                                        on_pass)
+        self.observe = self.drafter.observe if own else None  # the serving loop tells it whether all were accepted
         self._planner = FastStepCosts(machine, seed, np.random.default_rng(seed))
 
     def mean_step_us(self, step: StepSpec, context: int) -> float:
@@ -89,7 +93,12 @@ class EventStepCosts:
         draft = 0.0
         if step.drafts or step.draft_host_us > 0:
             draft = yield env.process(self.drafter.propose(step, context))
+        own = self.observe is not None and step.drafts
+        if own:
+            self.drafter.beside_verify(step, context)
         r = yield from run_pass(self, step.main, context, after_us=step.hidden_us, book=self.book)
+        if own:
+            yield from self.drafter.after_verify(step.main.shape.batch, step.main.shape.tokens * step.main.shape.batch)
         if step.other_us > 0:
             yield env.timeout(step.other_us)
         duration = env.now - start
