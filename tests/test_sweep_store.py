@@ -239,7 +239,7 @@ def test_a_point_past_its_deadline_twice_is_an_error_row(tmp_path, monkeypatch):
 def test_a_dask_cluster_without_workers_ends_the_sweep_resumably(tmp_path, capsys):
     distributed = pytest.importorskip("dask.distributed")
     path = sweep_file(tmp_path, "lonely", launch_axis([6, 7]))
-    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
         started = time.monotonic()
         status = cli_main(["sweep", path, "--dask", cluster.scheduler_address, "--no-worker-timeout", "1"])
         took_s = time.monotonic() - started
@@ -302,3 +302,21 @@ def test_the_temp_file_of_a_killed_write_is_removed_by_the_next_write(tmp_path):
     live.write_text("")
     write_bytes(str(target), b"{}")
     assert sorted(os.listdir(tmp_path)) == [live.name, "out.json"] and target.read_bytes() == b"{}"
+
+
+def test_a_dask_sweep_whose_only_worker_leaves_ends_with_its_rows_kept(tmp_path, capsys):
+    distributed = pytest.importorskip("dask.distributed")
+    path = sweep_file(tmp_path, "orphaned", launch_axis(range(6, 46)), {**TINY, "workload.requests": 4})
+    out = tmp_path / "orphaned.results.csv"
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        def leave():  # the worker goes once a row is on disk
+            while not (out.exists() and out.read_bytes().count(b"\n") >= 2):
+                time.sleep(0.01)
+            cluster.scale(0)
+
+        threading.Thread(target=leave, daemon=True).start()
+        status = cli_main(["sweep", path, "--dask", cluster.scheduler_address, "--no-worker-timeout", "1"])
+    assert status == 1 and "no live worker for 1 s" in one_line(capsys)
+    kept = read_results(str(out))
+    assert 1 <= len([r for r in kept if r["status"] == "ok"]) < 40
