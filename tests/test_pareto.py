@@ -22,7 +22,7 @@ def pareto_run(tmp_path_factory):
     here = os.getcwd()
     os.chdir(folder)
     try:
-        code = main(["pareto", "nvlink8_h100_llama8b_eagle3", "--gpus", "2", "--users", "1,4", "--prompt-tokens", "128",
+        code = main(["pareto", "nvlink8_h100_llama8b_eagle3", "--gpus", "2", "--users", "4", "--prompt-tokens", "128",
                      "--output-tokens", "24", "--workers", "1", "--tpot-ms", "8", "--plot", "front.svg", "-q"])
     finally:
         os.chdir(here)

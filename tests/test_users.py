@@ -68,11 +68,11 @@ def test_a_queued_workload_says_the_ttft_is_queueing(capsys):
     code, out, err = cli(capsys, "run", "pcie8_ngram", "--set", "workload.requests=3",
                          "--set", "workload.output_tokens=64")
     assert code == 0, err
-    assert "mostly waiting for a batch slot" in out and "workload.max_concurrency" in out
+    assert "mostly waiting in the server's queue" in out and "workload.max_concurrency" in out
     code, out, err = cli(capsys, "run", "pcie8_ngram", "--set", "workload.requests=3", "--set",
                          "workload.output_tokens=64", "--set", "workload.max_concurrency=1")
     assert code == 0, err
-    assert "mostly waiting for a batch slot" not in out
+    assert "mostly waiting in the server's queue" not in out
 
 
 def test_accept_length_windows_fit_on_one_line():

@@ -6,12 +6,14 @@ from __future__ import annotations
 EXAMPLES = """
   specsim calibrate pcie8_eagle3 --measured scenarios/measured/reference.yaml \\
       --fit topology.host.eager_launch_us,topology.fabric.shm_hop_latency_us
+  specsim calibrate pcie8_eagle3 --measured bench.json --fit topology.host.eager_launch_us     a vLLM / SGLang result
 """
 
 
 def configure(p) -> None:
     p.add_argument("scenario", help="scenario YAML file or name")
-    p.add_argument("--measured", required=True, help="YAML file of measured figures")
+    p.add_argument("--measured", required=True, help="YAML file of measured figures, or a benchmark client's result "
+                   "file: vllm bench serve --save-result JSON or sglang.bench_serving JSONL (docs/metrics.md)")
     p.add_argument("--fit", required=True, help="comma-separated dotted parameter paths to fit")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value")
 

@@ -114,3 +114,17 @@ def client_metrics(run, max_concurrency: int | None) -> dict:
             "client_queue_ms": stats_ms([sent[r.request_id] - r.arrived_at for r in done]),
             "output_throughput_tok_s": sum(r.generated for r in done) / duration_s if duration_s > 0 else 0.0,
             "max_concurrency": max_concurrency}
+
+
+def client_line(load: dict) -> list[str]:
+    """The report's line of the clients' figures (docs/metrics.md), where the run was loaded."""
+    c = load.get("client") or {}
+    if not c.get("ttft_ms"):
+        return []
+
+    def figure(key: str, digits: int = 1) -> str:
+        s = c.get(key) or {}
+        return f"{s['mean']:,.{digits}f} / {s['p99']:,.{digits}f}" if s else "-"
+    return [f"    as the clients    mean / p99 ms: TTFT {figure('ttft_ms')}, TPOT {figure('tpot_ms', 2)}, ITL "
+            f"{figure('itl_ms', 2)} per chunk (vLLM), {figure('itl_per_token_ms', 2)} per token (SGLang), E2E "
+            f"{figure('e2e_latency_ms', 0)} (docs/metrics.md)"]

@@ -117,9 +117,9 @@ def queueing_note(load: dict) -> list[str]:
     client = load.get("client") or {}
     if not ttft or queue is None or queue < 0.5 * ttft or client.get("max_concurrency") is not None:
         return []
-    return [f"    queueing          TTFT is mostly waiting for a batch slot (p90 {queue:,.1f} ms; up to "
-            f"{load.get('max_waiting', 0)} waiting): the workload sends requests faster than "
-            "workload.max_running_requests admits them, by design; workload.max_concurrency holds them at the "
+    return [f"    queueing          TTFT is mostly waiting in the server's queue (p90 {queue:,.1f} ms; up to "
+            f"{load.get('max_waiting', 0)} waiting): the workload sends requests faster than the engine admits them "
+            "(workload.max_running_requests, KV memory), by design; workload.max_concurrency holds them at the "
             "client instead, as vllm bench serve / sglang.bench_serving --max-concurrency do (docs/metrics.md)"]
 
 

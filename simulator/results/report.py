@@ -9,6 +9,7 @@ from typing import Any
 
 from .deployment import deployment_lines
 from .planner import table_lines as planner_lines
+from .client import client_line
 from .summary import BREAKDOWN, Result, merged_windows
 
 
@@ -286,7 +287,7 @@ def to_table(result: Result) -> str:
     r = result
     spec = r.speculation["method"] != "none"
     lines = (_header_lines(r) + _speculation_lines(r, spec) + _machine_lines(r) + _policy_lines(r, spec)
-             + _load_lines(r.load) + planner_lines(r) + deployment_lines(r) + [""])
+             + _load_lines(r.load) + (client_line(r.load) if _load_lines(r.load) else []) + planner_lines(r) + deployment_lines(r) + [""])
     bd = r.breakdown_ms_per_token
     lines.append("  time per token (ms): " + "  ".join(f"{k.replace('allreduce_', 'AR ')} {bd[k]:.2f}" for k in BREAKDOWN)
                  + f"  = {sum(bd.values()):.2f}")
