@@ -2,6 +2,8 @@
 two-machine topologies, and their mistakes reported as one line."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from simulator.config.errors import ConfigError
@@ -52,3 +54,23 @@ def test_mistakes_are_one_line_naming_the_key(topology, where):
     with pytest.raises(ConfigError) as caught:
         build(dict(BASE, topology=topology), "scenarios/x.yaml", "scenarios")
     assert caught.value.path == where and "\n" not in str(caught.value)
+
+
+def test_deepep_between_four_machines_is_the_measured_four_node_latency():
+    """EP32 over four generated H200 machines: DeepEP's fixed latency is aiconfigurator-core's node_num 4 row at its
+    smallest token count (read from the data set here, where it is installed)."""
+    pd = pytest.importorskip("pandas")
+    data = pytest.importorskip("aiconfigurator_core")
+    from simulator.hardware.expert_parallel import BACKENDS, ep_latency_us
+
+    folder = os.path.join(os.path.dirname(data.__file__), "systems/data/h200_sxm/comm/sglang/0.5.6.post2")
+    table = pd.read_parquet(os.path.join(folder, "wideep_deepep_ll_perf.parquet"))
+    table = table[(table.node_num == 4) & (table.hidden_size == 7168) & (table.num_topk == 8)]
+    row = table[table.num_token == table.num_token.min()].iloc[0]
+    made = generated(node="nvlink8_h200", nodes=4, network={"kind": "rail", "nic_GBps": 48})
+    fabric = Fabric(made)
+    ranks = list(range(32))
+    backend = BACKENDS["deepep_low_latency"]
+    assert ep_latency_us(fabric, ranks, backend, False) == pytest.approx(row.dispatch_avg_t_us, abs=0.05)
+    assert ep_latency_us(fabric, ranks, backend, True) == pytest.approx(row.combine_avg_t_us, abs=0.05)
+    assert ep_latency_us(fabric, ranks[:16], backend, True) == 25.9  # two machines: node_num 2's

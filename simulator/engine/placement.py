@@ -185,9 +185,9 @@ def _check_spread(stage: list[str], par, refuse) -> None:
     if par.pp > 1:
         refuse("parallelism.tp", f"tp={par.tp} spans machines {', '.join(sorted(set(stage)))}: pipeline stages "
                "are simulated with each stage's tp ranks inside one machine", f"tp up to {per_machine}")
-    if len(set(stage)) > 2 and par.ep > 1 and par.ep == par.tp:
+    if len(set(stage)) > 8 and par.ep > 1 and par.ep == par.tp:
         refuse("parallelism.ep", f"ep={par.ep} spans {len(set(stage))} machines: DeepEP's latencies are known "
-               "for one or two", f"ep up to {2 * per_machine}")
+               "for up to eight", f"ep up to {8 * per_machine}")
     if any(stage.count(m) != per_machine for m in set(stage)):
         refuse("parallelism.tp", f"tp={par.tp} spreads unevenly over machines {', '.join(sorted(set(stage)))}",
                f"a multiple of {per_machine} that divides the GPUs")

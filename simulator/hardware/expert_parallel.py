@@ -17,9 +17,11 @@ flows started together on the fabric's routes, max-min shared), after a fixed la
   all leave at once) plus what the route adds; the same data set's measured NCCL alltoall of 256 elements on
   8 x H200 took 7.4-11.6 us (model: 7.2), on 8 x RTX PRO 6000 9.5 us (model with the reference's staging: 9.2).
 
-Between machines (EP ranks on two machines, DeepEP's internode kernels over RDMA) the latencies are the same data
-set's two-node figures (SGLang 0.5.6.post2, wideep_deepep_{ll,normal}_perf.parquet, node_num 2, the smallest token
-count measured): low-latency dispatch / combine 22.6 / 25.9 us (2 tokens), normal 26.6 / 49.0 us (1 token).
+Between machines (EP ranks on 2, 4 or 8 machines, DeepEP's internode kernels over RDMA) the latencies are the same
+data set's figures for that many nodes (SGLang 0.5.6.post2, wideep_deepep_{ll,normal}_perf.parquet, node_num 2 / 4 / 8,
+the smallest token count measured; normal: the transmit time at the fastest SM setting): low-latency dispatch /
+combine 22.6 / 25.9, 27.1 / 28.4, 28.7 / 30.8 us (2 tokens); normal 26.6 / 49.0, 37.8 / 59.8, 37.9 / 65.0 us
+(1 token). Machine counts between those take the next measured count's figure (3 machines: 4's).
 
 DeepEP's README (github.com/deepseek-ai/DeepEP, "Performance") reports, on H800, normal kernels at 153 / 158 GB/s
 (NVLink, EP8) and low-latency kernels over RDMA at 77 / 114 us for 128 tokens (EP8): the transfer part here is the
@@ -54,13 +56,14 @@ class Backend:
     dispatch_bytes_per_value: float
     combine_bytes_per_value: float
     once_per_rank: bool
-    dispatch_latency_net_us: float | None = None  # EP ranks on two machines
-    combine_latency_net_us: float | None = None
+    net_latency_us: tuple[tuple[int, float, float], ...] = ()  # (machines, dispatch, combine) between machines
 
 
 BACKENDS = {
-    "deepep_low_latency": Backend("deepep_low_latency", 11.905, 12.557, FP8_WITH_SCALES, BF16, False, 22.6, 25.9),
-    "deepep_normal": Backend("deepep_normal", 26.068, 46.860, FP8_WITH_SCALES, BF16, True, 26.6, 49.0),
+    "deepep_low_latency": Backend("deepep_low_latency", 11.905, 12.557, FP8_WITH_SCALES, BF16, False,
+                                  ((2, 22.6, 25.9), (4, 27.1, 28.4), (8, 28.7, 30.8))),
+    "deepep_normal": Backend("deepep_normal", 26.068, 46.860, FP8_WITH_SCALES, BF16, True,
+                             ((2, 26.6, 49.0), (4, 37.8, 59.8), (8, 37.9, 65.0))),
     "nccl": Backend("nccl", None, None, BF16, BF16, False),
 }
 
@@ -114,7 +117,10 @@ def ep_latency_us(fabric: Fabric, ranks: Sequence[int], backend: Backend, combin
     if backend.dispatch_latency_us is None:
         return p2p_latency_us(fabric, pairs)
     if any(fabric.hop(s, d).net for s, d in pairs):
-        return backend.combine_latency_net_us if combine else backend.dispatch_latency_net_us
+        machine_of = fabric.topology.machine_of
+        machines = len({machine_of[fabric.gpu_names[r]] for r in ranks})
+        _, dispatch, combine_us = next(row for row in backend.net_latency_us if row[0] >= machines)
+        return combine_us if combine else dispatch
     return backend.combine_latency_us if combine else backend.dispatch_latency_us
 
 
