@@ -34,7 +34,9 @@ def drawn(monkeypatch):
             fig.savefig(handle, format="png", metadata=style.metadata(False, provenance))
         return path
 
-    for module in (plots, run_figures):  # each imported the saver by name
+    from simulator.viz import long_accept
+
+    for module in (plots, run_figures, long_accept):  # each imported the saver by name
         monkeypatch.setattr(module, "_save", keep)
     yield figures
     style._pyplot().close("all")
@@ -175,6 +177,19 @@ def test_run_summary_title_and_bars_are_the_runs(tmp_path, drawn, result):
     ax1 = fig.axes[0]
     assert ax1.get_title() == f"throughput ({result.speedup:.2f}x)"
     assert bar_heights(ax1) == [round(result.baseline_tok_s, 9), round(result.throughput_tok_s, 9)]
+
+
+def test_accept_over_length_lines_are_the_windows_and_the_break_even(tmp_path, drawn):
+    from simulator.viz.long_accept import accept_over_length
+
+    r = run(scenario_path("pcie8_ngram_long.yaml"), workload__output_tokens=1024)
+    accept_over_length({"n-gram, chat": r}, 256, "t", str(tmp_path / "a.png"))
+    chat = drawn[0].axes[0]
+    lengths, positions = r.run.accept_lengths, r.run.accept_positions
+    means = [float(np.mean(lengths[positions // 256 == k])) for k in range(int(positions.max()) // 256 + 1)]
+    assert np.allclose(chat.lines[0].get_ydata(), means)
+    assert chat.lines[1].get_ydata()[0] == pytest.approx(r.breakeven_accept_len)
+    assert "break-even" in texts(drawn[0]) and not drawn[0].axes[1].lines  # no code run drawn
 
 
 def test_png_carries_version_and_provenance(tmp_path, result):

@@ -12,7 +12,8 @@ from ..config.catalog import display_path
 from ..config.loader import Scenario
 from ..config.version import __version__
 
-DRAFTERS = {"eagle3": "EAGLE-3 head", "mtp": "MTP head", "ngram": "n-gram drafter", "draft_model": "draft model"}
+DRAFTERS = {"eagle3": "EAGLE-3 head", "mtp": "MTP head", "ngram": "n-gram drafter", "draft_model": "draft model",
+            "suffix": "suffix decoding"}
 
 
 def _file(path: str | None) -> str | None:

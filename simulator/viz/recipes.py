@@ -157,6 +157,16 @@ class Figures:
         return speedup_vs_concurrency(rows, title="Llama-3.1-8B, EAGLE-3 chain of 3, one H100: speedup vs batch",
                                       path=self.path("speedup_vs_concurrency_llama8b_h100.png"))
 
+    def long_generations(self) -> str:
+        """Open question 5: n-gram and suffix drafters over 50K generated tokens of chat and code (viz/long_accept.py)."""
+        from .long_accept import LONG_TOKENS, WINDOW_TOKENS, accept_over_length, long_runs
+
+        results = long_runs(self.run, self.quick)
+        window = 256 if self.quick else WINDOW_TOKENS
+        return accept_over_length(results, window, title=f"Kimi-K2.5 on 8x RTX PRO 6000 PCIe: accept length over "
+                                  f"{LONG_TOKENS if not self.quick else 1024:,} generated tokens",
+                                  path=self.path("accept_over_length_50k.png"))
+
     def summary(self) -> str:
         from .figures import run_summary
 
@@ -168,6 +178,7 @@ class Figures:
                 ("pcie_vs_nvlink", self.pcie_vs_nvlink), ("chain_vs_tree eager", lambda: self.chain_vs_tree(False)),
                 ("chain_vs_tree graph", lambda: self.chain_vs_tree(True)), ("breakdown", self.breakdown),
                 ("hybrid", self.hybrid), ("tornado", self.tornado), ("concurrency", self.concurrency),
+                ("long generations", self.long_generations),
                 ("run summary", self.summary)] + self.deployments()
 
     def deployments(self):
