@@ -18,28 +18,21 @@ from ..config.errors import ConfigError
 
 # (figure, the client's key, specsim's result metric, unit); `itl` differs between the clients: vLLM keeps one gap
 # per streamed chunk, SGLang's native backend splits a chunk's gap evenly over its tokens (docs/metrics.md)
-FIGURES = {
-    "vllm": (("mean TTFT", "mean_ttft_ms", "load.client.ttft_ms.mean", "ms"),
-             ("median TTFT", "median_ttft_ms", "load.client.ttft_ms.median", "ms"),
-             ("p99 TTFT", "p99_ttft_ms", "load.client.ttft_ms.p99", "ms"),
-             ("mean TPOT", "mean_tpot_ms", "load.client.tpot_ms.mean", "ms"),
-             ("median TPOT", "median_tpot_ms", "load.client.tpot_ms.median", "ms"),
-             ("mean ITL (per chunk)", "mean_itl_ms", "load.client.itl_ms.mean", "ms"),
-             ("median ITL (per chunk)", "median_itl_ms", "load.client.itl_ms.median", "ms"),
-             ("p99 ITL (per chunk)", "p99_itl_ms", "load.client.itl_ms.p99", "ms"),
-             ("mean E2E latency", "mean_e2el_ms", "load.client.e2e_latency_ms.mean", "ms"),
-             ("output throughput", "output_throughput", "load.client.output_throughput_tok_s", "tok/s")),
-    "sglang": (("mean TTFT", "mean_ttft_ms", "load.client.ttft_ms.mean", "ms"),
-               ("median TTFT", "median_ttft_ms", "load.client.ttft_ms.median", "ms"),
-               ("p99 TTFT", "p99_ttft_ms", "load.client.ttft_ms.p99", "ms"),
-               ("mean TPOT", "mean_tpot_ms", "load.client.tpot_ms.mean", "ms"),
-               ("median TPOT", "median_tpot_ms", "load.client.tpot_ms.median", "ms"),
-               ("mean ITL (per token)", "mean_itl_ms", "load.client.itl_per_token_ms.mean", "ms"),
-               ("median ITL (per token)", "median_itl_ms", "load.client.itl_per_token_ms.median", "ms"),
-               ("p99 ITL (per token)", "p99_itl_ms", "load.client.itl_per_token_ms.p99", "ms"),
-               ("mean E2E latency", "mean_e2e_latency_ms", "load.client.e2e_latency_ms.mean", "ms"),
-               ("output throughput", "output_throughput", "load.client.output_throughput_tok_s", "tok/s")),
-}
+def _figures(itl: str, itl_metric: str, e2e_key: str) -> tuple[tuple[str, str, str, str], ...]:
+    """One client's figures: the same TTFT, TPOT and throughput keys, its own ITL definition and E2E key."""
+    return (("mean TTFT", "mean_ttft_ms", "load.client.ttft_ms.mean", "ms"),
+            ("median TTFT", "median_ttft_ms", "load.client.ttft_ms.median", "ms"),
+            ("p99 TTFT", "p99_ttft_ms", "load.client.ttft_ms.p99", "ms"),
+            ("mean TPOT", "mean_tpot_ms", "load.client.tpot_ms.mean", "ms"),
+            ("median TPOT", "median_tpot_ms", "load.client.tpot_ms.median", "ms"),
+            *((f"{stat} ITL ({itl})", f"{stat}_itl_ms", f"load.client.{itl_metric}.{stat}", "ms")
+              for stat in ("mean", "median", "p99")),
+            ("mean E2E latency", e2e_key, "load.client.e2e_latency_ms.mean", "ms"),
+            ("output throughput", "output_throughput", "load.client.output_throughput_tok_s", "tok/s"))
+
+
+FIGURES = {"vllm": _figures("per chunk", "itl_ms", "mean_e2el_ms"),
+           "sglang": _figures("per token", "itl_per_token_ms", "mean_e2e_latency_ms")}
 # figures a fit weighs by their standard error: (the client's mean key, its std key, how many values it averages)
 FITTED = {"mean_ttft_ms": ("std_ttft_ms", "requests"), "mean_tpot_ms": ("std_tpot_ms", "requests"),
           "mean_itl_ms": ("std_itl_ms", "gaps")}
