@@ -23,7 +23,7 @@ def configure(p) -> None:
                    help=f"runs per figure (default {', '.join(f'{k} {v}' for k, v in DEFAULT_REPEATS.items())})")
     from . import limit_options
 
-    limit_options(p)  # --max-work bounds the whole benchmark's estimated work (every run of every figure)
+    limit_options(p)  # --max-work bounds each figure's estimated work (its repeats together)
 
 
 def main(args) -> int:
@@ -63,19 +63,23 @@ def main(args) -> int:
 
 
 def _check_work(jobs: list, args) -> None:
-    """Refuse, before the first run, a benchmark whose runs together are estimated above the work limit."""
+    """Refuse, before the first run, a benchmark with a figure whose runs together are estimated above the work
+    limit (a figure's repeats x its run: the default benchmark's largest, event fidelity's, is ~8e6)."""
     from ..config.errors import ConfigError
     from ..experiments.bench import DEFAULT_REPEATS, estimate
     from ..results.limits import MAX_WORK, _duration, _round_up, check_limit, estimated_seconds
 
     limit = check_limit(args.max_work, "--max-work", MAX_WORK)
-    repeats = [args.repeat or DEFAULT_REPEATS[fidelity] for _, fidelity, _ in jobs]
-    work = estimate([(s, f, t, r) for (s, f, t), r in zip(jobs, repeats)])
-    if work > limit:
-        raise ConfigError("command line", "--repeat" if args.repeat else "--tokens",
-                          f"too much work: {sum(repeats):,} runs of {len(jobs)} figures = {work:.3g} weighted steps, "
-                          f"roughly {_duration(estimated_seconds(work))}; the limit is {limit:.3g}",
-                          f"fewer --repeat, --tokens or fidelities, or raise the limit with --max-work {_round_up(work)}")
+    for scenario, fidelity, tokens in jobs:
+        repeats = args.repeat or DEFAULT_REPEATS[fidelity]
+        work = estimate([(scenario, fidelity, tokens, repeats)])
+        if work > limit:
+            name = os.path.splitext(os.path.basename(scenario))[0]
+            raise ConfigError("command line", "--repeat" if args.repeat else "--tokens",
+                              f"too much work: {repeats:,} runs of {name} at {fidelity} fidelity "
+                              f"({tokens or 'shipped'} tokens) = {work:.3g} weighted steps, roughly "
+                              f"{_duration(estimated_seconds(work))}; the limit is {limit:.3g} a figure",
+                              f"fewer --repeat or --tokens, or raise the limit with --max-work {_round_up(work)}")
 
 
 def _tokens(text: str) -> list[int]:

@@ -21,7 +21,8 @@ if TYPE_CHECKING:  # the command line's parser reads the limits below without lo
     from ..config import Scenario
 
 # fast fidelity's simulated tokens per wall-second over each fidelity's (bench: ~117k fast, ~3k layer, 200-400 link)
-FIDELITY_WEIGHT = {"fast": 1.0, "layer": 40.0, "link": 400.0}
+FIDELITY_WEIGHT = {"fast": 1.0, "layer": 40.0, "link": 400.0, "event": 1300.0}  # event: 3.2x link's wall time
+# (one 512-token request and its baseline: 7.1 s against 2.2 s, measured on the shared 2-core machine)
 FAST_STEPS_PER_S = 100_000.0  # the order of the fast fidelity's speed on one core, for the time in the message
 MAX_WORK = 20_000_000  # weighted steps: a few minutes at fast fidelity
 # a one-token request at concurrency 1 costs ~63 us a run against ~10 us a step (measured, fast fidelity): its own
@@ -35,7 +36,8 @@ BASE_MEMORY_GB = 0.15
 # within it: a request is at least 2 steps), measured with resource.getrusage: fast 185-373 B (one-token requests
 # at concurrency 1 the most), layer 640-1,500 B, link ~1,500-3,700 B (tests/test_limits.py checks that the estimate
 # bounds a measured run); rounded up
-STEP_BYTES = {"fast": 500.0, "layer": 2_000.0, "link": 4_000.0}
+STEP_BYTES = {"fast": 500.0, "layer": 2_000.0, "link": 4_000.0, "event": 4_000.0}  # event: as link (the same
+# 96 MB peak for one 512-token request and its baseline; not measured longer)
 MAX_POINTS = 100_000  # points in one sweep
 MAX_TREE_SIZE = 128  # `tree --size`: the dynamic program is O(size^3 x depth); 128 runs in seconds
 PROGRESS_AFTER_S = 5.0  # runs estimated longer than this show a progress bar on stderr
