@@ -20,6 +20,8 @@ import math
 import os
 import resource
 import signal
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -462,3 +464,21 @@ def test_a_million_token_kv_cache_counts_against_memory(tmp_path):
                              "--set", "workload.prompt_tokens=1000000", "--format", "json")
     line = assert_contract(code, out, err, expected=2)
     assert "memory" in str(line).lower() or "kv cache" in str(line).lower(), line
+
+
+def test_a_missing_dependency_is_one_line_saying_how_to_install(tmp_path):
+    """A Python without simpy (a user who skipped the install) gets one line naming the package, not an 'internal
+    error'; exit 1 (the installation, not the scenario, is at fault)."""
+    blocker = ("import sys, importlib.abc\n"
+               "class Block(importlib.abc.MetaPathFinder):\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name == 'simpy' or name.startswith('simpy.'):\n"
+               "            raise ModuleNotFoundError(\"No module named 'simpy'\", name='simpy')\n"
+               "sys.meta_path.insert(0, Block())\n"
+               "from simulator.__main__ import main\n"
+               "sys.exit(main(['scenarios/pcie8_ngram.yaml']))\n")
+    proc = subprocess.run([sys.executable, "-c", blocker], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "the dependency 'simpy' is not installed" in proc.stderr and "pip install" in proc.stderr
+    assert "internal error" not in proc.stderr

@@ -176,18 +176,34 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else 0
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in DEPENDENCIES:  # an installation's gap, not a bug
+            print(f"specsim: the dependency {exc.name.split('.')[0]!r} is not installed for {sys.executable} "
+                  f"(install specsim in this Python: pip install -e . from the checkout, or pip install specsim)",
+                  file=sys.stderr)
+            return 1
+        return _internal(exc, debug)
     except Exception as exc:  # an internal error: say so in one line, the traceback on request
         if isinstance(exc, OSError) and exc.filename and exc.strerror:  # the system refused a file: not a bug
             kept = " (the previous file is unchanged)" if type(exc).__name__ == "OutputError" else ""
             print(f"specsim: cannot write {exc.filename}: {exc.strerror}{kept}" if kept else
                   f"specsim: {exc.filename}: {exc.strerror}", file=sys.stderr)
             return 1
-        if debug:
-            traceback.print_exc()
-        print(f"specsim: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
-              file=sys.stderr)
-        return 1
+        return _internal(exc, debug)
 
+
+
+# the packages specsim's main path imports (pyproject.toml's dependencies, by import name)
+DEPENDENCIES = frozenset({"simpy", "numpy", "scipy", "matplotlib", "yaml", "pydantic", "pydantic_core", "tqdm"})
+
+
+def _internal(exc: BaseException, debug: bool) -> int:
+    """An internal error: one line, the traceback with --debug; exit 1."""
+    if debug:
+        traceback.print_exc()
+    print(f"specsim: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+          file=sys.stderr)
+    return 1
 
 def scenario_options(p: ArgumentParser, formats=("table", "json"), fidelity: bool = True) -> None:
     """The options every scenario command shares: the scenario, --format, --set, --seed (and --fidelity)."""
