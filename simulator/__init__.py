@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 from .config.version import __version__
 
 __all__ = ["run", "load_scenario", "Scenario", "ConfigError", "Result", "__version__"]
-_WHERE = {"run": ".results.run", "load_scenario": ".config", "Scenario": ".config", "ConfigError": ".config.errors",
+_WHERE = {"run": ".api.run", "load_scenario": ".config", "Scenario": ".config", "ConfigError": ".config.errors",
           "Result": ".results.summary"}
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .config import Scenario, load_scenario
     from .config.errors import ConfigError
-    from .results.run import run
+    from .api.run import run
     from .results.summary import Result
 
 

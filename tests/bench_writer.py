@@ -39,7 +39,7 @@ def client_record(result, client: str, model_id: str = "test") -> dict:
 
 def main(argv: list[str]) -> None:
     from simulator.config import parse_override
-    from simulator.results.run import run
+    from simulator.api.run import run
 
     scenario, client, out, *overrides = argv
     result = run(scenario, **{k.replace(".", "__"): v for k, v in map(parse_override, overrides)})

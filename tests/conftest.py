@@ -27,8 +27,9 @@ def topology_path(name: str) -> str:
 
 def clear_sample_caches() -> None:
     """Forget every memoised pass sample, duration column, draw, hypercube, launch, step table, random block and lone
-    request's walks (engine.sampling, engine.costs, engine.streams, engine.walking), so the next run starts cold."""
-    from simulator.engine import costs, sampling, streams, walking
+    request's walks (timing.sampling, timing.costs, timing.streams, serving.walking), so the next run starts cold."""
+    from simulator.timing import costs, sampling, streams
+    from simulator.serving import walking
 
     for cache in (sampling._SAMPLE_CACHE, sampling._BY_PLAN, sampling._DURATIONS, sampling._DRAWS, sampling._HYPERCUBES,
                   sampling._LAUNCHES, sampling._READY, sampling._ROWS, sampling._PICKED, costs._STEP_TABLES, streams._BLOCKS,

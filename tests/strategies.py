@@ -446,7 +446,7 @@ def served_scenarios(draw, max_output: int = MAX_OUTPUT, policy: str | None = No
 
 def squeezed_memory_fraction(raw: dict, longest: int, squeeze: float) -> float:
     """runtime.memory_fraction leaving KV room for between 1.05 longest requests (+ drafts) and all of them."""
-    from simulator.engine.machine import Machine
+    from simulator.timing.machine import Machine
 
     machine = Machine(make_scenario(raw))
     memory = machine.memory

@@ -48,7 +48,7 @@ def test_validate_reads_a_client_file_against_a_scenario(capsys):
 def test_calibrate_recovers_the_parameter_a_client_file_was_made_at(tmp_path):
     """A file written (in SGLang's format) from a run at eager_launch_us = 16 is fitted back from 12.87."""
     from simulator.analysis.calibrate import calibrate
-    from simulator.results.run import run
+    from simulator.api.run import run
 
     made_at = 16.0
     short = {"workload__requests": 3, "workload__prompt_tokens": 256, "workload__output_tokens": 64,
@@ -65,7 +65,7 @@ def test_step_gaps_and_requests_give_the_same_mean_itl():
     """vLLM's mean ITL two ways: the requests' decode time over their chunks (results.client's mean), and the
     steps' gaps weighted by the requests in each (the spread's sample): one instance batched, and two instances."""
     from simulator.results.client import chunk_gaps
-    from simulator.results.run import run
+    from simulator.api.run import run
 
     for name, extra in (("pcie8_eagle3.yaml", {"workload__max_running_requests": 2, "workload__requests": 5}),
                         ("pcie8_tp4_dp2.yaml", {"workload__max_running_requests": 2, "workload__requests": 6})):

@@ -1,5 +1,5 @@
-"""Deployments: several engine instances behind a router in one SimPy Environment (engine/deployment.py,
-engine/router.py), each on its own GPUs, reported per instance and in total."""
+"""Deployments: several engine instances behind a router in one SimPy Environment (serving/deployment.py,
+serving/router.py), each on its own GPUs, reported per instance and in total."""
 from __future__ import annotations
 
 import csv
@@ -12,11 +12,12 @@ import simpy
 
 from conftest import scenario_path
 from simulator.cli import main
-from simulator.engine import Machine, simulate
-from simulator.engine.deployment import instance_gpus, instance_machines, instance_seeds, simulate_deployment
-from simulator.engine.router import Router
+from simulator.timing.machine import Machine
+from simulator.serving.simulate import simulate
+from simulator.serving.deployment import instance_gpus, instance_machines, instance_seeds, simulate_deployment
+from simulator.serving.router import Router
 from simulator.results.report import deployment_lines
-from simulator.results.run import resolve, run
+from simulator.api.run import resolve, run
 from simulator.results.summary import summarize
 
 DP2 = scenario_path("pcie8_tp4_dp2.yaml")  # Llama-3.1-70B, 2 x TP4 on the reference machine, one socket each
@@ -201,8 +202,8 @@ def test_two_rings_across_the_socket_link_each_get_the_fair_share():
     gets 11 GB/s there, so each all-reduce's transfer takes twice as long (the analytic fair share); started half a
     transfer apart, the first runs alone for T/2 then shares, the second shares until the first ends and then runs
     alone: both take T/2 + T (re-rated when the second starts and when the first ends)."""
-    from simulator.engine.deployment import shared_links
-    from simulator.engine.linkpass import SharedLinks
+    from simulator.serving.deployment import shared_links
+    from simulator.timing.linkpass import SharedLinks
 
     scenario = resolve(DP2, {"parallelism__gpus": CROSS})
     machines = instance_machines(scenario)
@@ -250,7 +251,7 @@ def test_disaggregated_requests_prefill_on_one_instance_and_decode_on_the_other(
     """Instance 0 only prefills, instance 1 only decodes: every request's first token comes from instance 0, its KV
     cache then crosses to instance 1 (4 shards over the 22 GB/s socket link, 5.5 GB/s each, and the route's
     latency), which admits it without a prefill and generates the rest; no token is lost or made twice."""
-    from simulator.engine.records import KIND_PREFILL
+    from simulator.serving.records import KIND_PREFILL
 
     scenario = resolve(DP2, {"deployment__prefill_instances": 1, "workload__requests": 4, **SMALL})
     prefill, decode = simulate_deployment(scenario, fidelity="layer")

@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from simulator.results.run import run
+from simulator.api.run import run
 from simulator.viz import deployments, style
 from simulator.viz.deployments import Question, markdown_table, run_question, write_rows
 

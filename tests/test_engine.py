@@ -94,11 +94,11 @@ def test_step_tables_are_shared_by_value_across_runs():
     tables; another seed does not."""
     import numpy as np
 
-    from simulator.engine import Machine
-    from simulator.engine.costs import FastStepCosts
-    from simulator.engine.stepspec import PassSpec, StepSpec
+    from simulator.timing.machine import Machine
+    from simulator.timing.costs import FastStepCosts
+    from simulator.timing.stepspec import PassSpec, StepSpec
     from simulator.model.cost import PassShape
-    from simulator.results.run import resolve
+    from simulator.api.run import resolve
 
     step = StepSpec(PassSpec("target", PassShape(1, 1), True), other_us=15.0)
     tables = [FastStepCosts(Machine(resolve(scenario_path("pcie8_eagle3.yaml"))), seed, np.random.default_rng(0))

@@ -10,8 +10,8 @@ import pytest
 from conftest import scenario_path
 from simulator.cli import main
 from simulator.config import load_scenario
-from simulator.engine.machine import Machine
-from simulator.engine.placement import replicates_shared_experts, weight_bytes_per_gpu
+from simulator.timing.machine import Machine
+from simulator.timing.placement import replicates_shared_experts, weight_bytes_per_gpu
 from simulator.kernels.roofline import _work
 from simulator.kernels.shapes import MoE
 from simulator.model.cards import busiest_expert_group

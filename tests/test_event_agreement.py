@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import simulator
-from simulator.engine.records import KIND_PREFILL
+from simulator.serving.records import KIND_PREFILL
 from strategies import make_scenario, scenarios
 from test_fidelity import FAST_SAMPLES, SHIPPED, STEP_SHAPE, Z_FAMILY, fast_minus_layer_se_us, residual_sd, short
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import simpy
 
-import simulator.results.run
+import simulator.api.run
 from conftest import SCENARIOS
-from simulator.engine.linkpass import SharedLinks
-from simulator.engine.machine import Machine
-from simulator.engine.records import KIND_SPEC
-from simulator.engine.server import Server
+from simulator.timing.linkpass import SharedLinks
+from simulator.timing.machine import Machine
+from simulator.serving.records import KIND_SPEC
+from simulator.serving.server import Server
 
 
 class Recording(simpy.Environment):
@@ -36,7 +36,7 @@ class Recording(simpy.Environment):
 
 
 def pcie8_eagle3_server(env, max_steps=None) -> Server:
-    machine = Machine(simulator.results.run.resolve(os.path.join(SCENARIOS, "pcie8_eagle3.yaml")))
+    machine = Machine(simulator.api.run.resolve(os.path.join(SCENARIOS, "pcie8_eagle3.yaml")))
     return Server(env, machine, 0, "event", max_steps=max_steps)
 
 
@@ -74,7 +74,7 @@ def test_a_speculative_step_takes_at_least_ranks_x_collectives_events():
 def test_two_ranks_meet_at_each_collective_exactly():
     """Two ranks, two segments, hand-computed: rank 1's host is ready late for segment 0, so rank 0 waits; each
     collective starts when the later rank arrives and ends its cost later."""
-    from simulator.engine.passplan import PassPlan
+    from simulator.timing.passplan import PassPlan
     from simulator.serving.ranks import PassOrder, Rank
 
     env = simpy.Environment()

@@ -10,9 +10,9 @@ import pytest
 import simpy
 
 import simulator
-import simulator.results.run
+import simulator.api.run
 from conftest import SCENARIOS
-from simulator.engine.records import KIND_DECODE, KIND_SPEC
+from simulator.serving.records import KIND_DECODE, KIND_SPEC
 
 EVENT = os.path.join(SCENARIOS, "event")
 OVERLAP = os.path.join(EVENT, "overlap_llama8b.yaml")
@@ -34,7 +34,7 @@ def test_overlap_scheduling_hides_the_schedulers_work_behind_the_gpu(switch, kin
     on = simulator.run(OVERLAP, baseline=baseline, **SHORT)
     off = simulator.run(OVERLAP, baseline=baseline, **{switch: False}, **SHORT)
     on, off = (r.baseline if baseline else r for r in (on, off))
-    hidden = simulator.results.run.resolve(OVERLAP).topology.host.step_overhead_us
+    hidden = simulator.api.run.resolve(OVERLAP).topology.host.step_overhead_us
     steps_on, steps_off = steps_of(on, kind), steps_of(off, kind)
     assert steps_on.size == steps_off.size > 10
     assert steps_off - steps_on == pytest.approx(np.full(steps_on.size, hidden), abs=1e-6)
@@ -46,7 +46,7 @@ def test_overlap_exposes_what_the_gpu_does_not_cover():
     slow_scheduler = {"topology__host__step_overhead_us": 20_000.0, **SHORT}  # longer than any pass here
     event = simulator.run(OVERLAP, baseline=False, **slow_scheduler)
     fast = simulator.run(OVERLAP, baseline=False, fidelity="fast", **slow_scheduler)
-    host = simulator.results.run.resolve(OVERLAP, slow_scheduler).topology.host
+    host = simulator.api.run.resolve(OVERLAP, slow_scheduler).topology.host
     spec_event = steps_of(event, KIND_SPEC)
     assert spec_event.min() >= host.step_overhead_us + host.sync_us
     assert steps_of(fast, KIND_SPEC).max() < host.step_overhead_us
@@ -64,7 +64,7 @@ def test_one_slow_host_holds_every_collective():
     # rank's own skew already made it the latest, rank 3's extra 20% may not be the binding one
     assert ratio.min() >= 1.0 and ratio.max() <= 1.2 and ratio.mean() > 1.05
     assert slow.throughput_tok_s < even.throughput_tok_s
-    host = simulator.results.run.resolve(SLOW).topology.host
+    host = simulator.api.run.resolve(SLOW).topology.host
     # the engine's own eager ops around a speculative step scale with the topology's launch cost, not with a rank's
     # slowdown of its pass launches: left out of this comparison
     short["runtime__speculative_host__eager_ops"] = 0
@@ -82,12 +82,12 @@ def test_a_kv_transfer_on_a_collectives_links_stretches_it():
     fairly and take longer than alone, by exactly what the links report as delay; without the transfers there is none. (Over the
     network, ../two_node_pd_kv_links.yaml, the 200G NIC caps each shard far below the links' share the all-reduces
     need: the decode's link delay is about zero there.)"""
-    from simulator.engine.deployment import instance_machines
-    from simulator.engine.linkpass import SharedLinks
+    from simulator.serving.deployment import instance_machines
+    from simulator.timing.linkpass import SharedLinks
     from simulator.model.cost import PassShape
     from simulator.serving.ranks import RankSet
 
-    decode = instance_machines(simulator.results.run.resolve(KV))[1]
+    decode = instance_machines(simulator.api.run.resolve(KV))[1]
     plan = decode.plan("target", PassShape(64, 4, 4000), False)  # a big verify: its all-reduces move ~3.7 MB
     kinds = {node.name: node.kind for node in decode.fabric.topology.fabric.nodes}
     names = decode.fabric.names

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import simulator
-import simulator.results.run
+import simulator.api.run
 from conftest import SCENARIOS
 
 SHIPPED = sorted(p for p in glob.glob(os.path.join(SCENARIOS, "*.yaml"))
@@ -29,7 +29,7 @@ Z_FAMILY = 4.0  # 12 scenarios x P(|Z| > 4) = 8e-4 family-wise, with a conservat
 
 def short(path: str) -> dict:
     """A short run of the scenario: a few requests, a few hundred tokens each (link fidelity is slow by design)."""
-    spec = simulator.results.run.resolve(path).spec
+    spec = simulator.api.run.resolve(path).spec
     requests = min(spec.workload.requests, 4)
     # a decode pool's batches depend on when KV caches land, which differs between fidelities: its steps cannot pair
     # with another fidelity's, so a disaggregated deployment is compared with its instances colocated
@@ -128,11 +128,11 @@ def test_link_fidelity_slows_collectives_that_share_links():
     layer cannot see it."""
     import simpy
 
-    from simulator.engine.linkpass import LinkPass, SharedLinks
-    from simulator.engine.machine import Machine
+    from simulator.timing.linkpass import LinkPass, SharedLinks
+    from simulator.timing.machine import Machine
     from simulator.model.cost import PassShape
 
-    machine = Machine(simulator.results.run.resolve(os.path.join(SCENARIOS, "pcie8_eagle3.yaml")))
+    machine = Machine(simulator.api.run.resolve(os.path.join(SCENARIOS, "pcie8_eagle3.yaml")))
     plan = machine.plan("target", PassShape(64, 4, 8000), True)  # big messages: bandwidth matters
 
     def duration(busy: int) -> float:
@@ -157,11 +157,11 @@ def test_link_pass_events_grow_with_segments_not_ranks(tp):
     import numpy as np
     import simpy
 
-    from simulator.engine.linkpass import LinkPass, SharedLinks
-    from simulator.engine.machine import Machine
+    from simulator.timing.linkpass import LinkPass, SharedLinks
+    from simulator.timing.machine import Machine
     from simulator.model.cost import PassShape
 
-    machine = Machine(simulator.results.run.resolve(os.path.join(SCENARIOS, "nvlink8_h100_llama8b_eagle3.yaml"),
+    machine = Machine(simulator.api.run.resolve(os.path.join(SCENARIOS, "nvlink8_h100_llama8b_eagle3.yaml"),
                                                     {"parallelism__tp": tp}))
     plan = machine.plan("target", PassShape(4, 1, 1000), False)
     env = simpy.Environment()

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from simulator.config.topology import HostSpec
-from simulator.engine.kernellines import kernel_lines
-from simulator.engine.timeline import PassPlan, collective_ends, host_ready
+from simulator.timing.kernellines import kernel_lines
+from simulator.timing.timeline import PassPlan, collective_ends, host_ready
 from simulator.hardware.gpu import Host
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from simulator.config import load_scenario
-from simulator.engine.machine import Machine
+from simulator.timing.machine import Machine
 from simulator.kernels import measured
 from simulator.kernels.grid import Grid
 from simulator.kernels.shapes import Attention, Gemm, MoE
@@ -129,7 +129,7 @@ def test_roofline_choice_and_missing_package_time_every_kernel_by_the_roofline(t
     # a process without the package has no plans cached by an equal machine that had it (an earlier test's)
     from collections import OrderedDict
 
-    import simulator.engine.machine as machine_module
+    import simulator.timing.machine as machine_module
     monkeypatch.setattr(machine_module, "_PLAN_CACHE", OrderedDict())
     default = load_scenario(_scenario(tmp_path, "llama_3_1_8b", "nvlink8_h100", 1))  # kernels: measured
     machine = Machine(default)

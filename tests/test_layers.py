@@ -1,6 +1,8 @@
 """The house: every import inside the package points down the layers, never up.
 
-config -> hardware / model / kernels / speculation -> engine -> results -> analysis / experiments / viz -> cli;
+config -> hardware / model / kernels / speculation -> timing (what a pass and a step cost) -> serving (the processes:
+the serving loop, admission, requests, router, deployment, KV transfer, the event fidelity's ranks) -> results (figures
+from a run's records) -> api (simulator.run and its figure table) -> analysis / experiments / viz -> cli;
 importers (outside files -> configuration) and corpora (shipped token streams) sit beside config.
 A module may import its own layer or any lower one; anything else is a wrong-way arrow and fails here.
 """
@@ -13,9 +15,9 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "simulator"
 LAYERS = {"config": 0, "importers": 0, "corpora": 0, "hardware": 1, "model": 1, "kernels": 1, "speculation": 1,
-          "engine": 2, "serving": 2, "results": 3,
-          "analysis": 4, "experiments": 4, "viz": 4, "cli": 5}
-TOP = 6  # simulator/__init__.py and __main__.py: the public face may import anything
+          "timing": 2, "serving": 3, "results": 4, "api": 5,
+          "analysis": 6, "experiments": 6, "viz": 6, "cli": 7}
+TOP = 8  # simulator/__init__.py and __main__.py: the public face may import anything
 
 
 def layer_of(module: str) -> int:
@@ -74,12 +76,12 @@ def test_no_wrong_way_import(path):
 
 
 def test_the_walker_sees_a_wrong_way_arrow(tmp_path):
-    """The check can fail: a config module importing the engine is caught."""
-    bad = PACKAGE / "config" / "_probe_wrong_way.py"
-    bad.write_text("from ..engine import simulate\n")
+    """The check can fail: a timing module importing the serving loop is caught."""
+    bad = PACKAGE / "timing" / "_probe_wrong_way.py"
+    bad.write_text("from ..serving.simulate import simulate\n")
     try:
         (target,) = [t for _, t in imports_of(bad)]
-        assert target == "simulator.engine"
+        assert target == "simulator.serving.simulate"
         assert layer_of(target) > layer_of(module_name(bad))
     finally:
         bad.unlink()

@@ -16,7 +16,7 @@ import time
 import pytest
 
 import simulator
-import simulator.results.run
+import simulator.api.run
 from simulator.cli import main as cli_main
 from simulator.config.errors import ConfigError
 from simulator.results import limits
@@ -37,8 +37,8 @@ def no_simulation(monkeypatch):
         raise AssertionError("simulated before the check")
 
     for name in ("simulate_deployment", "run"):
-        monkeypatch.setattr(simulator.results.run, name, refuse)
-    import simulator.engine.deployment as deployment
+        monkeypatch.setattr(simulator.api.run, name, refuse)
+    import simulator.serving.deployment as deployment
 
     monkeypatch.setattr(deployment, "simulate", refuse)
 
@@ -181,7 +181,7 @@ def test_a_refusal_at_the_start_of_a_long_run_is_its_only_line(capsys):
     """A run long enough for the estimate line (link fidelity) refused by its KV cache says the refusal alone."""
     argv = [EAGLE3, "--fidelity", "link", "--set", "workload.prompt_tokens=150000", "--set",
             "workload.output_tokens=4096", "--set", "workload.requests=1"]
-    scenario = simulator.results.run.resolve(argv[0], None, argv[4::2] + ["fidelity=link"])
+    scenario = simulator.api.run.resolve(argv[0], None, argv[4::2] + ["fidelity=link"])
     assert limits.estimated_seconds(limits.estimate_work(scenario)) > limits.PROGRESS_AFTER_S  # long: a line is due
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -192,13 +192,13 @@ def test_compare_finds_a_machine_without_a_route_before_simulating_the_first(tmp
     """The run without a route is named (a warning, its row says why) before the first run is simulated."""
     tmp = folder(tmp_path)
     said_first = []
-    real = simulator.results.run.run
+    real = simulator.api.run.run
 
     def run(scenario, **kwargs):
         said_first.append("no route between gpu3 and gpu4" in capsys.readouterr().err)
         return real(scenario, **kwargs)
 
-    monkeypatch.setattr(simulator.results.run, "run", run)
+    monkeypatch.setattr(simulator.api.run, "run", run)
     assert cli_main(["compare", EAGLE3, str(tmp / "split.yaml"), *SHORT, "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert said_first == [True] and rows[1]["result" if "result" in rows[1] else "error"]
@@ -228,7 +228,7 @@ def test_api_mistakes(monkeypatch, kwargs, words):
     def refuse(*args, **kwargs):
         raise AssertionError("simulated before the check")
 
-    monkeypatch.setattr(simulator.results.run, "Parts", refuse)
+    monkeypatch.setattr(simulator.api.run, "Parts", refuse)
     with pytest.raises(ConfigError) as raised:
         simulator.run(EAGLE3, **kwargs)
     assert words in str(raised.value)
@@ -252,7 +252,7 @@ MEASURE = """
 import sys
 import simulator
 from simulator.results.limits import estimate_memory_GB
-from simulator.results.run import resolve
+from simulator.api.run import resolve
 
 
 def high_water() -> int:  # peak RSS of this process image, bytes (ru_maxrss would carry the forking parent's)
@@ -296,7 +296,7 @@ def test_the_memory_estimate_bounds_a_measured_run_and_the_default_limit_stays_u
     assert 0 < per_request <= 2 * 2 * limits.STEP_BYTES["fast"], (before, peak)
     admitted = one_token_requests_at_the_limit()
     with pytest.raises(ConfigError, match="too much memory"):
-        limits.check_work(simulator.results.run.resolve(EAGLE3, {
+        limits.check_work(simulator.api.run.resolve(EAGLE3, {
             "workload__requests": admitted + 1000, "workload__prompt_tokens": 1, "workload__output_tokens": 1}))
     assert before + per_request * admitted < 1e9
 
@@ -305,7 +305,7 @@ def test_the_memory_estimate_bounds_a_measured_run_and_the_default_limit_stays_u
 def test_a_run_at_the_default_limit_stays_under_1GB():
     """The run itself (~1 minute): one-token requests, as many as the default limits admit."""
     n = one_token_requests_at_the_limit()
-    limits.check_work(simulator.results.run.resolve(EAGLE3, {"workload__requests": n, "workload__prompt_tokens": 1,
+    limits.check_work(simulator.api.run.resolve(EAGLE3, {"workload__requests": n, "workload__prompt_tokens": 1,
                                                              "workload__output_tokens": 1}))
     before, peak, estimate = measured_rss(n)
     assert peak < 1e9 and peak < estimate * 1e9

@@ -7,7 +7,7 @@ import pytest
 import simulator
 from simulator.cli import main
 from simulator.config.workload import RateArrivals, Workload
-from simulator.engine.requests import make_requests
+from simulator.serving.requests import make_requests
 from conftest import scenario_path
 
 LLAMA = scenario_path("nvlink8_h100_llama8b_eagle3.yaml")

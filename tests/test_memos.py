@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 
 from conftest import scenario_path
-from simulator.engine import Machine, streams, walking
-from simulator.engine.requests import Request
-from simulator.engine.walking import Walks
+from simulator.timing.machine import Machine
+from simulator.timing import streams
+from simulator.serving import walking
+from simulator.serving.requests import Request
+from simulator.serving.walking import Walks
 from simulator.hardware.interconnect import Fabric
 from simulator.model.cost import PassShape
 from simulator.results.quantiles import percentiles
-from simulator.results.run import resolve
+from simulator.api.run import resolve
 from simulator.speculation.acceptance import TraceModel
 from simulator.speculation.setup import build_speculation
 
@@ -65,7 +67,7 @@ def test_a_memoised_block_leaves_the_generator_as_the_draw():
 
 
 def test_prefill_rows_are_looked_up_by_value(monkeypatch):
-    from simulator.engine import sampling
+    from simulator.timing import sampling
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     shape = PassShape(1024, 1, 0)
@@ -123,7 +125,7 @@ def test_nccl_graphs_are_searched_once_per_graph_and_costed_per_latency():
 def test_memoised_duration_columns_own_their_floats():
     """A cached column is a copy, not a view that keeps the samples' every collective end alive (a sweep caches a
     few per point: views grew a 1,000-point sweep's memory by ~250 MB)."""
-    from simulator.engine import sampling
+    from simulator.timing import sampling
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     sampling._DURATIONS.clear()
@@ -144,7 +146,7 @@ def test_a_plans_sampled_key_says_what_its_arrays_say(shape, graph):
     key is built from the distinct segments; the fallback reads the arrays themselves); a blended plan has none."""
     from dataclasses import replace
 
-    from simulator.engine import sampling
+    from simulator.timing import sampling
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     plans = _anchor_plans(machine, shape, graph)
@@ -165,7 +167,7 @@ def test_anchors_that_share_a_table_sample_what_each_samples_alone(shape, graph)
     from dataclasses import replace
 
     from conftest import clear_sample_caches
-    from simulator.engine import sampling
+    from simulator.timing import sampling
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     contexts = (0, 256, 512, 1024, 2048, 4096)

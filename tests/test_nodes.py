@@ -13,7 +13,7 @@ from simulator.config.base import validate
 from simulator.config.errors import ConfigError
 from simulator.config.loader import read_yaml
 from simulator.config.topology import Topology
-from simulator.engine.placement import place
+from simulator.timing.placement import place
 from simulator.hardware.flows import FlowNetwork
 from simulator.hardware.interconnect import Fabric
 
@@ -147,7 +147,7 @@ def test_one_group_inside_one_machine_runs():
 
 def test_a_group_spanning_machines_runs_on_nccls_model_between_machines():
     """TP16 over two machines: its all-reduce is NCCL's between machines (no longer refused)."""
-    from simulator.engine.machine import Machine
+    from simulator.timing.machine import Machine
     from simulator.hardware.multinode import MultiNodeAllReduce
 
     machine = Machine(_two_node_scenario({"tp": 16}))

@@ -16,8 +16,8 @@ from scipy import stats
 
 import simulator
 from simulator.analysis import analytic as analytic
-from simulator.engine import machine as machine_module
-from simulator.engine.server import KIND_DECODE, KIND_PREFILL
+from simulator.timing import machine as machine_module
+from simulator.serving.server import KIND_DECODE, KIND_PREFILL
 from simulator.model.cost import PassShape
 from simulator.speculation.acceptance import positional_table
 from simulator.speculation.setup import build_speculation

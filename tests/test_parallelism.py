@@ -11,8 +11,8 @@ from conftest import ROOT, scenario_path
 from simulator.cli import main
 from simulator.config import build, load_scenario
 from simulator.config.errors import ConfigError
-from simulator.engine.machine import Machine, memory_budget
-from simulator.engine.placement import check_memory, place, stage_layers, weight_bytes_per_gpu
+from simulator.timing.machine import Machine, memory_budget
+from simulator.timing.placement import check_memory, place, stage_layers, weight_bytes_per_gpu
 from simulator.model.cards import attention_params, bytes_per_param
 from simulator.model.cost import draft_head_card
 

@@ -46,7 +46,7 @@ def test_writes_the_frontier_csv_and_figure(pareto_run):
 
 
 def test_no_frontier_point_is_dominated_and_each_is_a_real_run(pareto_run):
-    from simulator.results.run import resolve, run
+    from simulator.api.run import resolve, run
 
     rows = _rows(pareto_run / "pareto_nvlink8_h100_llama8b_eagle3.csv")
     point = lambda r: ParetoPoint(r["point_id"], r["split"], r["speculation"], int(r["users"]),  # noqa: E731

@@ -169,7 +169,7 @@ def test_the_shipped_deployment_sweeps_have_200_points_and_rank_by_goodput(name)
 def test_the_split_lever_tries_the_same_gpus_split_other_ways():
     from simulator.analysis.planning import describe_overrides
     from simulator.analysis.split_levers import lever_split
-    from simulator.results.run import resolve
+    from simulator.api.run import resolve
 
     kimi = lever_split(resolve(EAGLE3), EAGLE3)
     assert [c["parallelism"] for c in kimi] == [

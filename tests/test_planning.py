@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-import simulator.results.run as simulator_api
+import simulator.api.run as simulator_api
 
-from simulator.results.run import resolve, run
+from simulator.api.run import resolve, run
 from simulator.cli import main
 from simulator.cli.compare import parse_variant
 from simulator.config.errors import ConfigError

@@ -7,7 +7,7 @@ import pytest
 
 from simulator.viz import figures as plots
 from simulator.results.summary import BREAKDOWN
-from simulator.results.run import run
+from simulator.api.run import run
 from simulator.cli import main as cli_main
 
 from conftest import SHORT, scenario_path

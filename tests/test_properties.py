@@ -20,11 +20,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import simulator
 from simulator.config.errors import ConfigError
-from simulator.engine.server import KIND_DECODE, KIND_PREFILL, KIND_SPEC
+from simulator.serving.server import KIND_DECODE, KIND_PREFILL, KIND_SPEC
 from simulator.config.policy import HybridPolicy
-from simulator.engine.costs import FastStepCosts
-from simulator.engine.stepspec import PassSpec, StepSpec
-from simulator.engine.machine import Machine
+from simulator.timing.costs import FastStepCosts
+from simulator.timing.stepspec import PassSpec, StepSpec
+from simulator.timing.machine import Machine
 from simulator.model.cost import PassShape
 from simulator.speculation.policies import Hybrid
 from simulator.speculation.trees import Tree

@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.engine import simulate
-from simulator.engine.records import BLOCK, STEP_COST, STEP_FACTS, STEP_FIELDS, CostTable, StepLog
-from simulator.results.run import resolve
+from simulator.serving.simulate import simulate
+from simulator.serving.records import BLOCK, STEP_FACTS, STEP_FIELDS, StepLog
+from simulator.timing.costtable import STEP_COST, CostTable
+from simulator.api.run import resolve
 from simulator.speculation.protocols import Decision
 from simulator.speculation.trees import Tree
 
@@ -71,7 +72,8 @@ def test_a_deferred_breakdown_is_the_evaluated_one(monkeypatch):
     """A run's cost tables evaluate their breakdown only when it is read: the same floats as tables evaluated
     at once, in every column, and the durations without evaluating anything."""
     from conftest import clear_sample_caches
-    from simulator.engine import costs, server as server_module
+    from simulator.timing import costs
+    from simulator.serving import server as server_module
     from simulator.results.summary import step_table
 
     scenario = resolve(scenario_path("pcie8_ngram.yaml"), {"workload__requests": 2, "workload__output_tokens": 300})
@@ -98,8 +100,8 @@ def test_a_sweep_points_figures_are_the_runs(name, monkeypatch):
     """run_figures gives run()'s figures, the same values, and evaluates no breakdown for figures that read
     durations alone (a sweep's throughput, speedup, accept length and break-even)."""
     from conftest import clear_sample_caches
-    from simulator.engine import sampling
-    from simulator.results.run import FIGURES, run, run_figures
+    from simulator.timing import sampling
+    from simulator.api.run import FIGURES, run, run_figures
 
     scenario = resolve(scenario_path(name), {"workload__requests": 2, "workload__output_tokens": 200})
     clear_sample_caches()

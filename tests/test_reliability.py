@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-import simulator.results.run
+import simulator.api.run
 from simulator.cli import main as cli_main
 from simulator.config.errors import ConfigError
 from simulator.results.files import atomic_write, check_output_file
@@ -35,8 +35,8 @@ def no_simulation(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("simulated before checking the outputs")
 
-    monkeypatch.setattr(simulator.results.run, "run", refuse)
-    monkeypatch.setattr(simulator.results.run, "simulate_deployment", refuse)
+    monkeypatch.setattr(simulator.api.run, "run", refuse)
+    monkeypatch.setattr(simulator.api.run, "simulate_deployment", refuse)
 
 
 # -- 1. atomic outputs ---------------------------------------------------------------------------------------------
@@ -303,7 +303,7 @@ class _Terminal:
 
 def test_a_long_run_shows_progress_and_time_left_on_stderr(monkeypatch):
     import simulator.results.progress as progress
-    from simulator.results.run import resolve, run
+    from simulator.api.run import resolve, run
 
     terminal = _Terminal()
     monkeypatch.setattr(progress.sys, "stderr", terminal)
@@ -314,12 +314,12 @@ def test_a_long_run_shows_progress_and_time_left_on_stderr(monkeypatch):
         shown = run(scenario, baseline=False)
     assert "512/512" in terminal.text and "tok/s" in terminal.text and "<" in terminal.text  # done, rate, left
     assert shown.throughput_tok_s == plain.throughput_tok_s  # polling from a thread changes nothing
-    assert not progress.engine.ON_START
+    assert not progress.ON_START
 
 
 def test_a_long_run_without_a_terminal_gets_one_line_estimate(monkeypatch, capsys):
     import simulator.results.progress as progress
-    from simulator.results.run import resolve, run
+    from simulator.api.run import resolve, run
 
     scenario = resolve(EAGLE3, {"workload__output_tokens": 2048, "fidelity": "link"})
     with progress.shown(scenario, runs=2):

@@ -101,8 +101,8 @@ def test_one_gpu_replicas_share_their_costs_and_keep_their_own_gpus():
     """A one-GPU instance crosses no link: every such replica has the same cost key (plans and samples shared);
     instances of several GPUs are keyed by their own GPUs. Each keeps its own fabric view (its GPU names)."""
     from conftest import scenario_path
-    from simulator.engine.deployment import instance_machines
-    from simulator.results.run import resolve
+    from simulator.serving.deployment import instance_machines
+    from simulator.api.run import resolve
 
     one = instance_machines(resolve(scenario_path("pcie8_tp4_dp2.yaml"), {"parallelism.tp": 1, "model": "llama_3_1_8b",
                                                                           "parallelism.dp": 4}))

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 import simulator
-import simulator.results.run
+import simulator.api.run
 from simulator.cli import main
 from simulator.speculation.setup import build_speculation
 from conftest import ROOT, scenario_path
@@ -30,7 +30,7 @@ def test_fixed_tree_mean_accept_matches_analytic_within_3_standard_errors():
     r = simulator.run(EAGLE3, baseline=False, **overrides)
     lengths = r.run.accept_lengths[:-8]  # drop the requests' last steps, truncated by their remaining tokens
     mean, se = lengths.mean(), lengths.std(ddof=1) / np.sqrt(lengths.size)
-    setup = build_speculation(simulator.results.run.resolve(EAGLE3, overrides))
+    setup = build_speculation(simulator.api.run.resolve(EAGLE3, overrides))
     expected = setup.slots[0].acceptance.expected_tokens(setup.slots[0].tree)
     assert abs(mean - expected) < 3 * se, (mean, expected, se)
     assert se < 0.02  # the test has power: a 0.06 bias would fail

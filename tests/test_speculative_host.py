@@ -70,7 +70,7 @@ def test_graph_passes_run_at_the_captured_batch_size():
     """A graph-captured verify and draft pass of b requests runs padded to the smallest captured size >= b, and
     eagerly at b above the largest; eager passes (the draft extend here) always run at b, unpadded."""
     import simulator
-    from simulator.engine.stepspec import speculative_passes
+    from simulator.timing.stepspec import speculative_passes
     from simulator.speculation.drafters import HeadDrafter
     from simulator.speculation.trees import Tree
 
@@ -95,8 +95,8 @@ def test_the_engine_steps_use_the_case_runtime():
     import simpy
 
     import simulator
-    from simulator.engine.machine import Machine
-    from simulator.engine.server import KIND_SPEC, Server
+    from simulator.timing.machine import Machine
+    from simulator.serving.server import KIND_SPEC, Server
 
     scenario = simulator.load_scenario(CASE)
     server = Server(simpy.Environment(), Machine(scenario), seed=0, fidelity="fast")

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from conftest import clear_sample_caches, scenario_path
-from simulator.engine import Machine
-from simulator.engine.kernellines import binding_lines
-from simulator.engine.timeline import PassPlan, blend, eager_launch, host_ready
+from simulator.timing.machine import Machine
+from simulator.timing.kernellines import binding_lines
+from simulator.timing.timeline import PassPlan, blend, eager_launch, host_ready
 from simulator.hardware.gpu import MIN_LAUNCH_FRACTION
 from simulator.model.cost import PassShape
-from simulator.results.run import resolve
+from simulator.api.run import resolve
 
 
 def full_max(one, positions, suffixes):
@@ -148,7 +148,7 @@ def test_malloc_is_tuned_on_glibc():
 
 
 def test_shared_launches_give_the_same_tables():
-    from simulator.engine import sampling as module
+    from simulator.timing import sampling as module
 
     def table_at_2048(first_anchors):
         clear_sample_caches()
@@ -176,8 +176,8 @@ def test_shared_launches_give_the_same_tables():
     ("nvlink8_h100_llama8b_trace.yaml", {"workload__concurrency": 1}, True, "decode_alone"),  # replayed arrivals
 ])
 def test_fixed_decision_loop_is_the_general_loop(monkeypatch, name, overrides, speculate, shortcut):
-    from simulator.engine import fixeddecode, server as module
-    from simulator.engine.deployment import simulate_deployment
+    from simulator.serving import fixeddecode, server as module
+    from simulator.serving.deployment import simulate_deployment
 
     scenario = resolve(scenario_path(name), overrides)
     calls = {"decode_alone": 0, "decode_fixed": 0}
@@ -225,7 +225,7 @@ def test_a_stationary_models_step_is_its_walk():
 
 
 def test_anchors_of_many_contexts_are_each_ones():
-    from simulator.engine.machine import context_anchors, context_anchors_many
+    from simulator.timing.machine import context_anchors, context_anchors_many
 
     contexts = list(range(-2, 5000)) + [2**k + d for k in range(8, 40) for d in (-1, 0, 1)]
     lows, highs, weights = context_anchors_many(np.array(contexts))
@@ -236,7 +236,7 @@ def test_anchors_of_many_contexts_are_each_ones():
 @pytest.mark.parametrize("shape, graph", [(PassShape(1024, 1, 0), False), (PassShape(9, 1, 2048, True, True), False),
                                           (PassShape(1, 1, 1024), True), (PassShape(512, 3, 1500), False)])
 def test_a_few_sample_rows_are_those_of_the_whole_table(shape, graph):
-    from simulator.engine import sampling
+    from simulator.timing import sampling
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     whole = machine.samples("target", shape, graph, 77)
@@ -248,8 +248,8 @@ def test_a_few_sample_rows_are_those_of_the_whole_table(shape, graph):
 
 
 def test_a_sparse_step_is_the_whole_tables_step():
-    from simulator.engine.costs import FastStepCosts
-    from simulator.engine.stepspec import PassSpec, StepSpec
+    from simulator.timing.costs import FastStepCosts
+    from simulator.timing.stepspec import PassSpec, StepSpec
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     spec = StepSpec(PassSpec("target", PassShape(512, 2), False), other_us=30.0)
@@ -267,7 +267,7 @@ def test_a_sparse_step_is_the_whole_tables_step():
 
 @pytest.mark.parametrize("shape, graph", [(PassShape(9, 1, 2048, True, True), False), (PassShape(4, 1, 1024), True)])
 def test_sample_durations_are_the_tables_duration_column(shape, graph):
-    from simulator.engine import sampling
+    from simulator.timing import sampling
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     clear_sample_caches()
@@ -279,8 +279,8 @@ def test_sample_durations_are_the_tables_duration_column(shape, graph):
 
 
 def test_steps_are_repeated_step():
-    from simulator.engine.costs import FastStepCosts, INDEX_BLOCK
-    from simulator.engine.stepspec import PassSpec, StepSpec
+    from simulator.timing.costs import FastStepCosts, INDEX_BLOCK
+    from simulator.timing.stepspec import PassSpec, StepSpec
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     spec = StepSpec(PassSpec("target", PassShape(4, 1), True), other_us=30.0)
@@ -301,8 +301,8 @@ def test_steps_are_repeated_step():
 
 @pytest.mark.parametrize("shape, graph", [(PassShape(9, 1, 2048, True, True), False), (PassShape(1, 1, 1024), True)])
 def test_the_latest_rank_without_the_ranks_is_the_maximum_over_them(shape, graph):
-    from simulator.engine import sampling
-    from simulator.engine.timeline import latest_ready
+    from simulator.timing import sampling
+    from simulator.timing.timeline import latest_ready
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {"topology.host.rank_skew_cv": 0.3}))
     plan, draws_key = sampling._plan(machine, "target", shape, graph, 3)
@@ -315,7 +315,7 @@ def test_the_latest_rank_without_the_ranks_is_the_maximum_over_them(shape, graph
 @pytest.mark.parametrize("order", ["C", "F", "stratified"])
 def test_a_running_sum_is_cumsum(order):
     """timeline.running_sum: np.cumsum over the segments, the same floats in the same layout, whatever the layout."""
-    from simulator.engine.timeline import running_sum
+    from simulator.timing.timeline import running_sum
 
     rng = np.random.default_rng(2)
     values = rng.lognormal(0.0, 2.0, (64, 8, 124))
@@ -332,8 +332,8 @@ def test_a_running_sum_is_cumsum(order):
 def test_collective_ends_are_the_running_maximum_in_the_layout_of_the_draws(samples):
     """collective_ends_after: C_k = max(u running maximum, 0) + cumsum(W + T), the same floats and layout as
     numpy's accumulate over the ready times' own layout (a stratified draw's samples are contiguous)."""
-    from simulator.engine import sampling
-    from simulator.engine.timeline import collective_ends_after, last_collective_end
+    from simulator.timing import sampling
+    from simulator.timing.timeline import collective_ends_after, last_collective_end
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     shape = PassShape(9, 1, 2048, True, True)

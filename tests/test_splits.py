@@ -13,7 +13,7 @@ from simulator.config import load_scenario
 from simulator.config.base import validate
 from simulator.config.loader import read_yaml
 from simulator.config.topology import Topology
-from simulator.engine.machine import Machine
+from simulator.timing.machine import Machine
 from simulator.hardware import nccl_tables as T
 from simulator.hardware.expert_parallel import BACKENDS, ep_all_to_all_us, ep_latency_us, p2p_latency_us, stage_send_us
 from simulator.hardware.interconnect import Fabric

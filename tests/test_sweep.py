@@ -49,7 +49,7 @@ def _in_tmp(tmp_path, monkeypatch):
 
 
 def test_grid_sweep_on_two_workers_matches_single_runs(tmp_path):
-    from simulator.results.run import run
+    from simulator.api.run import run
 
     path = write_sweep(tmp_path)
     report = run_sweep(path, workers=2, progress=False, chunk_size=2)
@@ -127,16 +127,16 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch
     assert {r["runtime.cuda_graph_verify"] for r in failed} == {"maybe"}
     assert all("runtime.cuda_graph_verify" in r["error"] and r["throughput_tok_s"] == "" for r in failed)
 
-    import simulator.results.run
+    import simulator.api.run
 
-    real_run = simulator.results.run.run_figures
+    real_run = simulator.api.run.run_figures
 
     def flaky(scenario, names):
         if scenario.topology.host.eager_launch_us == 7:
             raise RuntimeError("boom\nsecond line")
         return real_run(scenario, names)
 
-    monkeypatch.setattr(simulator.results.run, "run_figures", flaky)
+    monkeypatch.setattr(simulator.api.run, "run_figures", flaky)
     again = run_sweep(path, workers=1, progress=False, out=str(tmp_path / "flaky.csv"))
     errors = sorted(r["error"] for r in read_results(again.out) if r["status"] == "error")
     assert (again.num_ok, again.num_failed) == (1, 3) and errors.count("RuntimeError: boom second line") == 1
@@ -296,9 +296,9 @@ def test_a_killed_worker_is_replaced_and_its_point_retried(tmp_path):
 
 
 def test_a_point_that_kills_its_worker_twice_is_an_error_row(tmp_path, monkeypatch):
-    import simulator.results.run
+    import simulator.api.run
 
-    real_run = simulator.results.run.run_figures
+    real_run = simulator.api.run.run_figures
     marker = tmp_path / "killed-once"
 
     def deadly(scenario, names):  # forked workers inherit this patch
@@ -308,7 +308,7 @@ def test_a_point_that_kills_its_worker_twice_is_an_error_row(tmp_path, monkeypat
             os.kill(os.getpid(), signal.SIGKILL)
         return real_run(scenario, names)
 
-    monkeypatch.setattr(simulator.results.run, "run_figures", deadly)
+    monkeypatch.setattr(simulator.api.run, "run_figures", deadly)
     axes = {"topology.host.eager_launch_us": [6, 7, 8, 9], "runtime.cuda_graph_verify": [False]}
     report = run_sweep(write_sweep(tmp_path, "deadly", axes=axes), workers=2, progress=False, chunk_size=2)
     rows = read_results(report.out)

@@ -217,16 +217,16 @@ def test_a_stopped_worker_is_killed_and_its_point_rerun(tmp_path):
 
 
 def test_a_point_past_its_deadline_twice_is_an_error_row(tmp_path, monkeypatch):
-    import simulator.results.run
+    import simulator.api.run
 
-    real_run = simulator.results.run.run_figures
+    real_run = simulator.api.run.run_figures
 
     def stuck(scenario, names):  # forked workers inherit this patch
         if scenario.topology.host.eager_launch_us == 7:
             time.sleep(60)
         return real_run(scenario, names)
 
-    monkeypatch.setattr(simulator.results.run, "run_figures", stuck)
+    monkeypatch.setattr(simulator.api.run, "run_figures", stuck)
     started = time.monotonic()
     report = run_sweep(sweep_file(tmp_path, "stuck", launch_axis([6, 7, 8])), workers=2, progress=False,
                        point_timeout_s=1.0)

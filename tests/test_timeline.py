@@ -6,7 +6,7 @@ import pytest
 import simpy
 
 from simulator.config.topology import HostSpec
-from simulator.engine.timeline import LayerPass, PassPlan, breakdown, collective_ends, host_ready, sample_passes
+from simulator.timing.timeline import LayerPass, PassPlan, breakdown, collective_ends, host_ready, sample_passes
 from simulator.hardware.gpu import Host
 
 
@@ -107,7 +107,7 @@ def test_more_host_skew_means_more_waiting():
 
 def test_pass_book_splits_in_bulk_to_the_same_values():
     """Passes booked and split a block at a time give exactly the breakdown each would get alone."""
-    from simulator.engine.passbook import PassBook
+    from simulator.timing.passbook import PassBook
 
     rng = np.random.default_rng(3)
     book, expected, slots = PassBook(), [], []

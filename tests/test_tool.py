@@ -75,7 +75,7 @@ def test_json_names_overrides_files_version_and_kernel_source(capsys):
 
 def test_description_follows_the_configuration():
     from simulator.results.provenance import describe
-    from simulator.results.run import resolve
+    from simulator.api.run import resolve
 
     plain = describe(resolve(scenario_path("pcie8_eagle3.yaml"), {"speculation__method": "none"}))
     assert "no speculation" in plain and "EAGLE-3" not in plain
@@ -203,7 +203,7 @@ def test_steps_csv_has_names_and_units(tmp_path, capsys):
 # -- one definition per quantity ------------------------------------------------------------------------------------
 def test_breakeven_command_and_run_agree(capsys):
     from simulator.analysis.breakeven import breakeven_table
-    from simulator.results.run import resolve, run
+    from simulator.api.run import resolve, run
 
     scenario = resolve(EAGLE3)
     result = run(scenario)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from simulator.results import trace as trace
-from simulator.results.run import resolve
+from simulator.api.run import resolve
 from simulator.cli import main as cli_main
-from simulator.engine import simulate
-from simulator.engine.server import KIND_SPEC
+from simulator.serving.simulate import simulate
+from simulator.serving.server import KIND_SPEC
 from simulator.results.summary import step_table
 
 from conftest import scenario_path

@@ -120,7 +120,7 @@ def test_client_concurrency_and_the_engine_cap_are_apart():
     """Defect 10: workload.concurrency meant each instance's batch cap; the client's concurrency is its own key,
     and old files keep loading under the new name."""
     import simulator
-    from simulator.results.run import run
+    from simulator.api.run import run
 
     old = simulator.load_scenario(scenario_path("pcie8_ngram.yaml"), [("workload.concurrency", 3)])
     assert old.spec.workload.max_running_requests == 3 and old.spec.workload.max_concurrency is None

@@ -108,7 +108,7 @@ def test_a_case_without_the_sources_accept_length_runs_a_shipped_estimate(valida
     """A speculative case whose source prints no accept length may not carry an acceptance of its own (one could be
     tuned to the figure): it runs an acceptance model a shipped scenario (scenarios/*.yaml) already uses."""
     from simulator.config.loader import read_yaml
-    from simulator.results.run import resolve
+    from simulator.api.run import resolve
 
     shipped = [a for path in glob.glob(os.path.join(ROOT, "scenarios", "*.yaml"))
                if (a := _acceptance(read_yaml(path)))]
@@ -183,7 +183,7 @@ def test_gpt_fast_int4_cases_carry_its_quantize_py_format(validation_files):
     linear layer, the output layer included: 0.5 + 4/32 bytes per weight. The format comes from the code, not from a
     fit to the case's figure."""
     from simulator.model.cards import bytes_per_param
-    from simulator.results.run import resolve
+    from simulator.api.run import resolve
 
     path = os.path.join(VALIDATION, "gpt_fast.yaml")
     cases = [c for c in v.load(path).cases if "int4" in c.name]

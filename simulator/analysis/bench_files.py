@@ -131,7 +131,7 @@ def workload_overrides(data: dict, path: str) -> dict:
 
 def evaluate(path: str, scenario_path: str, set_args: list[str] | None = None) -> list:
     """Every figure of a client's result file against one run of the scenario under the file's workload."""
-    from ..results.run import resolve, run
+    from ..api.run import resolve, run
     from .calibrate import metric
     from .validate import Case, Outcome, Source
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 
 from ..config import Scenario
 from ..config.typical import mean_length
-from ..engine.stepspec import speculative_host_us, speculative_passes, step_overhead_us
-from ..engine.machine import Machine, context_anchors
+from ..timing.stepspec import speculative_host_us, speculative_passes, step_overhead_us
+from ..timing.machine import Machine, context_anchors
 from ..model.cost import PassShape
 from ..speculation.acceptance import positional_table
 from ..speculation.models import typical_table

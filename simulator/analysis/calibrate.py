@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import Field, PositiveFloat
 
-from ..results.run import resolve, run
+from ..api.run import resolve, run
 from ..config.base import Strict, validate
 from ..config.loader import read_yaml
 from ..config.errors import ConfigError

@@ -234,7 +234,7 @@ def plan_levers(path: str, set_args: list[str] | None = None, levers: list[Lever
     """Simulate the scenario, then each lever on its own (every candidate of a lever; the best kept), ranked by
     `rank_by` (a name of results.planner.RANKINGS: throughput, throughput_per_gpu, goodput_per_gpu, cost, ...)."""
     from ..results.planner import lookup, sort_key
-    from ..results.run import resolve, run
+    from ..api.run import resolve, run
 
     better = sort_key(rank_by, lambda outcome, dotted: lookup(outcome.figures, dotted))
 

@@ -148,7 +148,7 @@ def _trace_file(accept_len: float) -> str:
 
 
 def _scenario(case: Case, base: str, path: str) -> float:
-    from ..results.run import resolve, run
+    from ..api.run import resolve, run
     from .calibrate import metric
 
     if case.scenario is None:

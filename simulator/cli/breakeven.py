@@ -42,7 +42,7 @@ def main(args) -> int:
     if not 1 <= args.max_chain <= 16:
         raise ConfigError("command line", "--max-chain", f"{args.max_chain}", "1..16")
     trees = _sizes(args.trees)
-    from ..results.run import resolve, run
+    from ..api.run import resolve, run
     from ..analysis.breakeven import breakeven_table
 
     scenario = resolve(args.scenario, None, overrides_of(args))

@@ -84,13 +84,13 @@ def main(args) -> int:
     from . import note, progress
 
     runs = runs_of(args)
-    from ..results.run import resolve, run
+    from ..api.run import resolve, run
 
     seed = args.seed if args.seed is not None else resolve(args.scenarios[0], None, args.overrides).spec.seed
     # the common seed comes first: a variant's own seed= wins, and then it alone is listed in the provenance
     scenarios = [resolve(path, None, ([] if _sets_seed(overrides) else [f"seed={seed}"]) + overrides)
                  for _, path, overrides in runs]  # errors first
-    from ..engine.deployment import check_start
+    from ..serving.deployment import check_start
     from ..results.files import check_outputs
     from ..results.limits import check_work
 

@@ -77,7 +77,7 @@ def main(args) -> int:
     from ..experiments.sweepfile import Sweep, SweepSpec
     from ..results.files import check_output_file
     from ..results.limits import check_workers
-    from ..results.run import resolve
+    from ..api.run import resolve
     from . import show_progress
 
     check_workers(args.workers)

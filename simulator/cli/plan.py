@@ -33,7 +33,7 @@ def main(args) -> int:
     from ..analysis.planning import plan_levers
     from ..results.files import check_outputs
     from ..results.limits import check_run
-    from ..results.run import resolve
+    from ..api.run import resolve
 
     check_outputs(args)
     check_run(resolve(args.scenario, None, overrides_of(args)), args.max_work, memory_GB=args.max_memory_GB)

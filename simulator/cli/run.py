@@ -42,7 +42,7 @@ def main(args) -> int:
     from ..results.stepslog import write_steps
     from ..results.files import check_outputs
     from ..results.limits import check_run
-    from ..results.run import resolve, run
+    from ..api.run import resolve, run
 
     check_outputs(args)  # before any simulation: a bad output path costs one line, not a run
     if args.trace and not 1 <= args.trace_steps <= trace_limit():

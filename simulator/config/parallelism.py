@@ -73,7 +73,7 @@ def check_parallelism(par: Parallelism, topology, card, file: str) -> None:
     """The split against the machine and the model: GPUs, heads, KV heads, experts, layers, placement names.
 
     Each problem is one ConfigError naming the key, what is wrong and what is allowed (memory per GPU is checked
-    where the weights are costed: engine/placement.py).
+    where the weights are costed: timing/placement.py).
     """
     gpus, tp = topology.num_gpus, par.tp
     if par.dp_attention and tp % par.dp:

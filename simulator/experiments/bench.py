@@ -76,7 +76,7 @@ def _overrides(fidelity: str, tokens: int | None, seed: int) -> dict:
 
 def run_once(scenario: str, fidelity: str, tokens: int | None, seed: int, max_work: float | None = None):
     """The speculative run only: one request generating `tokens`, or with tokens None the scenario's own workload."""
-    from ..results.run import run
+    from ..api.run import run
 
     started = time.perf_counter()
     result = run(scenario, baseline=False, max_work=max_work, **_overrides(fidelity, tokens, seed))
@@ -86,7 +86,7 @@ def run_once(scenario: str, fidelity: str, tokens: int | None, seed: int, max_wo
 def estimate(jobs: list[tuple[str, str, int | None, int]]) -> float:
     """Weighted steps of the jobs (scenario, fidelity, tokens, repeats) together (results.limits' estimate)."""
     from ..results.limits import estimate_work
-    from ..results.run import resolve
+    from ..api.run import resolve
 
     return sum(repeats * estimate_work(resolve(scenario, _overrides(fidelity, tokens, 0)), runs=1)
                for scenario, fidelity, tokens, repeats in jobs)

@@ -42,7 +42,7 @@ def _known(data: Any, path: str) -> bool:
 
 def check_metrics(base: Scenario, metrics, file: str) -> None:
     """Raise a ConfigError for the first metric that names no figure of a result."""
-    from ..results.run import run
+    from ..api.run import run
 
     probe = run(base.with_overrides(PROBE), baseline=True).to_dict()
     for metric in metrics:

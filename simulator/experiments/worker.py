@@ -42,7 +42,7 @@ _BASES: "OrderedDict[str, Scenario]" = OrderedDict()  # sweep token -> base scen
 def run_chunk(task: ChunkTask, send: Callable[[Any], None] | None = None) -> list[tuple[str, str, str, list[Any]]]:
     """Run a chunk of points; each gives (point id, 'ok' or 'error', error message, metric values). With `send`
     (a forked worker's pipe) each row is sent as its point ends, after a Deadline for the point, and none returned."""
-    from ..results.run import run_figures
+    from ..api.run import run_figures
 
     names = [metric.split(".", 1)[0] for metric in task.metrics]  # the top-level figures the rows keep
     out = []

@@ -12,7 +12,7 @@ import heapq
 
 import numpy as np
 
-from ..engine.records import KIND_DECODE, KIND_SPEC
+from ..serving.records import KIND_DECODE, KIND_SPEC
 from .quantiles import percentiles
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import Scenario
-from ..engine.records import STEP_FIELDS, StepColumns
+from ..serving.records import STEP_FIELDS, StepColumns
 from .summary import RunSummary, _percentiles_ms, summarize
 
 

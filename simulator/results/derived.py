@@ -11,9 +11,9 @@ import numpy as np
 
 from ..config import Scenario
 from ..config.typical import typical_context
-from ..engine import Machine
-from ..engine.costs import FastStepCosts
-from ..engine.stepspec import PassSpec, StepSpec, speculative_passes, step_overhead_us, verify_pass
+from ..timing.machine import Machine
+from ..timing.costs import FastStepCosts
+from ..timing.stepspec import PassSpec, StepSpec, speculative_passes, step_overhead_us, verify_pass
 from ..model.cost import PassShape
 from .summary import mean_step_us
 

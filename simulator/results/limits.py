@@ -51,7 +51,7 @@ def workload_steps(scenario: Scenario) -> tuple[float, float]:
     arrival = workload.arrival
     chunk = workload.max_prefill_tokens
     if getattr(arrival, "kind", None) == "trace":
-        from ..engine.requests import read_arrivals
+        from ..serving.requests import read_arrivals
 
         rows = read_arrivals(arrival, scenario.base_dir, scenario.source)
         return float(len(rows)), sum(o + -(-p // chunk) for _, p, o in rows) / len(rows)
@@ -134,9 +134,9 @@ START_CHECK_REQUESTS = 10_000
 def check_run(scenario: Scenario, max_work: float | None = None, runs: int = 2, memory_GB: float | None = None
               ) -> float:
     """Everything a command's run would refuse, found before it starts: the limits (check_work) and what the run
-    checks at its start (engine.deployment.check_start: a fabric without a route, a request larger than the KV
+    checks at its start (serving.deployment.check_start: a fabric without a route, a request larger than the KV
     cache), in the same words. Returns the work estimate."""
-    from ..engine.deployment import check_start
+    from ..serving.deployment import check_start
 
     if workload_steps(scenario)[0] <= START_CHECK_REQUESTS:
         check_start(scenario)

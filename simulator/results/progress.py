@@ -1,6 +1,6 @@
 """Progress of a long run on stderr: a tqdm bar (tokens generated, rate, time left) polled from a thread.
 
-The engine hands every server it builds to the hooks in `engine.ON_START`; while `shown()` is active, a thread
+serving.simulate hands every server it builds to the hooks in `ON_START`; while `shown()` is active, a thread
 reads the generated-token counts of those servers twice a second. Nothing is added to the event loop, so a run
 with and without the bar gives the same result. The bar appears only for runs estimated to take longer than
 limits.PROGRESS_AFTER_S and only on a terminal; elsewhere one line gives the estimate.
@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Iterator
 
-from .. import engine
+from ..serving.simulate import ON_START
 from ..config import Scenario
 from ..config.typical import mean_length
 from .limits import PROGRESS_AFTER_S, estimate_work, estimated_seconds
@@ -41,11 +41,11 @@ def shown(scenario: Scenario, runs: int = 2, enabled: bool | None = None) -> Ite
                       file=sys.stderr)
             servers.append(server)
 
-        engine.ON_START.append(say)
+        ON_START.append(say)
         try:
             yield
         finally:
-            engine.ON_START.remove(say)
+            ON_START.remove(say)
         return
     from tqdm import tqdm
 
@@ -67,7 +67,7 @@ def shown(scenario: Scenario, runs: int = 2, enabled: bool | None = None) -> Ite
         servers.append(server)
 
     thread = threading.Thread(target=poll, daemon=True)
-    engine.ON_START.append(hook)
+    ON_START.append(hook)
     thread.start()
     try:
         yield
@@ -76,6 +76,6 @@ def shown(scenario: Scenario, runs: int = 2, enabled: bool | None = None) -> Ite
     finally:
         stop.set()
         thread.join()
-        engine.ON_START.remove(hook)
+        ON_START.remove(hook)
         if bars:
             bars[0].close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 
-from ..engine.records import KIND_DECODE, KIND_PREFILL, KIND_SPEC
+from ..serving.records import KIND_DECODE, KIND_PREFILL, KIND_SPEC
 from .summary import Result
 
 KINDS = {KIND_PREFILL: "prefill", KIND_DECODE: "decode", KIND_SPEC: "speculative"}

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.records import KIND_DECODE, KIND_SPEC, StepColumns
+from ..serving.records import KIND_DECODE, KIND_SPEC, StepColumns
 from .client import client_metrics, send_times
 from .planner import target_check
 from .quantiles import percentiles

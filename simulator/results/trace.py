@@ -21,8 +21,9 @@ import json
 from typing import Any
 
 
-from ..engine.records import KIND_SPEC, STEP_KIND_NAMES, StepColumns
-from ..engine.timeline import CATEGORIES
+from ..config import Scenario
+from ..serving.records import KIND_SPEC, STEP_KIND_NAMES, StepColumns
+from ..timing.timeline import CATEGORIES
 
 MIN_SPAN_US = 1e-3  # shorter gaps are rounding noise, not idle time
 MAX_STEPS = 200  # a trace is for looking at a few steps closely; ~0.5 MB per step on 8 ranks (uncompressed)
@@ -125,16 +126,14 @@ def step_events(steps: StepColumns) -> list[dict]:
     return events
 
 
-def record(scenario, steps: int = 20, seed: int | None = None) -> dict[str, Any]:
+def record(scenario: Scenario, steps: int = 20, seed: int | None = None) -> dict[str, Any]:
     """The first `steps` steps of the scenario's speculative run at layer fidelity, as a Chrome trace object (of
     instance 0, where a deployment has several)."""
-    from .run import resolve
-    from ..engine.deployment import simulate_deployment
+    from ..serving.deployment import simulate_deployment
     from .summary import step_table
 
     from .provenance import provenance
 
-    scenario = resolve(scenario)
     passes: list[dict] = []
     events: list[dict] = []
 

@@ -1,8 +1,5 @@
-"""The event fidelity's processes: every rank a host and a GPU stream, every collective, the drafter; the serving
-loop (engine.server.Server.run) is the scheduler process that drives them (docs/design.md, "The event model")."""
-from __future__ import annotations
-
-from .ranks import Collective, PassOrder, Rank, RankSet
-from .steps import Drafter, EventStepCosts
-
-__all__ = ["Collective", "Drafter", "EventStepCosts", "PassOrder", "Rank", "RankSet"]
+"""The processes of a serving engine in one SimPy Environment: the serving loop (server: the scheduler, admission,
+batching, the speculation policy's decision, the step log in records), requests and their arrivals, the router, a
+deployment of instances and prefill/decode disaggregation with its KV transfers, and at event fidelity every rank's
+host and GPU stream, every collective and the drafter (ranks, steps, drafting). What a pass costs comes from
+simulator.timing (docs/design.md)."""

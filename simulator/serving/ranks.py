@@ -5,7 +5,7 @@ A rank's host takes a pass order from the scheduler, puts the pass's launches on
 launching them (eager: the kernels one by one, with per-launch jitter and a per-rank speed; a CUDA graph: one
 launch), and then blocks on the sync: the pass's last collective. The stream runs the pass's segments in order:
 segment k starts when collective k-1 has ended and ends no earlier than its own kernels' launches allow (the
-exact per-kernel bound of engine.timeline.host_ready, carried with the launches), then the stream arrives at
+exact per-kernel bound of timing.timeline.host_ready, carried with the launches), then the stream arrives at
 collective k and waits for it. A collective moves its bytes over the shared links (hardware.flows, max-min fair)
 or, without link steps, takes its cost alone. Granularity: one timeout per rank per segment between collectives.
 """
@@ -14,14 +14,14 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from ..engine.timeline import PassPlan, eager_ready, host_ready
+from ..timing.timeline import PassPlan, eager_ready, host_ready
 from ..hardware.gpu import Host, over_samples
 
 
 def launch_times(plan: PassPlan, host: Host, rng: np.random.Generator, slowdown: np.ndarray | None = None):
     """(h, H) of one pass, (ranks, segments) each: when rank r's launches let its stream end segment k, and when its
     host has launched segment k. slowdown: a factor per rank on its host's launch times (None: every rank alike,
-    engine.timeline.host_ready's draws and floats exactly)."""
+    timing.timeline.host_ready's draws and floats exactly)."""
     if slowdown is None:
         h, H = host_ready(plan, host, rng, 1, with_host=True)
         return h[0], H[0]

@@ -2,7 +2,7 @@
 and the scheduler's host work runs where the engine runs it: serial with the GPU, or (the overlap scheduler)
 after the hosts have launched the pass, while the GPU runs it, so that only what the GPU does not cover is exposed.
 
-The serving loop itself (engine.server.Server.run: admission, batching, the policy's decision, the log) is the
+The serving loop itself (serving.server.Server.run: admission, batching, the policy's decision, the log) is the
 scheduler process that calls `step`; the costs come back as STEP_COST values like the other fidelities'.
 Assumption: the overlapped preparation of step n+1 does not depend on step n's sampled tokens (SGLang's overlap
 scheduler resolves them on the GPU), so batches and decisions are those of the serial loop.
@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..config.errors import ConfigError
-from ..engine.costs import FastStepCosts
-from ..engine.machine import Machine
-from ..engine.passbook import BookedCost, PassBook
-from ..engine.records import STEP_COST, CostTable
-from ..engine.stepspec import PassSpec, StepSpec
-from ..engine.timeline import DURATION_ONLY, finish_pass
+from ..timing.costs import FastStepCosts
+from ..timing.machine import Machine
+from ..timing.passbook import BookedCost, PassBook
+from ..timing.costtable import STEP_COST, CostTable
+from ..timing.stepspec import PassSpec, StepSpec
+from ..timing.timeline import DURATION_ONLY, finish_pass
 from .drafting import OwnGPUDrafter
 from .ranks import RankSet
 
@@ -55,7 +55,7 @@ class Drafter:
 
 def run_pass(owner, spec: PassSpec, context: int, main: bool = True, after_us: float = 0.0, book=None):
     """Generator: one pass ordered from the owner's ranks, waited for until every host has synced; its result
-    (engine.timeline.finish_pass: the duration, booked categories, spans when traced)."""
+    (timing.timeline.finish_pass: the duration, booked categories, spans when traced)."""
     plan = owner.machine.plan_at(spec.part, spec.shape, spec.graph, context)
     order = owner.ranks.launch(plan, owner.rng, after_us)
     yield order.synced

@@ -96,7 +96,7 @@ def figures_of(result) -> dict[str, Any]:
 
 def run_question(question: Question, quick: bool = False) -> list[dict[str, Any]]:
     """One row per (deployment, load): the figures, or the reason the deployment cannot be simulated."""
-    from ..results.run import resolve, run
+    from ..api.run import resolve, run
     from .recipes import scenario
 
     short = {"workload__output_tokens": 32} if quick else {}

@@ -27,7 +27,7 @@ class Figures:
             self.short["workload__output_tokens"] = 256
 
     def run(self, name: str, **overrides):
-        from ..results.run import run
+        from ..api.run import run
 
         return run(scenario(name), **{**self.short, **overrides})
 
@@ -103,11 +103,11 @@ class Figures:
     def hybrid(self) -> str:
         from .figures import hybrid_timeline
 
-        from ..results.run import resolve
+        from ..api.run import resolve
 
         name = "pcie8_hybrid_bursty"
         policy = resolve(scenario(name)).spec.policy
-        from ..results.run import run
+        from ..api.run import run
 
         # the shipped workload, so the title's share and speedup are the figures the README quotes for this run
         r = self.run(name) if self.quick else run(scenario(name))
@@ -118,7 +118,7 @@ class Figures:
         """What would make EAGLE-3 pay on the reference machine: one lever at a time, throughput in tok/s."""
         from .figures import tornado
 
-        from ..results.run import resolve
+        from ..api.run import resolve
 
         r = self.run("pcie8_eagle3")
         host = resolve(scenario("pcie8_eagle3")).topology.host
@@ -143,7 +143,7 @@ class Figures:
 
     def concurrency(self) -> str:
         """Llama-3.1-8B with EAGLE-3 on an H100: speculation's speedup as the batch grows (issue: load)."""
-        from ..results.run import run
+        from ..api.run import run
         from .figures import speedup_vs_concurrency
 
         levels = [1, 8, 64] if self.quick else [1, 2, 4, 8, 16, 32, 64]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.records import KIND_DECODE, KIND_PREFILL, KIND_SPEC
+from ..serving.records import KIND_DECODE, KIND_PREFILL, KIND_SPEC
 from ..results.summary import BREAKDOWN
 from .style import CATEGORY_COLORS, CATEGORY_LABELS, _pyplot, _save
 

@@ -28,7 +28,7 @@ class KVHandoff:
         self.env = env
         self.prefill, self.decode = prefill, decode
         self.router = Router(env, decode, kind)
-        self.links = links  # engine.linkpass.SharedLinks at link fidelity
+        self.links = links  # timing.linkpass.SharedLinks at link fidelity
         self.moves: list = []
         self._hops: dict[tuple[int, int], tuple] = {}
         for index, server in enumerate(prefill):

@@ -8,7 +8,7 @@ import itertools
 
 import numpy as np
 
-from .records import STEP_COST, CostTable
+from .costtable import STEP_COST, CostTable
 from .timeline import CATEGORIES, PassPlan, stacked_breakdown
 
 BLOCK = 256  # passes split at once; their rank timelines are dropped then (memory stays bounded)

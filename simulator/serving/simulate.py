@@ -5,7 +5,7 @@ import simpy
 
 from ..config import Scenario
 from ..config.errors import ConfigError
-from .machine import Machine
+from ..timing.machine import Machine
 from .server import Server
 
 FIDELITIES = ("fast", "layer", "link", "event")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .streams import block, stream_key
+from ..timing.streams import block, stream_key
 
 UNIFORM_BLOCK = 1 << 14
 WALK_UNIFORMS = 16  # uniforms a tree walk takes (at least its depth): runs with different draft lengths stay aligned
@@ -40,7 +40,7 @@ class Walks:
         return tree, depth, walk_uniforms, need, model.step, primary
 
     def _next_block(self) -> list[float]:
-        """The acceptance stream's next block (memoised by the stream's state, engine.streams: only read)."""
+        """The acceptance stream's next block (memoised by the stream's state, timing.streams: only read)."""
         return block(self._rng, ("uniforms", UNIFORM_BLOCK), _uniform_block)
 
     def uniform_row(self, n: int) -> list[float]:

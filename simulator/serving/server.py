@@ -4,9 +4,9 @@ then decode or speculate in a continuous batch until done.
 Each step is either a prefill step (the next prompt chunks, up to max_prefill_tokens, prefill first as SGLang's
 scheduler does) or a decode step of the running batch: the policy picks plain decode or a drafter and its verify
 tree, the drafter's passes and one verify pass carrying every request's tokens run on the ranks, and each request
-walks its own tree with its own acceptance draws. KV memory bounds the admitted requests (engine.admission). At
+walks its own tree with its own acceptance draws. KV memory bounds the admitted requests (serving.admission). At
 `fast` fidelity a step is one SimPy event drawn from memoised per-shape samples of the layer model; at `layer` /
-`link` fidelity every collective of every pass is an event. Every step is appended to a StepLog (engine.records).
+`link` fidelity every collective of every pass is an event. Every step is appended to a StepLog (serving.records).
 """
 from __future__ import annotations
 
@@ -16,18 +16,18 @@ from ..model.cost import PassShape
 from ..speculation.setup import build_speculation
 from .admission import Admission
 from .batch_view import BatchView
-from .costs import FastStepCosts
-from .stepspec import (PassSpec, StepSpec, hidden_scheduler_us, speculative_host_us, speculative_passes,
+from ..timing.costs import FastStepCosts
+from ..timing.stepspec import (PassSpec, StepSpec, hidden_scheduler_us, speculative_host_us, speculative_passes,
                        step_overhead_us)
-from .layercosts import LayerStepCosts
-from .linkpass import SharedLinks
-from .machine import Machine
+from ..timing.layercosts import LayerStepCosts
+from ..timing.linkpass import SharedLinks
+from ..timing.machine import Machine
 from .records import (KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FACTS, STEP_FIELDS,  # noqa: F401  (re-exported)
                       StepLog)
 from .requests import make_requests
 from .walking import Walks
 from .fixeddecode import decode as decode_fixed_policy, runs_fixed
-from .clock import delay_to
+from ..timing.clock import delay_to
 
 STEP_SPEC_CACHE_SIZE = 1024  # step specs kept by (kind, decision, batch, tokens); a run uses a few per batch size
 
@@ -45,7 +45,7 @@ class Server:
     def __init__(self, env, machine: Machine, seed: int, fidelity: str, speculate: bool = True,
                  on_pass=None, max_steps: int | None = None, routed: bool = False, network=None):
         """routed: the requests come from a router (submit, close) instead of the server's own workload; network:
-        at link fidelity, this instance's handle on links shared with other instances (engine.deployment)."""
+        at link fidelity, this instance's handle on links shared with other instances (serving.deployment)."""
         scenario = machine.scenario
         spec = scenario.spec
         self.env = env
@@ -65,7 +65,7 @@ class Server:
         # the breakdown of a step's cost is evaluated only if read (a sweep point reads the durations alone)
         links = network or (SharedLinks(env, machine.fabric).view(0) if fidelity in ("link", "event") else None)
         if fidelity == "event":  # the ranks, collectives and drafter as processes (serving/)
-            from ..serving import EventStepCosts
+            from .steps import EventStepCosts
             self.costs = EventStepCosts(env, machine, jitter, on_pass, seed=seed, network=links)
         else:
             self.costs = FastStepCosts(machine, seed, jitter, deferred=True) if self.fast else \
@@ -79,7 +79,7 @@ class Server:
         self._host = host
         self._step_specs: dict[tuple, StepSpec] = {}
         self.routed = routed
-        self.on_prefilled = None  # a prefill instance's hand-off of prefilled requests (engine.disaggregation)
+        self.on_prefilled = None  # a prefill instance's hand-off of prefilled requests (serving.disaggregation)
         self.kv_received: list[tuple[float, float]] = []  # a decode instance's KV transfers: (bytes per rank, us)
         self.requests = [] if routed else make_requests(self.workload, seed, scenario.base_dir, scenario.source)
         self.lookahead = max((slot.tree.size for slot in self.slots), default=0)
@@ -133,7 +133,7 @@ class Server:
 
     def _timed_cost(self, spec: StepSpec, context: int):
         """Generator: a prefill step's time passes; returns (duration, cost table, row, weight) for the log (fast
-        fidelity evaluates only the rows it draws, sparse_step; the decode loops, _decode and engine/fixeddecode.py,
+        fidelity evaluates only the rows it draws, sparse_step; the decode loops, _decode and serving/fixeddecode.py,
         draw their step costs inline)."""
         if self.fast:
             cost = self.costs.sparse_step(spec, context)  # a prefill: its few rows evaluated alone

@@ -1,5 +1,5 @@
 """The router in front of a deployment's instances: a SimPy process that sends each request, when it arrives, to one
-instance's server (engine.server.Server.submit), then tells every server that nothing more will come.
+instance's server (serving.server.Server.submit), then tells every server that nothing more will come.
 
 What is modelled: routing costs no time and sees each instance's state at the moment of the arrival (SGLang's
 data-parallel controller dispatches from one process as requests come in). round_robin ignores the state;

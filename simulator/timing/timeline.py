@@ -211,7 +211,7 @@ class LayerPass:
 
     def run(self, env, rng: np.random.Generator, on_collective=None, with_spans: bool = False, book=None):
         """Generator for env.process: returns the breakdown dict (scalars); with_spans adds the rank timeline.
-        With a PassBook (engine.passbook) the breakdown is booked there: the dict holds the duration and the slot."""
+        With a PassBook (timing.passbook) the breakdown is booked there: the dict holds the duration and the slot."""
         h, H = host_ready(self.plan, self.host, rng, 1, with_host=True) if with_spans else \
             (host_ready(self.plan, self.host, rng, 1), None)  # the same draws; H only for a timeline
         hmax = h[0].max(axis=0).tolist()

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .clock import delay_to
-from .machine import context_anchors
+from ..timing.clock import delay_to
+from ..timing.machine import context_anchors
 from .records import KIND_DECODE, KIND_SPEC
 
 

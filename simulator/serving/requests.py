@@ -38,7 +38,7 @@ class Request:
     prefill_target: int = 0  # tokens the current prefill must cache
     preemptions: int = 0
     acceptance_state: object = None  # a regime acceptance model's per-request state
-    instance: int = 0  # the deployment's instance that served it (engine.router; disaggregated: the decode one)
+    instance: int = 0  # the deployment's instance that served it (serving.router; disaggregated: the decode one)
     kv_ready: bool = False  # its KV cache arrived from a prefill instance: it decodes when admitted, without a prefill
 
 

@@ -1,6 +1,6 @@
 """What a step costs at layer or link fidelity: every pass runs, one SimPy event per collective (or per link flow).
 
-The step's passes (drafts, then a decode/verify/prefill pass) and host-side costs, as engine.costs describes them;
+The step's passes (drafts, then a decode/verify/prefill pass) and host-side costs, as timing.costs describes them;
 the cost comes back as STEP_COST values like FastStepCosts.step's.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from .stepspec import PassSpec, StepSpec
 from .linkpass import LinkPass
 from .machine import Machine
 from .passbook import BookedCost, PassBook
-from .records import STEP_COST, CostTable
+from .costtable import STEP_COST, CostTable
 from .timeline import DURATION_ONLY, LayerPass
 
 
@@ -51,7 +51,7 @@ class LayerStepCosts:
 
     def step(self, env, step: StepSpec, context: int):
         """Generator: runs the step's passes and host costs; returns (duration, cost table, row 0, weight 0) like
-        FastStepCosts.step, the main pass's categories booked for when the log is read (engine.passbook)."""
+        FastStepCosts.step, the main pass's categories booked for when the log is read (timing.passbook)."""
         draft = step.draft_host_us
         if step.draft_host_us > 0:
             yield env.timeout(step.draft_host_us)

@@ -9,14 +9,14 @@ from typing import Any, Callable, Iterable
 
 from ..config import Scenario, load_scenario
 from ..config.errors import ConfigError
-from ..engine import Machine
-from ..engine.deployment import instance_gpus, instance_machines, shared_links, simulate_deployment
-from .deployment import deployment_report, summarize_servers
-from .derived import allreduce_choice, breakeven_accept_len, collectives_per_pass, expected_accept_len, policy_summary, what_if
-from .summary import Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, _stats_ms
+from ..timing.machine import Machine
+from ..serving.deployment import instance_gpus, instance_machines, shared_links, simulate_deployment
+from ..results.deployment import deployment_report, summarize_servers
+from ..results.derived import allreduce_choice, breakeven_accept_len, collectives_per_pass, expected_accept_len, policy_summary, what_if
+from ..results.summary import Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, _stats_ms
 from ..model.cost import PassShape
-from .planner import planner_figures
-from .provenance import describe, provenance
+from ..results.planner import planner_figures
+from ..results.provenance import describe, provenance
 from ..config.typical import mean_length
 
 
@@ -55,7 +55,7 @@ def run(scenario_or_path: Scenario | str, *, set_args: list[str] | str | None = 
 
     Refused before any simulation, as on the command line: an estimated work above max_work (default
     limits.MAX_WORK) or peak memory above max_memory_GB (default limits.MAX_MEMORY_GB)."""
-    from .limits import check_work
+    from ..results.limits import check_work
 
     started = time.perf_counter()
     scenario = resolve(scenario_or_path, overrides, set_args)
@@ -181,7 +181,7 @@ FIGURES: dict[str, Callable[[Parts], Any]] = {
 def kernel_report(scenario: Scenario, machine: Machine, slots) -> dict:
     """Which source times each kernel family, over the decode and verify passes (and the drafters' passes) at the
     scenario's prompt length."""
-    from ..engine.stepspec import verify_pass
+    from ..timing.stepspec import verify_pass
 
     context = int(mean_length(scenario.spec.workload.prompt_tokens))
     shapes = [PassShape(1, 1, context)]

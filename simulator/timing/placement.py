@@ -154,7 +154,7 @@ def require_simulated(scenario: Scenario) -> None:
     """What one instance's passes can be costed under: a TP group (inside a machine, or spread evenly over
     machines), DP-attention, expert parallelism (ep = tp: an all-to-all over one or two machines; 1 < ep < tp: TP's
     all-reduce after the experts), or pipeline stages of TP groups (1 < ep < tp allowed) inside machines; dp replicas
-    of any of these run as a deployment (engine.deployment), each instance on its own GPUs. The split is checked (placement, memory);
+    of any of these run as a deployment (serving.deployment), each instance on its own GPUs. The split is checked (placement, memory);
     a valid split the engine does not simulate yet is one line and exit 2."""
     par, topology = scenario.spec.parallelism, scenario.topology
     if not par.is_single_group:
@@ -173,7 +173,7 @@ def require_simulated(scenario: Scenario) -> None:
         refuse("parallelism.pp", f"pp={par.pp} with {what} is not simulated",
                "pp with tp alone or with 1 < ep < tp; dp_attention or ep = tp without pp")
     machine_of = topology.machine_of
-    for names in instance_gpus(scenario):  # each instance's first stage (dp replicas: engine.deployment)
+    for names in instance_gpus(scenario):  # each instance's first stage (dp replicas: serving.deployment)
         stage = [machine_of[gpu] for gpu in names[:par.tp]]
         if len(set(stage)) > 1:
             _check_spread(stage, par, refuse)

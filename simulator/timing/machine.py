@@ -108,7 +108,7 @@ class Machine:
     """The hardware and model of a scenario, and the plans of its passes."""
 
     def __init__(self, scenario: Scenario, gpus: list[str] | None = None):
-        """gpus: the GPU of each of the instance's ranks (engine.placement); default the topology's first tp."""
+        """gpus: the GPU of each of the instance's ranks (timing.placement); default the topology's first tp."""
         spec = scenario.spec
         require_simulated(scenario)
         self.split = Split.of(spec.parallelism, replicates_shared_experts(scenario))
@@ -245,13 +245,13 @@ class Machine:
     # -- fast fidelity ----------------------------------------------------------------------------------------
     def samples(self, part: str, shape: PassShape, graph: bool, seed: int) -> np.ndarray:
         """FAST_SAMPLES passes of this shape at an anchor context: array (samples, SAMPLE_FIELDS), memoised
-        (engine.sampling)."""
+        (timing.sampling)."""
         return sampling.samples(self, part, shape, graph, seed)
 
     def sample_durations(self, part: str, shape: PassShape, graph: bool, seed: int) -> np.ndarray:
-        """The duration column of samples(), the same floats, without the breakdown (engine.sampling)."""
+        """The duration column of samples(), the same floats, without the breakdown (timing.sampling)."""
         return sampling.sample_durations(self, part, shape, graph, seed)
 
     def sample_rows(self, part: str, shape: PassShape, graph: bool, seed: int, rows: list[int]) -> np.ndarray:
-        """samples()[rows], the same floats, evaluating those passes alone (engine.sampling)."""
+        """samples()[rows], the same floats, evaluating those passes alone (timing.sampling)."""
         return sampling.sample_rows(self, part, shape, graph, seed, rows)

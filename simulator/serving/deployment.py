@@ -2,15 +2,15 @@
 in one SimPy Environment.
 
 What is modelled: `parallelism.dp` replicas (without dp_attention) of a tp-GPU instance, placed by
-engine.placement.place (the topology's GPUs in order, or `parallelism.gpus`). Each instance is a Machine over its
+timing.placement.place (the topology's GPUs in order, or `parallelism.gpus`). Each instance is a Machine over its
 own GPUs (its collectives cross those GPUs' routes) and a Server with its own serving loop, batching, speculation
 policy and random streams: instance seeds are spawned from the scenario's seed (numpy SeedSequence), so the
 instances draw independently and a run is reproducible. The workload's requests are drawn once, from the
 scenario's seed, and a Router process sends each to an instance when it arrives. At link fidelity every instance's
-collectives are flows on one shared flow network (engine.linkpass.SharedLinks), so what one instance moves slows
+collectives are flows on one shared flow network (timing.linkpass.SharedLinks), so what one instance moves slows
 another's wherever their routes share a link; `shared_links` names those links.
 
-One instance (dp 1) is exactly the single-server run (engine.simulate): same seed, its own arrivals, no router.
+One instance (dp 1) is exactly the single-server run (serving.simulate): same seed, its own arrivals, no router.
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ import simpy
 
 from ..config import Scenario
 from ..config.errors import ConfigError
-from . import ON_START, check_fidelity, simulate
+from .simulate import ON_START, check_fidelity, simulate
 from .disaggregation import KVHandoff
-from .linkpass import SharedLinks
-from .machine import Machine
-from .placement import instance_gpus
+from ..timing.linkpass import SharedLinks
+from ..timing.machine import Machine
+from ..timing.placement import instance_gpus
 from .requests import make_requests
 from .router import Router
 from .server import Server
@@ -50,7 +50,7 @@ def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = Non
     """Run the scenario's workload on every instance behind the router; returns the servers, in instance order.
 
     max_steps bounds each instance's steps (traces record the first steps only); on_pass sees instance 0's passes
-    (engine.simulate).
+    (serving.simulate).
     """
     fidelity = check_fidelity(scenario, fidelity)
     machines = machines or instance_machines(scenario)
@@ -83,7 +83,7 @@ def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = Non
 def check_start(scenario: Scenario, machines: list[Machine] | None = None) -> list[Machine]:
     """What a run refuses at its start, found without simulating: the instances' machines (a fabric without a route,
     weights that do not fit) and a request whose KV cache alone is larger than an instance's (the same check and
-    message as the run's: engine.admission). Returns the machines."""
+    message as the run's: serving.admission). Returns the machines."""
     from ..speculation.setup import build_speculation
     from .admission import Admission
 

@@ -1,8 +1,8 @@
 """What a step costs: its passes (drafts, then a decode/verify/prefill pass), host-side drafting and overheads.
 
 `FastStepCosts` draws a whole step from memoised samples of the layer model at the two anchor contexts around the
-step's context and interpolates (one lookup per step); engine.layercosts.LayerStepCosts runs every pass at layer
-fidelity, one SimPy event per collective. Both return the step's cost as STEP_COST values (engine.records names
+step's context and interpolates (one lookup per step); timing.layercosts.LayerStepCosts runs every pass at layer
+fidelity, one SimPy event per collective. Both return the step's cost as STEP_COST values (serving.records names
 them).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import hashlib
 import numpy as np
 
 from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors, context_anchors_many
-from .records import STEP_COST, CostTable
+from .costtable import STEP_COST, CostTable
 from .sampling import FAST_SAMPLES
 from .stepspec import StepSpec
 from .streams import block
@@ -35,7 +35,7 @@ def _cost_rows(step: StepSpec, main: np.ndarray, draft: np.ndarray) -> np.ndarra
 
 
 def _index_block(rng: np.random.Generator) -> list[int]:
-    """A block of the row-index stream (memoised by the stream's state, engine.streams: only read)."""
+    """A block of the row-index stream (memoised by the stream's state, timing.streams: only read)."""
     return rng.integers(0, 1 << 30, INDEX_BLOCK).tolist()
 
 
