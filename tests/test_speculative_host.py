@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASE = os.path.join(ROOT, "scenarios", "validation", "cases", "h100_llama8b_eagle3_mtbench.yaml")
@@ -106,8 +107,35 @@ def test_the_engine_steps_use_the_case_runtime():
     assert [(d.graph, d.shape.padding) for d in heads] == [(True, 1), (True, 1)]
     assert (extend.graph, extend.shape.batch, extend.shape.padding) == (False, 10, 0)
     host = scenario.topology.host
-    assert spec.other_us == pytest.approx(host.sync_us + host.step_overhead_us + 82 * host.eager_launch_us
-                                          + 13 * host.sync_us + 12.0 * 10, rel=1e-12)
+    profile = yaml.safe_load(open(os.path.join(ROOT, "engines", "sglang", "0.4.4.post2.yaml")))
+    value = {key[len("speculative_"):]: item["value"] for key, item in profile.items() if key.startswith("speculative_")}
+    emitted = 1 + 0.8 + 0.8 * 0.75 + 0.8 * 0.75 * 0.7  # the case's positional acceptance, chain of 3
+    per_request = (value["per_request_us"] + 3 * value["per_draft_token_us"] + emitted * value["per_accepted_token_us"]
+                   + (emitted + 1) * value["stop_check_us"])  # the case's requests carry one stop string
+    ops = value["eager_ops"] + 2 * value["eager_ops_per_draft_step"]  # draft steps after the first of three
+    assert spec.other_us == pytest.approx(host.sync_us + host.step_overhead_us + ops * host.eager_launch_us
+                                          + value["syncs"] * host.sync_us + per_request * 10, rel=1e-9)
+
+
+def test_the_host_path_grows_with_batch_depth_drafts_and_emitted_tokens():
+    """speculative_host_us: each term scales with what it processes (ops with the draft steps after the first, the
+    Python loops with requests x (1, draft tokens, emitted tokens), stop checks once per emitted token and request)."""
+    from types import SimpleNamespace
+
+    from simulator.config.scenario import SpeculativeHost
+    from simulator.timing.stepspec import speculative_host_us
+    from simulator.speculation.trees import Tree
+
+    host = SimpleNamespace(eager_launch_us=10.0, sync_us=20.0)
+    extra = SpeculativeHost(eager_ops=7, eager_ops_per_draft_step=3, syncs=2, per_request_us=4.0,
+                            per_draft_token_us=0.5, per_accepted_token_us=2.0, stop_check_us=16.0)
+    runtime = SimpleNamespace(speculative_host=extra)
+    chain5 = Tree.chain(5)
+    got = speculative_host_us(host, runtime, 6, chain5, emitted=2.5, stop_strings=1)
+    assert got == pytest.approx((7 + 3 * 4) * 10 + 2 * 20 + 6 * (4 + 0.5 * 5 + 2 * 2.5 + 16 * 3.5), rel=1e-12)
+    without = speculative_host_us(host, runtime, 6, chain5, emitted=2.5, stop_strings=0)
+    assert got - without == pytest.approx(6 * 16 * 3.5, rel=1e-12)
+    assert speculative_host_us(host, runtime, 1, Tree.chain(1)) == pytest.approx(7 * 10 + 2 * 20 + 4 + 0.5 + 2)
 
 
 def test_padding_rows_cost_gemm_rows_not_attention_or_sampling():

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from ..config import Scenario
 from ..config.typical import mean_length
-from ..timing.stepspec import speculative_host_us, speculative_passes, step_overhead_us
+from ..timing.stepspec import expected_emitted, speculative_host_us, speculative_passes, step_overhead_us
 from ..timing.machine import Machine, context_anchors
 from ..model.cost import PassShape
 from ..speculation.acceptance import positional_table
@@ -138,7 +138,9 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
         verify = _pass_us(machine, "target", main.shape, main.graph, seed, contexts)
         draft = drafter.host_us(tree, batch) + sum(
             _pass_us(machine, d.part, d.shape, d.graph, seed, contexts) for d in drafts)
-        other = step_overhead_us(host, spec.runtime, speculating=True) + speculative_host_us(host, spec.runtime, batch)
+        emitted = expected_emitted(acceptance, tree, config)
+        other = step_overhead_us(host, spec.runtime, speculating=True) + speculative_host_us(
+            host, spec.runtime, batch, tree, emitted, spec.workload.stop_strings)
         return StepCost(verify / 1e3, draft / 1e3, other / 1e3)
 
     def row(label: str, tree: Tree) -> BreakevenRow:

@@ -3,7 +3,8 @@
 A profile is a data file, engines/<name>/<version>.yaml (shipped in the package as simulator.data.engines). Every
 input is a mapping {value, kind, source}: kind `counted` (read from the engine's code at that release: the source
 names the file and function), `fitted` (a calibrated parameter: the source names the calibration figure in
-scenarios/measured/) or `estimated` (neither: the source says what the estimate rests on). `runtime_defaults`
+scenarios/measured/), `measured` (timed by a script in this repository, named with the machine it ran on) or
+`estimated` (none of these: the source says what the estimate rests on). `runtime_defaults`
 turns a profile and the scenario's engine flags into the runtime keys the simulator reads; a key the scenario
 sets itself under `runtime:` wins over both (a what-if, never in a validation case).
 """
@@ -20,7 +21,7 @@ from .errors import ConfigError
 from .scenario import SpeculativeHost
 
 T = TypeVar("T")
-SOURCE_KINDS = ("counted", "fitted", "estimated")
+SOURCE_KINDS = ("counted", "measured", "fitted", "estimated")
 
 
 class Sourced(Strict, Generic[T]):
@@ -90,7 +91,11 @@ class EngineProfile(Strict):
         "eager ops of a speculative step issued with the GPU idle, outside its passes (each host.eager_launch_us)"))
     speculative_syncs: Sourced[NonNegativeInt] = Field(description=(
         "device-to-host syncs of a speculative step beyond the end-of-step one (each host.sync_us)"))
+    speculative_eager_ops_per_draft_step: Sourced[NonNegativeInt] = Field(description="more per draft step after the first")
     speculative_per_request_us: Sourced[float] = Field(description="Python work a speculative step does per request")
+    speculative_per_draft_token_us: Sourced[float] = Field(description="host work per draft token of each request")
+    speculative_per_accepted_token_us: Sourced[float] = Field(description="Python work per emitted token, bonus included")
+    speculative_stop_check_us: Sourced[float] = Field(description="a finish check of a request with stop strings")
     custom_allreduce: Sourced[Optional[CustomAllReduce]] = Field(description="null: NCCL for every all-reduce")
     fuse_allreduce_rmsnorm: Sourced[bool]
     attention_backend: Sourced[dict[str, str]] = Field(description="GPU architecture (sm90, sm100, sm120, ...) -> backend")
@@ -158,8 +163,13 @@ def runtime_defaults(profile: EngineProfile, flags: dict, gpu_memory_GB: float, 
                      or ("cuda_graph_config" in flags and flags["cuda_graph_config"] is None))
     overlap_off = flags.get("disable_overlap_schedule") or flags.get("disable_overlap_scheduler")
     overlap_on = flags.get("async_scheduling")
-    host = SpeculativeHost(eager_ops=profile.speculative_eager_ops.value, syncs=profile.speculative_syncs.value,
-                           per_request_us=profile.speculative_per_request_us.value)
+    host = SpeculativeHost(eager_ops=profile.speculative_eager_ops.value,
+                           eager_ops_per_draft_step=profile.speculative_eager_ops_per_draft_step.value,
+                           syncs=profile.speculative_syncs.value,
+                           per_request_us=profile.speculative_per_request_us.value,
+                           per_draft_token_us=profile.speculative_per_draft_token_us.value,
+                           per_accepted_token_us=profile.speculative_per_accepted_token_us.value,
+                           stop_check_us=profile.speculative_stop_check_us.value)
     out = {
         "cuda_graph_decode": graphs.decode and not no_graphs,
         "cuda_graph_verify": graphs.target_verify and not no_graphs,

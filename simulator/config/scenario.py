@@ -19,12 +19,23 @@ EP_BACKENDS = ("auto", "deepep_low_latency", "deepep_normal", "nccl")
 
 class SpeculativeHost(Strict):
     """The engine's host work around a speculative step outside its passes and their launches, on the critical path:
-    eager PyTorch ops issued after a device sync (the GPU idle), the syncs, and Python work per running request.
-    Counted from an engine version's code; all zero (the default) for an engine whose speculative step has none."""
+    eager PyTorch ops issued after a device sync (the GPU idle), the syncs, and Python loops over the batch's
+    requests, their draft tokens and their accepted tokens. Counted from an engine version's code (the profile says
+    which functions); all zero (the default) for an engine whose speculative step has none."""
 
     eager_ops: NonNegativeInt = Field(0, description="Eager ops/kernel launches per speculative step issued while the GPU is idle (each costs topology host.eager_launch_us)")
+    eager_ops_per_draft_step: NonNegativeInt = Field(0, description=(
+        "Further eager ops per draft step after the first (the draft graph's per-step attention metadata), each at "
+        "host.eager_launch_us"))
     syncs: NonNegativeInt = Field(0, description="Device-to-host synchronisations per speculative step beyond the end-of-step one (each costs topology host.sync_us)")
     per_request_us: float = Field(0.0, ge=0, le=1e4, description="Host (Python) time per running request per speculative step: result processing, stop checks, streaming")
+    per_draft_token_us: float = Field(0.0, ge=0, le=1e3, description=(
+        "Host time per draft token of each request (the verify's per-token tensors turned into Python lists)"))
+    per_accepted_token_us: float = Field(0.0, ge=0, le=1e3, description=(
+        "Host (Python) time per emitted token of each request, bonus included (the accept loop: append, finish check)"))
+    stop_check_us: float = Field(0.0, ge=0, le=1e3, description=(
+        "Host time of one finish check of a request that carries stop strings (the tail of its output decoded to "
+        "text); the engine checks once per emitted token and once per request a step"))
 
 
 class Runtime(Strict):

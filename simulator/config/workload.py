@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from .base import Strict
 
@@ -110,6 +110,9 @@ class Workload(Strict):
         "The benchmark client's cap on requests in flight (vllm bench serve / sglang.bench_serving "
         "--max-concurrency): a request is sent when it has arrived and fewer are outstanding, and its TTFT and "
         "E2E latency count from then (docs/metrics.md); none: each request is sent when it arrives"))
+    stop_strings: NonNegativeInt = Field(0, le=64, description=(
+        "Stop strings each request carries (SGLang's frontend adds its chat template's end-of-turn string): the "
+        "engine then decodes the output's tail to text at each finish check (engine profile speculative_stop_check_us)"))
     max_prefill_tokens: PositiveInt = Field(8192, description="Prompt tokens per prefill step (chunked prefill)")
     kv_overflow: Literal["queue", "preempt"] = Field(
         "queue", description="queue: admit a request only when its whole KV cache fits; preempt: admit on its prompt, "

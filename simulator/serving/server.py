@@ -17,8 +17,8 @@ from ..speculation.setup import build_speculation
 from .admission import Admission
 from .batch_view import BatchView
 from ..timing.costs import FastStepCosts
-from ..timing.stepspec import (PassSpec, StepSpec, hidden_scheduler_us, speculative_host_us, speculative_passes,
-                       step_overhead_us)
+from ..timing.stepspec import (PassSpec, StepSpec, expected_emitted, hidden_scheduler_us, speculative_host_us,
+                               speculative_passes, step_overhead_us)
 from ..timing.layercosts import LayerStepCosts
 from ..timing.linkpass import SharedLinks
 from ..timing.machine import Machine
@@ -77,6 +77,7 @@ class Server:
         self._hidden_plain = hidden_scheduler_us(host, spec.runtime, speculating=False)
         self._hidden_verify = hidden_scheduler_us(host, spec.runtime, speculating=True)
         self._host = host
+        self._acceptance_config = spec.speculation.acceptance
         self._step_specs: dict[tuple, StepSpec] = {}
         self.routed = routed
         self.on_prefilled = None  # a prefill instance's hand-off of prefilled requests (serving.disaggregation)
@@ -121,10 +122,12 @@ class Server:
                 spec = StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode), other_us=self._other_plain,
                                 hidden_us=self._hidden_plain)
             else:
-                drafter, tree = self.slots[decision.drafter].drafter, decision.tree
+                slot, tree = self.slots[decision.drafter], decision.tree
+                drafter, emitted = slot.drafter, expected_emitted(slot.acceptance, tree, self._acceptance_config)
                 verify, drafts = speculative_passes(drafter, tree, batch, rt, rt.cuda_graph_verify)
                 spec = StepSpec(verify, drafts, drafter.host_us(tree, batch),
-                                self._other_spec + speculative_host_us(self._host, rt, batch),
+                                self._other_spec + speculative_host_us(self._host, rt, batch, tree, emitted,
+                                                                       self.workload.stop_strings),
                                 self._hidden_verify)
             if len(self._step_specs) >= STEP_SPEC_CACHE_SIZE:
                 self._step_specs.clear()

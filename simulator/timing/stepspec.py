@@ -32,11 +32,27 @@ def hidden_scheduler_us(host, runtime, speculating: bool) -> float:
     return scheduler if hidden else 0.0
 
 
-def speculative_host_us(host, runtime, batch: int) -> float:
-    """The engine's exposed host work in a speculative step beyond the scheduler's (runtime.speculative_host):
-    eager ops launched with the GPU idle, device syncs, and per-request Python work, serial with the GPU."""
+def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1.0, stop_strings: int = 0) -> float:
+    """The engine's exposed host work in a speculative step beyond the scheduler's (runtime.speculative_host), serial
+    with the GPU: eager ops launched with the GPU idle (a fixed number and more per draft step of the tree's depth),
+    device syncs, and Python loops over the `batch` requests, their draft tokens (the tree's) and the `emitted`
+    tokens each request gets a step on average (bonus included), with a stop-string finish check per emitted token
+    and per request where the requests carry stop strings. tree None: a chain of one."""
     extra = runtime.speculative_host
-    return extra.eager_ops * host.eager_launch_us + extra.syncs * host.sync_us + extra.per_request_us * batch
+    depth, drafts = (tree.depth, tree.num_drafts) if tree is not None else (1, 1)
+    ops = extra.eager_ops + extra.eager_ops_per_draft_step * max(depth - 1, 0)
+    per_request = (extra.per_request_us + extra.per_draft_token_us * drafts + extra.per_accepted_token_us * emitted
+                   + (extra.stop_check_us * (emitted + 1.0) if stop_strings else 0.0))
+    return ops * host.eager_launch_us + extra.syncs * host.sync_us + per_request * batch
+
+
+def expected_emitted(acceptance, tree, config) -> float:
+    """Tokens a request emits a step on average for the host loops' costs (speculative_host_us): the acceptance
+    model's expectation for the step's tree; 1 (the bonus token) where it has none (n-gram over text, whose hit rate
+    depends on the history)."""
+    if acceptance is None or config is None or config.kind == "ngram_context":
+        return 1.0
+    return float(acceptance.expected_tokens(tree))
 
 
 def captured_batch(sizes, batch: int) -> int | None:
