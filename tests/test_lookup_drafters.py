@@ -3,6 +3,7 @@ reference implementations written from the engines' descriptions: no trie, every
 the token lists, every tree path enumerated."""
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from simulator.config.speculation import NgramDrafter, SuffixDrafter
@@ -202,3 +203,92 @@ def test_periodic_text_is_accepted_in_full_once_a_period_is_seen():
         lengths.append(taken)
         remaining -= emitted
     assert lengths == [4] * 8  # 8 steps of 4 drafts + the bonus token = 40 tokens
+
+
+class RetouchingTrie:
+    """The simple reference for SglangTrie: dict children in recency order, every insert walking each suffix of its
+    window from the root and moving every node it passes to the most recent end (as SGLang re-touches them)."""
+
+    def __init__(self, c):
+        self.c, self.root, self.match_len = c, {}, 0
+        self.scale = (c.max_bfs_breadth - c.min_bfs_breadth) / (c.max_match_window - c.min_match_window + 1)
+
+    def insert(self, request, tokens, end):
+        window = tokens[max(0, end - self.c.branch_length):end]
+        for i in range(len(window) - self.c.min_match_window):
+            cursor = self.root
+            for token in window[i:]:
+                child = cursor.pop(token, None)
+                cursor[token] = child = {} if child is None else child
+                cursor = child
+
+    def propose(self, tokens, length, drafts, request=None):
+        c, children, self.match_len = self.c, [{}], 0
+        for window in range(min(length, c.max_match_window), c.min_match_window - 1, -1):
+            node = self.root
+            for token in tokens[length - window:length]:
+                node = node.get(token)
+                if node is None:
+                    break
+            if node is None:
+                continue
+            self.match_len = max(self.match_len, window)
+            queue, at = [(0, (c.max_match_window - window) * self.scale + c.min_bfs_breadth, node)], 0
+            while at < len(queue) and len(children) <= drafts:
+                parent, breadth, trie_node = queue[at]
+                at += 1
+                for taken, token in enumerate(reversed(trie_node)):
+                    if taken >= max(1, int(breadth)) or len(children) > drafts:
+                        break
+                    pos = children[parent].get(token)
+                    if pos is None:
+                        pos = children[parent][token] = len(children)
+                        children.append({})
+                    queue.append((pos, breadth - self.scale, trie_node[token]))
+        return children
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sglang_trie_matches_the_retouching_trie_on_random_batches(seed):
+    """Random token streams of a small alphabet (many repeats), 1-4 requests stepping in random rounds (some steps
+    plain, moving only the position), random windows and breadths: the incremental trie accepts, emits and matches
+    exactly as the one that re-walks every suffix."""
+    rng = np.random.default_rng(seed)
+    window_max = int(rng.integers(2, 8))
+    config = NgramDrafter(branch_length=int(rng.integers(window_max + 1, 14)), max_match_window=window_max,
+                          min_match_window=int(rng.integers(1, window_max + 1)), max_bfs_breadth=int(rng.integers(1, 6)))
+    alphabet = int(rng.integers(3, 9))
+
+    class Random:
+        def tokens(self, index, count):
+            return np.random.default_rng([seed, index]).integers(0, alphabet, count).tolist()
+
+    fast, simple = TextAcceptance("ngram", config, Random()), TextAcceptance("ngram", config, Random())
+    simple._trie = RetouchingTrie(config)
+    requests = int(rng.integers(1, 5))
+    remaining = {}
+    for rid in range(requests):
+        request = SimpleNamespace(request_id=rid, prompt_tokens=int(rng.integers(1, 30)),
+                                  output_tokens=int(rng.integers(20, 200)))
+        fast.start_request(request), simple.start_request(request)
+        remaining[rid] = request.output_tokens - 1
+    trees = [Tree.chain(int(rng.integers(1, 9))) for _ in range(3)]
+    steps = 0
+    while remaining:
+        batch = [rid for rid in remaining if rng.random() < 0.7] or list(remaining)
+        for rid in rng.permutation(batch).tolist():
+            if rng.random() < 0.15:  # a plain step
+                fast.advance(rid, 1, 0.0), simple.advance(rid, 1, 0.0)
+                done = 1
+            else:
+                tree = trees[int(rng.integers(len(trees)))]
+                got, want = fast.step(tree, rid, None, 0, 0, remaining[rid]), simple.step(tree, rid, None, 0, 0,
+                                                                                         remaining[rid])
+                assert got == want
+                done = got[1]
+                steps += 1
+            assert fast.match_tokens(rid) == simple.match_tokens(rid)
+            remaining[rid] -= done
+            if remaining[rid] <= 0:
+                del remaining[rid]
+    assert steps > 10

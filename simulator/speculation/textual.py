@@ -27,7 +27,7 @@ class TextAcceptance(AcceptanceModel):
         self.method, self.config, self.corpus, self.first_stream = method, config, corpus, first_stream
         self._requests: dict[int, tuple] = {}  # request id -> (tokens, prompt, output, per-request drafter)
         self._trie = self._shared()
-        self._pending: dict[int, list] = {}  # SGLang inserts after the whole batch verified: request -> tokens
+        self._pending: dict[int, int] = {}  # SGLang inserts after the whole batch verified: request -> its end
         self._positions: dict[int, int] = {}  # request id -> tokens it holds (kept for match_tokens)
         self._replays: dict[int, list[int]] = {}
 
@@ -67,30 +67,30 @@ class TextAcceptance(AcceptanceModel):
         if self.method == "ngram" and own is None:
             if state in self._pending:  # a new round: the previous round's inserts land before anyone looks up
                 self._flush()
-            children = trie.propose(tokens, position, tree.num_drafts)
+            children = trie.propose(tokens, position, tree.num_drafts, state)
         else:
             children = own.propose(tokens, position, tree.num_drafts)
         taken = accepted(children, tokens[position:position + tree.num_drafts])  # the proposal's own shape
         emitted = taken + 1 if taken < remaining else remaining
         self._positions[state] = position + emitted
         if self.method == "ngram" and own is None:
-            self._queue(state, tokens, position + emitted, emitted >= remaining)
+            self._queue(state, position + emitted, emitted >= remaining)
         elif self.method == "suffix" and trie is not None and emitted >= remaining:
             trie.add(tokens[prompt:])  # a completed request's output joins the shared tree
         return taken, emitted, state
 
-    def _queue(self, state, tokens, end: int, completes: bool = False) -> None:
-        """SGLang's insert after a step: the request's last branch_length tokens, landing when the next round starts
-        (a completing request's at once)."""
+    def _queue(self, state, end: int, completes: bool = False) -> None:
+        """SGLang's insert after a step: the request's last branch_length tokens before `end`, landing when the next
+        round starts (a completing request's at once)."""
         if state in self._pending:
             self._flush()
-        self._pending[state] = tokens[max(0, end - self.config.branch_length):end]
+        self._pending[state] = end
         if completes:
             self._flush()
 
     def _flush(self) -> None:
-        for pending in self._pending.values():
-            self._trie.insert(pending)
+        for state, end in self._pending.items():
+            self._trie.insert(state, self._requests[state][0], end)
         self._pending.clear()
 
     def accepted(self, tree: Tree, state, uniforms, at: int = 0) -> int:
@@ -100,15 +100,17 @@ class TextAcceptance(AcceptanceModel):
         """Another drafter's step or a plain one: only the position moves (step() reads it from the remaining)."""
         self._positions[state] += emitted
         if self.method == "ngram" and self._trie is not None:  # the cache sees every generated token
-            self._queue(state, self._requests[state][0], self._positions[state])
+            self._queue(state, self._positions[state])
         return state
 
     def match_tokens(self, state) -> int:
         """The longest suffix the drafter would match now (a lookup of one draft, its proposal unused)."""
         tokens, _, _, own = self._requests[state]
-        drafter = own if own is not None else self._trie
-        drafter.propose(tokens, self._positions[state], 1)
-        return drafter.match_len
+        if own is not None:
+            own.propose(tokens, self._positions[state], 1)
+            return own.match_len
+        self._trie.propose(tokens, self._positions[state], 1, state)
+        return self._trie.match_len
 
     # -- analytic figures, replayed from the text ------------------------------------------------------------------
     def replay(self, tree: Tree, prompt_tokens: int = 1000, output_tokens: int = 2048) -> list[int]:
