@@ -1,5 +1,6 @@
 """Routes over a fabric's graph (hardware/routes.py): scipy's Dijkstra with its ties broken as a binary-heap
-Dijkstra breaks them, found once per graph however many replicas and GPUs read them."""
+Dijkstra breaks them, or that heap in Python on a small graph, found once per graph however many replicas and GPUs
+read them."""
 from __future__ import annotations
 
 import heapq
@@ -39,10 +40,20 @@ def check_against_reference(num_nodes: int, weight: dict[tuple[int, int], float]
     for (a, b), w in weight.items():
         adjacency[a][b] = adjacency[b][a] = w
     sources = list(range(num_nodes))
-    dist, pred = routes.shortest_paths(num_nodes, weight, sources)
-    for s in sources:
-        want_dist, want_pred = heap_dijkstra(adjacency, s)
-        assert dist[s].tolist() == want_dist and pred[s].tolist() == want_pred, s
+    want = [heap_dijkstra(adjacency, s) for s in sources]
+    for heap_up_to in (0, 10 ** 9):  # scipy's distances, then the heap in Python
+        dist, pred = scipy_or_heap(heap_up_to, num_nodes, weight, sources)
+        for s in sources:
+            assert dist[s].tolist() == want[s][0] and pred[s].tolist() == want[s][1], (s, heap_up_to)
+
+
+def scipy_or_heap(heap_up_to: int, *args):
+    kept = routes.HEAP_UP_TO
+    routes.HEAP_UP_TO = heap_up_to
+    try:
+        return routes.shortest_paths(*args)
+    finally:
+        routes.HEAP_UP_TO = kept
 
 
 def test_by_hand():

@@ -1,10 +1,12 @@
 """Shortest routes over a fabric's graph, found once per graph: every replica and every sweep point on the same
 graph reads the same distances and predecessors (they depend on the nodes and links alone, not on which GPUs a
-replica runs on). scipy's sparse-graph Dijkstra finds the distances; the predecessors are then chosen as a binary-
-heap Dijkstra that pops equal distances by node index and keeps the first path found would choose them, so routes
-are deterministic and do not depend on the order scipy's Fibonacci heap pops ties in."""
+replica runs on). The routes are a binary-heap Dijkstra's that pops equal distances by node index and keeps the
+first path found, so they are deterministic. A machine's few dozen nodes run that Dijkstra in Python (faster than
+importing scipy); a cluster's run scipy's sparse-graph Dijkstra for the distances, the predecessors then chosen as
+the heap's would be, independent of the order scipy's Fibonacci heap pops ties in."""
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,6 +16,9 @@ import numpy as np
 # A network link weighs more than any path inside a machine, so only routes between machines cross the network.
 LINK_CLASS_WEIGHT = {"nvlink": 0.0, "pcie": 1e3, "socket": 1e6, "network": 1e9}
 _SOURCES_PER_CHUNK = 256  # predecessor rows chosen at once (bounds the temporary arrays to ~sources x links)
+# sources x links up to which the Python heap is used: importing scipy.sparse.csgraph costs ~0.4 s of CPU, as much as
+# ~200,000 of the heap's relaxations (~2 us each, measured on this project's machine)
+HEAP_UP_TO = 50_000
 
 
 @dataclass
@@ -57,6 +62,8 @@ def shortest_paths(num_nodes: int, weight: dict[tuple[int, int], float], sources
     A node's predecessor is, among its neighbours u on a shortest path (dist[u] + w == dist[v], the same float sum a
     Dijkstra forms), the one with the smallest (dist[u], u): the first a binary-heap Dijkstra relaxes v from when it
     pops ties by node index and changes a predecessor only on a strictly shorter distance."""
+    if len(sources) * len(weight) <= HEAP_UP_TO:
+        return heap_paths(num_nodes, weight, sources)
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import dijkstra
 
@@ -84,4 +91,34 @@ def shortest_paths(num_nodes: int, weight: dict[tuple[int, int], float], sources
         found = chosen < len(v)
         rows, cols = np.nonzero(found)
         pred[lo + rows, v[starts[cols]]] = u[chosen[rows, cols]]
+    return dist, pred
+
+
+def heap_paths(num_nodes: int, weight: dict[tuple[int, int], float], sources: list[int]
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """shortest_paths by a binary-heap Dijkstra from each source (equal distances popped by node index, a predecessor
+    changed only on a strictly shorter distance). Its distances are scipy's floats: with positive weights a node's
+    distance is the least of its neighbours' distance + weight, whatever order ties are popped in."""
+    adjacency: list[list[tuple[int, float]]] = [[] for _ in range(num_nodes)]
+    for (a, b), w in weight.items():
+        adjacency[a].append((b, w))
+        adjacency[b].append((a, w))
+    dist = np.full((len(sources), num_nodes), np.inf)
+    pred = np.full((len(sources), num_nodes), -1, dtype=np.int64)
+    inf = float("inf")
+    for row, source in enumerate(sources):
+        d, p, done = [inf] * num_nodes, [-1] * num_nodes, [False] * num_nodes
+        d[source] = 0.0
+        heap = [(0.0, source)]
+        while heap:
+            du, u = heapq.heappop(heap)
+            if done[u]:
+                continue
+            done[u] = True
+            for v, w in adjacency[u]:
+                dv = du + w
+                if dv < d[v] and not done[v]:
+                    d[v], p[v] = dv, u
+                    heapq.heappush(heap, (dv, v))
+        dist[row], pred[row] = d, p
     return dist, pred
