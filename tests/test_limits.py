@@ -104,6 +104,7 @@ CASES = [
     ("bench at link fidelity, 10^5 tokens", ["bench", "pcie8_eagle3", "--fidelity", "link", "--tokens", "100000"], 2,
      "too much work", []),
     ("bench --max-work nan", ["bench", "--max-work", "nan"], 2, "--max-work: nan", []),
+    ("bench --startup 0", ["bench", "--startup", "0"], 2, "--startup: 0 pairs", []),
     # defect 6: breakeven refuses the context whose KV cache run refuses
     ("breakeven past the KV cache", ["breakeven", EAGLE3, *BIG_PROMPT], 2, KV_REFUSAL, []),
     ("run past the KV cache (the same line)", [EAGLE3, *BIG_PROMPT], 2, KV_REFUSAL, []),

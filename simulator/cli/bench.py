@@ -24,6 +24,9 @@ def configure(p) -> None:
     from . import limit_options
 
     limit_options(p)  # --max-work bounds each figure's estimated work (its repeats together)
+    p.add_argument("--startup", type=int, nargs="?", const=9, metavar="PAIRS",
+                   help="instead: CPU of the main command (pcie8_ngram) over `python -c \"import numpy\"`, median of "
+                        "PAIRS (default 9) interleaved pairs")
 
 
 def main(args) -> int:
@@ -32,6 +35,8 @@ def main(args) -> int:
     from ..experiments.bench import DEFAULT_REPEATS, DEFAULT_TOKENS, REFERENCE_SCENARIOS, measure
     from . import note, progress
 
+    if args.startup is not None:
+        return _startup(args.startup)
     tokens_asked = _tokens(args.tokens) if args.tokens else None  # a mistake stops here, before any run
     if args.repeat is not None and args.repeat < 1:
         raise ConfigError("command line", "--repeat", f"{args.repeat} runs", ">= 1")
@@ -59,6 +64,21 @@ def main(args) -> int:
         print(f"{name:<30} {fidelity:<8} {label:>9} {row.tokens:>7} {repeats:>4} "
               f"{row.best_tok_s:>11,.0f} {row.median_tok_s:>12,.0f} {row.faster_than_real_time:>11,.0f} "
               f"{row.floor_median:>13,.0f} {row.floor_ratio:>8.3f}", flush=True)
+    return 0
+
+
+def _startup(pairs: int) -> int:
+    from ..config.errors import ConfigError
+    from ..experiments.startup import median_ratio, startup_pairs
+
+    if pairs < 1:
+        raise ConfigError("command line", "--startup", f"{pairs} pairs", ">= 1")
+    measured = startup_pairs(pairs)
+    print("CPU seconds (user + system) of `python -m simulator scenarios/pcie8_ngram.yaml` and of "
+          "`python -c \"import numpy\"`, in turns")
+    for k, (main, numpy) in enumerate(measured, start=1):
+        print(f"pair {k}: main {main:.3f} s  numpy {numpy:.3f} s  ratio {main / numpy:.2f}")
+    print(f"median ratio {median_ratio(measured):.2f} (issue 27's line: at most 2.5)")
     return 0
 
 
