@@ -32,7 +32,7 @@ def configure(p) -> None:
 def main(args) -> int:
     from ..config.catalog import locate
     from ..config.errors import ConfigError
-    from ..experiments.bench import DEFAULT_REPEATS, DEFAULT_TOKENS, REFERENCE_SCENARIOS, measure
+    from ..experiments.bench import DEFAULT_REPEATS, DEFAULT_TOKENS, REFERENCE_SCENARIOS, TARGETS, measure, target_line
     from . import note, progress
 
     if args.startup is not None:
@@ -47,13 +47,21 @@ def main(args) -> int:
             counts = tokens_asked or DEFAULT_TOKENS[fidelity]
             jobs += [(scenario, fidelity, t) for t in ([None, *counts] if fidelity == "fast" and not args.tokens
                                                         else counts)]
+    targets = {(locate(name, "scenario"), fidelity, tokens): (figure, least)
+               for name, fidelity, tokens, figure, least in TARGETS}
+    if not (args.scenarios or args.fidelity or args.tokens):  # the default benchmark measures every target
+        jobs += [job for job in targets if job not in jobs]
     _check_work(jobs, args)
     print("simulated tokens per wall-second, speculative run only, each run from cold per-shape caches (a fresh seed);")
     print("'shipped' runs the scenario's own workload, the other rows one request of that many tokens. best and")
     print("median over the runs; 'x SimPy': the median over runs of the run's tokens per wall-second divided by the")
-    print("timeouts per wall-second of a bare SimPy loop (one timeout per step) timed right after it in this process")
+    print("timeouts per wall-second of a bare SimPy loop (one timeout per step) timed right after it in this process;")
+    print("'x real CPU' and 'tok/CPU s': simulated seconds and tokens per CPU second of the run (median), what a")
+    print("shared machine's load moves least")
     print(f"{'scenario':<30} {'fidelity':<8} {'workload':>9} {'tokens':>7} {'runs':>4} {'best tok/s':>11} "
-          f"{'median tok/s':>12} {'x real time':>11} {'SimPy steps/s':>13} {'x SimPy':>8}")
+          f"{'median tok/s':>12} {'x real time':>11} {'SimPy steps/s':>13} {'x SimPy':>8} {'x real CPU':>10} "
+          f"{'tok/CPU s':>11}")
+    lines = []
     bar = progress(jobs, desc="bench", unit="figure")
     for i, (scenario, fidelity, tokens) in enumerate(bar, start=1):
         name = os.path.splitext(os.path.basename(scenario))[0]
@@ -63,7 +71,12 @@ def main(args) -> int:
         label = "shipped" if tokens is None else "1 request"
         print(f"{name:<30} {fidelity:<8} {label:>9} {row.tokens:>7} {repeats:>4} "
               f"{row.best_tok_s:>11,.0f} {row.median_tok_s:>12,.0f} {row.faster_than_real_time:>11,.0f} "
-              f"{row.floor_median:>13,.0f} {row.floor_ratio:>8.3f}", flush=True)
+              f"{row.floor_median:>13,.0f} {row.floor_ratio:>8.3f} {row.x_real_cpu:>10,.1f} "
+              f"{row.tok_per_cpu_s:>11,.0f}", flush=True)
+        if (scenario, fidelity, tokens) in targets:
+            lines.append(target_line(row, *targets[scenario, fidelity, tokens], shipped=tokens is None))
+    for line in lines:
+        print(line)
     return 0
 
 

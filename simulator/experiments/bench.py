@@ -4,10 +4,12 @@ A shared machine makes one timing worthless: the same figure can move by 2x betw
 measured several times (min and median), and every repetition is paired with a bare SimPy loop of one timeout per
 step timed right after it in the same process. The ratio of the two rates moves much less than either, because
 both slow down together when the machine is busy: it says how close the simulator is to the cost of SimPy's own
-event loop, the floor of any SimPy model that takes one event per step.
+event loop, the floor of any SimPy model that takes one event per step. Each run's CPU seconds (process time) are
+recorded beside its wall seconds: on a shared machine the process's own CPU time is the figure that load moves least.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -15,6 +17,10 @@ from dataclasses import dataclass
 REFERENCE_SCENARIOS = ("pcie8_ngram", "pcie8_eagle3", "pcie8_baseline")  # shipped scenarios, by name
 DEFAULT_TOKENS = {"fast": (2048, 8192, 32768), "layer": (2048, 8192), "link": (2048,), "event": (2048,)}
 DEFAULT_REPEATS = {"fast": 5, "layer": 3, "link": 3, "event": 3}
+# the speed targets (issue 23): (scenario, fidelity, tokens or None for the shipped workload, figure, at least)
+TARGETS = (("pcie8_eagle3", "event", 2048, "x_real_cpu", 3.0),
+           ("nvlink8_h100_llama8b_eagle3", "event", 2048, "tok_per_cpu_s", 1000.0),
+           ("pcie8_ngram", "fast", None, "floor_ratio", 0.25))
 FLOOR_STEPS = 50_000  # timeouts in the reference loop: ~50 ms, long enough to time, short next to the figures
 
 
@@ -29,6 +35,9 @@ class BenchRow:
     tok_per_s: tuple[float, ...]
     real_time: tuple[float, ...]
     floor_steps_per_s: tuple[float, ...]
+    cpu_s: tuple[float, ...] = ()  # each run's CPU seconds (process time)
+    sim_s: tuple[float, ...] = ()  # each run's simulated seconds
+    tokens_each: tuple[int, ...] = ()
 
     @property
     def best_tok_s(self) -> float:
@@ -50,6 +59,16 @@ class BenchRow:
     @property
     def floor_median(self) -> float:
         return statistics.median(self.floor_steps_per_s)
+
+    @property
+    def x_real_cpu(self) -> float:
+        """Median over runs of simulated seconds per CPU second."""
+        return statistics.median(sim / cpu for sim, cpu in zip(self.sim_s, self.cpu_s))
+
+    @property
+    def tok_per_cpu_s(self) -> float:
+        """Median over runs of simulated tokens per CPU second."""
+        return statistics.median(tokens / cpu for tokens, cpu in zip(self.tokens_each, self.cpu_s))
 
 
 def simpy_floor(steps: int = FLOOR_STEPS) -> float:
@@ -78,9 +97,9 @@ def run_once(scenario: str, fidelity: str, tokens: int | None, seed: int, max_wo
     """The speculative run only: one request generating `tokens`, or with tokens None the scenario's own workload."""
     from ..api.run import run
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     result = run(scenario, baseline=False, max_work=max_work, **_overrides(fidelity, tokens, seed))
-    return time.perf_counter() - started, result
+    return time.perf_counter() - started, result, time.process_time() - cpu
 
 
 def estimate(jobs: list[tuple[str, str, int | None, int]]) -> float:
@@ -96,11 +115,29 @@ def measure(scenario: str, fidelity: str, tokens: int | None, seed: int, repeats
             max_work: float | None = None) -> BenchRow:
     """`repeats` runs, each with a fresh seed (so each starts from cold per-shape caches) and each followed by the
     SimPy reference loop."""
-    rates, real_time, floors, counts = [], [], [], []
+    rates, real_time, floors, counts, cpus, sims = [], [], [], [], [], []
     for rep in range(max(1, repeats)):
-        wall, result = run_once(scenario, fidelity, tokens, seed + rep, max_work)
+        wall, result, cpu = run_once(scenario, fidelity, tokens, seed + rep, max_work)
         rates.append(result.tokens / wall)
         real_time.append(result.sim_time_s / wall)
         counts.append(result.tokens)
+        cpus.append(cpu)
+        sims.append(result.sim_time_s)
         floors.append(simpy_floor())
-    return BenchRow(scenario, fidelity, counts[0], tuple(rates), tuple(real_time), tuple(floors))
+    return BenchRow(scenario, fidelity, counts[0], tuple(rates), tuple(real_time), tuple(floors), tuple(cpus),
+                    tuple(sims), tuple(counts))
+
+
+def target_line(row: BenchRow, figure: str, least: float, shipped: bool) -> str:
+    """One line: a speed target, the measured figure (median over runs) and whether it holds."""
+    value = getattr(row, figure)
+    what = {"x_real_cpu": "simulated seconds per CPU second", "tok_per_cpu_s": "simulated tokens per CPU second",
+            "floor_ratio": "x the same-process SimPy floor (tok/s per timeout/s)"}[figure]
+    workload = "shipped workload" if shipped else f"one request, {row.tokens} tokens"
+    name = os.path.splitext(os.path.basename(row.scenario))[0]
+    return (f"target: {name} {row.fidelity} ({workload}): {_figure(value)} {what}, at least {_figure(least)}: "
+            f"{'holds' if value >= least else 'DOES NOT HOLD'}")
+
+
+def _figure(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"

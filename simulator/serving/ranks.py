@@ -7,7 +7,8 @@ launch), and then blocks on the sync: the pass's last collective. The stream run
 segment k starts when collective k-1 has ended and ends no earlier than its own kernels' launches allow (the
 exact per-kernel bound of timing.timeline.host_ready, carried with the launches), then the stream arrives at
 collective k and waits for it. A collective moves its bytes over the shared links (hardware.flows, max-min fair)
-or, without link steps, takes its cost alone. Granularity: one timeout per rank per segment between collectives.
+or, without link steps, takes its cost alone. Granularity: one timeout per rank per segment between collectives; a
+"collective" of one rank that moves nothing (a TP-1 pass's segment boundaries) is none, so such a pass is one timeout.
 """
 from __future__ import annotations
 
@@ -37,15 +38,19 @@ def launch_times(plan: PassPlan, host: Host, rng: np.random.Generator, slowdown:
 
 class Collective:
     """One collective of a pass: its process starts moving bytes when the last rank arrives; the ranks' streams
-    wait on the process itself (a SimPy process is an event)."""
+    wait on the process itself (a SimPy process is an event). One rank and nothing to move: no process (`process` is
+    None) and no event, its start and end are the rank's arrival."""
 
     __slots__ = ("env", "waiting", "arrived", "process", "steps", "cost_us", "links", "started_at", "ended_at")
 
     def __init__(self, env: simpy.Environment, ranks: int, steps, cost_us: float, links):
         self.env, self.waiting, self.steps, self.cost_us, self.links = env, ranks, steps, cost_us, links
-        self.arrived = env.event()
         self.started_at = self.ended_at = None
-        self.process = env.process(self.run())
+        if ranks == 1 and cost_us <= 0 and (steps is None or not steps.steps):
+            self.arrived = self.process = None
+        else:
+            self.arrived = env.event()
+            self.process = env.process(self.run())
 
     def arrive(self) -> None:
         """A rank's stream reaches the collective; the last one starts it."""
@@ -74,7 +79,8 @@ class PassOrder:
     """A pass as launched: its plan, when its hosts began, each rank's launch-ready times, its collectives, and the
     hosts' sync (every host has seen the pass end)."""
 
-    __slots__ = ("plan", "begin", "ready", "busy_us", "collectives", "synced", "_hosts", "h", "H", "after_us", "work_us")
+    __slots__ = ("plan", "begin", "ready", "busy_us", "collectives", "synced", "_hosts", "h", "H", "after_us", "work_us",
+                 "done")
 
     def __init__(self, env, plan: PassPlan, h: np.ndarray, H: np.ndarray, links, after_us: float = 0.0):
         self.plan, self.begin, self.h, self.H, self.after_us = plan, env.now, h, H, after_us
@@ -86,11 +92,8 @@ class PassOrder:
                             for s, t in zip(steps, plan.collective_us.tolist())]
         self.synced = env.event()
         self._hosts = plan.ranks
-
-    @property
-    def done(self):
-        """The pass's end: its last collective's process."""
-        return self.collectives[-1].process
+        last = self.collectives[-1].process
+        self.done = last if last is not None else env.event()  # the pass's end (its stream ends it: one rank)
 
     def ends(self) -> list[float]:
         """Each collective's end after the hosts began (once the pass is done)."""
@@ -125,22 +128,36 @@ class Rank:
 
     def gpu_stream(self):
         """SimPy process: run the queued passes in order, one timeout per segment, meeting the other ranks at each
-        collective (inlined for speed: the hot loop of the event fidelity)."""
+        collective (inlined for speed: the hot loop of the event fidelity). Segments closed by no collective (one
+        rank, nothing to move) run on in one timeout: t is the stream's clock ahead of SimPy's, advanced with the
+        same float arithmetic as a timeout's."""
         env, r, timeout = self.env, self.index, self.env.timeout
         while True:
             order = yield self.stream.get()
             begin, ready = order.begin, order.ready[r]
+            t = env.now
             for w, at, collective in zip(order.work_us, ready, order.collectives):
-                now = env.now
+                start = t
                 at += begin
-                if at > now + w:
-                    w = at - now
+                if at > t + w:
+                    w = at - t
                 if w > 0:
-                    yield timeout(w)
+                    t = t + w
+                if collective.process is None:
+                    collective.started_at = collective.ended_at = t
+                    continue
+                now = env.now
+                if t > now:  # the segment's own delay where the stream was not ahead: the floats of one timeout each
+                    yield timeout(w if start == now else t - now)
                 collective.waiting -= 1  # Collective.arrive, inlined
                 if not collective.waiting:
                     collective.arrived.succeed()
                 yield collective.process
+                t = env.now
+            if collective.process is None:
+                if t > env.now:
+                    yield timeout(t - env.now)
+                order.done.succeed()
 
 
 class RankSet:
