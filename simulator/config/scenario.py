@@ -73,6 +73,9 @@ class Runtime(Strict):
     draft_on_own_gpus: bool = Field(False, description=(
         "The drafter runs on as many GPUs of its own after the target's, drafting the next step while the target "
         "verifies (PEARL, SwiftSpec; event fidelity only)"))
+    two_batch_overlap: bool = Field(False, description=(
+        "Decode and verify passes split in two micro-batches whose MoE layers interleave, one's all-to-all in flight "
+        "while the other computes (SGLang --enable-two-batch-overlap; needs ep = tp; event fidelity only)"))
     host_slowdown: Optional[dict[NonNegativeInt, float]] = Field(None, description=(
         "Rank -> factor on that rank's host launch times (1.2: a host 20% slower; event fidelity only: every other "
         "fidelity runs the ranks' hosts alike)"))

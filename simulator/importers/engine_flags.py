@@ -115,7 +115,7 @@ NOT_MODELLED = {
     "--kv-cache-dtype": "the card's kv_cache_dtype: --set model.kv_cache_dtype=fp8",
     "--quantization": "the card's weights: import the quantised checkpoint's config.json",
     "--attention-backend": "kernel times come from runtime.kernels (measured database or roofline)",
-    "--enable-two-batch-overlap": "two-batch overlap is not simulated",
+    "--enable-two-batch-overlap": "runtime.two_batch_overlap at event fidelity, by hand",
     "--enable-torch-compile": "torch.compile's fusions are not simulated",
     "--context-length": "requests' lengths come from workload", "--max-model-len": "requests' lengths come from workload",
     "--max-total-tokens": "the KV budget follows runtime.memory_fraction",

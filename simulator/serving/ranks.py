@@ -80,10 +80,14 @@ class PassOrder:
     hosts' sync (every host has seen the pass end)."""
 
     __slots__ = ("plan", "begin", "ready", "busy_us", "collectives", "synced", "_hosts", "h", "H", "after_us", "work_us",
-                 "done")
+                 "done", "waits", "idle", "arrive")
 
-    def __init__(self, env, plan: PassPlan, h: np.ndarray, H: np.ndarray, links, after_us: float = 0.0):
+    def __init__(self, env, plan: PassPlan, h: np.ndarray, H: np.ndarray, links, after_us: float = 0.0, waits=None):
+        """waits: per segment, the collectives it starts after (None: the one before it; serving.overlap's TBO)."""
         self.plan, self.begin, self.h, self.H, self.after_us = plan, env.now, h, H, after_us
+        self.waits = waits
+        self.idle = [0.0] * plan.ranks  # each stream's wait for its own host (a TBO pass's breakdown)
+        self.arrive = [[] for _ in range(plan.ranks)] if waits is not None else None
         self.ready = h.tolist()
         self.work_us = plan.gpu_us.tolist()
         self.busy_us = H[:, -1].tolist()  # each host has launched the pass (a graph: its one launch)
@@ -134,6 +138,9 @@ class Rank:
         env, r, timeout = self.env, self.index, self.env.timeout
         while True:
             order = yield self.stream.get()
+            if order.waits is not None:
+                yield from self._overlapped(order)
+                continue
             begin, ready = order.begin, order.ready[r]
             t = env.now
             for w, at, collective in zip(order.work_us, ready, order.collectives):
@@ -160,6 +167,29 @@ class Rank:
                 order.done.succeed()
 
 
+    def _overlapped(self, order):
+        """Generator: a pass whose segment k starts once the stream is free and the collectives order.waits[k] have
+        ended, the stream not waiting for the one it arrives at (two micro-batches interleaved: serving.overlap)."""
+        env, r, timeout = self.env, self.index, self.env.timeout
+        begin, collectives, arrive = order.begin, order.collectives, order.arrive[r]
+        idle = 0.0
+        for w, at, collective, waits in zip(order.work_us, order.ready[r], collectives, order.waits):
+            for j in waits:
+                if collectives[j].ended_at is None:
+                    yield collectives[j].process
+            now = env.now
+            at += begin
+            if at > now + w:
+                idle += at - now - w
+                w = at - now
+            if w > 0:
+                yield timeout(w)
+            arrive.append(env.now)
+            collective.arrive()
+        yield collectives[-1].process
+        order.idle[r] = idle
+
+
 class RankSet:
     """The ranks of one group (the target's TP group, or a drafter's own GPUs) with their processes started."""
 
@@ -171,10 +201,11 @@ class RankSet:
             env.process(rank.host())
             env.process(rank.gpu_stream())
 
-    def launch(self, plan: PassPlan, rng: np.random.Generator, after_us: float = 0.0) -> PassOrder:
-        """Order a pass from every host now; after_us: host work each host does after launching it (overlapped)."""
+    def launch(self, plan: PassPlan, rng: np.random.Generator, after_us: float = 0.0, waits=None) -> PassOrder:
+        """Order a pass from every host now; after_us: host work each host does after launching it (overlapped);
+        waits: PassOrder's."""
         h, H = launch_times(plan, self.host, rng, self.slowdown)
-        order = PassOrder(self.env, plan, h, H, self.links, after_us)
+        order = PassOrder(self.env, plan, h, H, self.links, after_us, waits)
         for rank in self.ranks:
             rank.orders.put(order)
         return order

@@ -24,6 +24,10 @@ def check_fidelity(scenario: Scenario, fidelity: str | None) -> str:
     if scenario.spec.runtime.host_slowdown and fidelity != "event":
         raise ConfigError(scenario.source, "runtime.host_slowdown", f"a slower host needs the event fidelity, not "
                           f"{fidelity!r} (the closed form runs every rank's host alike)", "fidelity: event")
+    if scenario.spec.runtime.two_batch_overlap and fidelity != "event":
+        raise ConfigError(scenario.source, "runtime.two_batch_overlap", f"two-batch overlap needs the event fidelity, "
+                          f"not {fidelity!r} (the closed form runs a pass's segments one after another)",
+                          "fidelity: event")
     return fidelity
 
 

@@ -19,6 +19,7 @@ from ..timing.costtable import STEP_COST, CostTable
 from ..timing.stepspec import PassSpec, StepSpec
 from ..timing.timeline import DURATION_ONLY, finish_pass
 from .drafting import OwnGPUDrafter
+from .overlap import check_two_batch_overlap, overlapped_result, split_plan
 from .ranks import RankSet
 
 
@@ -56,12 +57,20 @@ class Drafter:
 def run_pass(owner, spec: PassSpec, context: int, main: bool = True, after_us: float = 0.0, book=None):
     """Generator: one pass ordered from the owner's ranks, waited for until every host has synced; its result
     (timing.timeline.finish_pass: the duration, booked categories, spans when traced)."""
-    plan = owner.machine.plan_at(spec.part, spec.shape, spec.graph, context)
-    order = owner.ranks.launch(plan, owner.rng, after_us)
+    split = split_plan(owner.machine, spec, context) if main and getattr(owner, "tbo", False) else None
+    if split is None:
+        plan = owner.machine.plan_at(spec.part, spec.shape, spec.graph, context)
+        order = owner.ranks.launch(plan, owner.rng, after_us)
+    else:  # two micro-batches interleaved (serving.overlap)
+        plan, waits = split
+        order = owner.ranks.launch(plan, owner.rng, after_us, waits)
     yield order.synced
     traced = owner.on_pass is not None
     book = None if traced else book if main else DURATION_ONLY
-    result = finish_pass(plan, order.h[None], order.H[None], order.ends(), order.begin, traced, book)
+    if split is not None:
+        result = overlapped_result(plan, order, traced)
+    else:
+        result = finish_pass(plan, order.h[None], order.H[None], order.ends(), order.begin, traced, book)
     result["synced_us"] = owner.env.now - order.begin
     if traced:
         owner.on_pass(spec, plan, result)
@@ -81,6 +90,9 @@ class EventStepCosts:
                                                                                         on_pass)
         self.observe = self.drafter.observe if own else None  # the serving loop tells it whether all were accepted
         self._planner = FastStepCosts(machine, seed, np.random.default_rng(seed))
+        self.tbo = machine.scenario.spec.runtime.two_batch_overlap
+        if self.tbo:
+            check_two_batch_overlap(machine)
 
     def mean_step_us(self, step: StepSpec, context: int) -> float:
         """Expected step duration, from the fast fidelity's samples (what policies compare)."""
