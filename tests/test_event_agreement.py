@@ -13,57 +13,25 @@ gives about cv / 2 at Z = 4), the 1% is the tighter claim and is the one asserte
 """
 from __future__ import annotations
 
-import math
 import os
-from collections import Counter
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import simulator
-from simulator.serving.records import KIND_PREFILL
 from strategies import make_scenario, scenarios
-from test_fidelity import FAST_SAMPLES, SHIPPED, STEP_SHAPE, Z_FAMILY, fast_minus_layer_se_us, residual_sd, short
+from test_fidelity import ROUNDING, SHIPPED, paired_figures, short
 
 THROUGHPUT_REL = 0.01
 P50_REL = 0.02
-
-
-def commonest_shape(steps) -> np.ndarray:
-    """Indices of the steps of the commonest step shape."""
-    keys = list(zip(*(steps[k] for k in STEP_SHAPE)))
-    shape = Counter(keys).most_common(1)[0][0]
-    return np.array([i for i, key in enumerate(keys) if key == shape])
 
 
 def compare(scenario) -> dict:
     """Fast and event runs of one scenario, paired; the relative differences and their bounds."""
     event = simulator.run(scenario, fidelity="event", baseline=False)
     fast = simulator.run(scenario, fidelity="fast", baseline=False)
-    E, F = event.run.steps, fast.run.steps
-    for key in STEP_SHAPE + ("context",):
-        assert np.array_equal(E[key], F[key]), f"fast and event took different steps ({key})"
-    decoding = E["kind"] != KIND_PREFILL
-    total = E["duration_us"][decoding].sum()
-    idx = commonest_shape(E)
-    durations = E["duration_us"][idx]
-    sd = residual_sd(durations, E["context"][idx]) or 0.0
-    p50 = float(np.median(durations))
-    return {
-        # decode throughput: the prefill's cost, which fast interpolates between context anchors (a deterministic
-        # approximation of well under 1%, not sampling noise), is left out of the comparison
-        "throughput": (F["duration_us"][decoding].sum() - total) / total,
-        "throughput_bound": Z_FAMILY * fast_minus_layer_se_us({k: E[k][decoding] for k in STEP_SHAPE + (
-            "duration_us", "context")}) / total,
-        "p50": (float(np.median(F["duration_us"][idx])) - p50) / p50,
-        "p50_bound": Z_FAMILY * math.sqrt(math.pi / 2) * sd * math.sqrt(1 / idx.size + 1 / FAST_SAMPLES) / p50,
-        "steps": int(E["duration_us"].size),
-    }
-
-
-ROUNDING = 1e-12  # a jitter-free scenario's noise bound is ~0: the two sum the same floats in another order
+    return paired_figures(event.run.steps, fast.run.steps)
 
 
 def assert_agree(figures: dict) -> None:

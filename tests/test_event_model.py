@@ -40,7 +40,14 @@ def pcie8_eagle3_server(env, max_steps=None) -> Server:
     return Server(env, machine, 0, "event", max_steps=max_steps)
 
 
-def test_every_part_is_a_process_in_a_running_simulation():
+def test_every_part_is_a_process_in_a_running_simulation(monkeypatch):
+    """Counted exactly: one scheduler, one drafter round per speculative step, a host and a stream per rank, and a
+    collective process for every segment of every pass the ranks ran (each ended, each started by its ranks)."""
+    from simulator.serving.ranks import RankSet
+
+    orders = []
+    launch = RankSet.launch
+    monkeypatch.setattr(RankSet, "launch", lambda self, *a, **k: orders.append(launch(self, *a, **k)) or orders[-1])
     env = Recording()
     server = pcie8_eagle3_server(env, max_steps=4)  # the prefill and three speculative steps
     env.process(server.run())
@@ -48,11 +55,12 @@ def test_every_part_is_a_process_in_a_running_simulation():
     tp = server.machine.tp
     started = env.started
     assert started["Server.run"] == 1  # the scheduler: batches, admits, asks the policy and drafter, orders passes
-    assert started["Drafter.propose"] >= 3  # one round of drafts per speculative step
+    speculative = int((server.log.columns()["kind"] == KIND_SPEC).sum())
+    assert speculative == 3 and started["Drafter.propose"] == speculative  # one round of drafts per step
     assert started["Rank.host"] == tp and started["Rank.gpu_stream"] == tp
-    verify = server.machine.plan_at("target", server.step_spec(KIND_SPEC, server.policy.decision, 1).main.shape,
-                                    False, 1000)
-    assert started["Collective.run"] >= 3 * verify.num_segments  # every collective of every pass
+    assert len(orders) == 1 + 3 * (1 + len(server.step_spec(KIND_SPEC, server.policy.decision, 1).drafts))
+    assert started["Collective.run"] == sum(o.plan.num_segments for o in orders)  # every collective of every pass
+    assert all(c.process is not None and c.ended_at >= c.started_at for o in orders for c in o.collectives)
 
 
 def test_a_speculative_step_takes_at_least_ranks_x_collectives_events():

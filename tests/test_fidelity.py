@@ -9,8 +9,9 @@
 from __future__ import annotations
 
 import glob
+import math
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ import yaml
 import simulator
 import simulator.api.run
 from conftest import SCENARIOS
+from simulator.serving.records import KIND_PREFILL
 
 SHIPPED = sorted(p for p in glob.glob(os.path.join(SCENARIOS, "*.yaml"))
                  if "scenario" not in yaml.safe_load(open(p)))  # sweep files name a base scenario; skip them
@@ -77,6 +79,41 @@ def fast_minus_layer_se_us(layer_steps: dict) -> float:
     return float(np.sqrt(variance))
 
 
+ROUNDING = 1e-12  # a jitter-free scenario's noise bound is ~0: the two sum the same floats in another order
+
+
+def commonest_shape(steps) -> np.ndarray:
+    """Indices of the steps of the commonest step shape."""
+    keys = list(zip(*(steps[k] for k in STEP_SHAPE)))
+    shape = Counter(keys).most_common(1)[0][0]
+    return np.array([i for i, key in enumerate(keys) if key == shape])
+
+
+def paired_figures(E, F) -> dict:
+    """Step logs of one scenario at a per-pass fidelity (E: event, or layer) and at fast, paired step by step: the
+    relative differences in decode throughput and in the commonest step shape's median step, and their noise
+    bounds (Z_FAMILY standard errors, from E's own step variance)."""
+    for key in STEP_SHAPE + ("context",):
+        assert np.array_equal(E[key], F[key]), f"fast and the per-pass fidelity took different steps ({key})"
+    decoding = E["kind"] != KIND_PREFILL
+    total = E["duration_us"][decoding].sum()
+    idx = commonest_shape(E)
+    durations = E["duration_us"][idx]
+    sd = residual_sd(durations, E["context"][idx]) or 0.0
+    p50 = float(np.median(durations))
+    return {
+        # decode throughput: the prefill's cost, which fast interpolates between context anchors (a deterministic
+        # approximation of well under 1%, not sampling noise), is left out of the comparison
+        "throughput": (F["duration_us"][decoding].sum() - total) / total,
+        "throughput_bound": Z_FAMILY * fast_minus_layer_se_us({k: E[k][decoding] for k in STEP_SHAPE + (
+            "duration_us", "context")}) / total,
+        # the median's standard error, sqrt(pi / 2) s / sqrt(n), for each side (fast's n picks from 64 samples)
+        "p50": (float(np.median(F["duration_us"][idx])) - p50) / p50,
+        "p50_bound": Z_FAMILY * math.sqrt(math.pi / 2) * sd * math.sqrt(1 / idx.size + 1 / FAST_SAMPLES) / p50,
+        "steps": int(E["duration_us"].size),
+    }
+
+
 @pytest.mark.parametrize("path", SHIPPED, ids=[os.path.basename(p) for p in SHIPPED])
 def test_link_equals_layer_and_fast_agrees_within_its_sampling_error(path):
     overrides = short(path)
@@ -97,6 +134,13 @@ def test_link_equals_layer_and_fast_agrees_within_its_sampling_error(path):
     assert abs(difference) <= Z_FAMILY * se, (
         f"fast - layer = {difference / 1e3:.2f} ms over {L['duration_us'].size} steps, "
         f"{difference / se:+.1f} standard errors ({se / L['duration_us'].sum():.2%} of the layer time)")
+    # the event fidelity's figures are the layer's (event equals link on every shipped scenario to float rounding,
+    # tests/test_event_agreement.py; link equals layer, above): fast and event agree in decode throughput and in the
+    # median step within their noise, which is the stated 1% and 2% where the noise resolves them (docs/speed.md
+    # lists the scenarios whose eager verify's host jitter puts fast's 64-pass sample set above them)
+    figures = paired_figures(L, F)
+    assert abs(figures["throughput"]) <= max(figures["throughput_bound"], ROUNDING), figures
+    assert abs(figures["p50"]) <= max(figures["p50_bound"], ROUNDING), figures
 
 
 def test_stratified_host_draws_are_standard_normal():
