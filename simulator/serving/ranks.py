@@ -112,8 +112,11 @@ class PassOrder:
 class Rank:
     """One rank: its host and its GPU stream (a Store of launched passes)."""
 
-    def __init__(self, env: simpy.Environment, index: int):
+    def __init__(self, env: simpy.Environment, index: int, wake: list | None = None):
+        """wake: [time, event], the timeout a rank of the set scheduled last, shared by the set's streams (one event
+        wakes every stream due at that same time: batched wake-ups)."""
         self.env, self.index = env, index
+        self.wake = [None, None] if wake is None else wake
         self.orders = simpy.Store(env)  # passes the scheduler asks this host to launch
         self.stream = simpy.Store(env)  # the GPU stream's queue: launched passes, run in order
 
@@ -135,7 +138,7 @@ class Rank:
         collective (inlined for speed: the hot loop of the event fidelity). Segments closed by no collective (one
         rank, nothing to move) run on in one timeout: t is the stream's clock ahead of SimPy's, advanced with the
         same float arithmetic as a timeout's."""
-        env, r, timeout = self.env, self.index, self.env.timeout
+        env, r, timeout, wake = self.env, self.index, self.env.timeout, self.wake
         while True:
             order = yield self.stream.get()
             if order.waits is not None:
@@ -155,7 +158,14 @@ class Rank:
                     continue
                 now = env.now
                 if t > now:  # the segment's own delay where the stream was not ahead: the floats of one timeout each
-                    yield timeout(w if start == now else t - now)
+                    if start != now:
+                        yield timeout(t - now)
+                    elif wake[0] == t:  # another stream's timeout, due at exactly this time (and so still pending)
+                        yield wake[1]
+                    else:
+                        wake[1] = timeout(w)
+                        wake[0] = t
+                        yield wake[1]
                 collective.waiting -= 1  # Collective.arrive, inlined
                 if not collective.waiting:
                     collective.arrived.succeed()
@@ -196,7 +206,8 @@ class RankSet:
     def __init__(self, env: simpy.Environment, host: Host, ranks: int, links=None, slowdown=None):
         self.env, self.host, self.links = env, host, links
         self.slowdown = None if slowdown is None else np.asarray(slowdown, dtype=float)
-        self.ranks = [Rank(env, r) for r in range(ranks)]
+        wake = [None, None]
+        self.ranks = [Rank(env, r, wake) for r in range(ranks)]
         for rank in self.ranks:
             env.process(rank.host())
             env.process(rank.gpu_stream())
