@@ -208,10 +208,22 @@ def test_run_plot_option(tmp_path, capsys):
 
 
 def test_plots_command_quick(tmp_path, capsys):
-    assert cli_main(["plots", "--quick", "--out", str(tmp_path)]) == 0
+    # three recipes end to end (the drawing functions have their own tests above; every recipe runs in `plots`):
+    # a sweep figure, a served-workload figure and a deployment question with its CSV rows
+    argv = ["plots", "--quick", "--out", str(tmp_path), "--only", "breakeven", "--only", "hybrid",
+            "--only", "deploy_llama70b_2node"]
+    assert cli_main(argv) == 0
     written = sorted(p.name for p in tmp_path.iterdir())
     assert "breakeven_pcie8_eagle3.png" in written and "hybrid_pcie8_bursty.png" in written
-    assert len(written) >= 9
     assert all(is_png(tmp_path / name) for name in written if not name.endswith(".csv"))
-    assert "deploy_reference_kimi.png" in written and "deploy_reference_kimi.csv" in written
-    assert "figures in" in capsys.readouterr().err
+    assert "deploy_llama70b_2node.png" in written and "deploy_llama70b_2node.csv" in written
+    assert "3 figures in" in capsys.readouterr().err
+
+
+def test_plots_lists_every_recipe_and_refuses_an_unknown_one(tmp_path, capsys):
+    from simulator.viz.recipes import Figures
+
+    names = [name for name, _ in Figures(str(tmp_path), True).all()]
+    assert len(names) >= 15 and len(set(names)) == len(names)
+    assert cli_main(["plots", "--out", str(tmp_path), "--only", "no_such_figure"]) == 2
+    assert "--only" in capsys.readouterr().err

@@ -78,7 +78,7 @@ def test_same_sweep_on_a_dask_cluster(tmp_path):
     distributed = pytest.importorskip("dask.distributed")
     path = write_sweep(tmp_path)
     run_sweep(path, workers=1, out=str(tmp_path / "local.csv"), progress=False)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         status = cli_main(["sweep", path, "--dask", cluster.scheduler_address, "--out", str(tmp_path / "dask.csv"),
                            "--no-progress"])
     assert status == 0
@@ -89,7 +89,7 @@ def test_same_sweep_on_a_dask_cluster(tmp_path):
 
 
 def test_killed_sweep_resumes_with_only_the_missing_points(tmp_path):
-    axes = {"topology.fabric.shm_hop_latency_us": [0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 3],
+    axes = {"topology.fabric.shm_hop_latency_us": [0, 0.5, 1, 1.5, 2],
             "topology.host.eager_launch_us": [6, 9, 12.8], "runtime.cuda_graph_verify": [False, True]}
     path = write_sweep(tmp_path, "kill", axes=axes, set={"workload.requests": 1, "workload.output_tokens": 512})
     out = tmp_path / "kill.results.csv"
@@ -108,12 +108,12 @@ def test_killed_sweep_resumes_with_only_the_missing_points(tmp_path):
     with open(out, "ab") as handle:  # what a write cut short would leave: no newline
         handle.write(b"0123456789abcdef,0.5,6")
     before = ok_rows(str(out))
-    assert 4 <= len(before) < 60
+    assert 4 <= len(before) < 30
 
     report = run_sweep(path, workers=2, progress=False)
-    assert (report.num_skipped, report.num_ok, report.num_failed) == (len(before), 60 - len(before), 0)
+    assert (report.num_skipped, report.num_ok, report.num_failed) == (len(before), 30 - len(before), 0)
     rows = read_results(str(out))
-    assert len(rows) == 60 and [r["status"] for r in rows].count("ok") == 60
+    assert len(rows) == 30 and [r["status"] for r in rows].count("ok") == 30
     assert {r["point_id"] for r in rows} == {p.id for p in points(load_sweep(path))}
     assert out.read_bytes().endswith(b"\n") and b"0123456789abcdef" not in out.read_bytes()
 
@@ -358,10 +358,12 @@ def test_two_sweeps_on_one_file_never_duplicate_a_point(tmp_path):
                                 env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=120)
         assert second.returncode == 2 and second.stderr.count("\n") == 1
         assert f"another sweep (process {first.pid}) is writing this results file" in second.stderr
-        first.communicate(timeout=120)
-    assert first.returncode == 0
-    rows = read_results(str(out))
-    assert len(rows) == 40 and len({r["point_id"] for r in rows}) == 40
+        first.send_signal(signal.SIGINT)  # the refusal is what is tested: the first need not run to its end
+        first.communicate(timeout=30)
+    assert first.returncode == 130
+    rows = read_results(str(out))  # only the first sweep's rows, each point once
+    assert 1 <= len(rows) < 40 and len({r["point_id"] for r in rows}) == len(rows)
+    assert out.read_bytes().count(b"\n") == len(rows) + 1
 
 
 def error_row(raw: bytes, width: int) -> bytes:
