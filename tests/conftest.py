@@ -17,6 +17,19 @@ SCENARIOS = os.path.join(ROOT, "scenarios")
 TOPOLOGIES = os.path.join(ROOT, "topologies")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _kernel_grid_cache(tmp_path_factory):
+    """The suite's measured grids are cached in a folder of its own (kernels/gridcache.py), not the user's: it starts
+    cold and leaves nothing behind."""
+    kept = os.environ.get("SPECSIM_CACHE_DIR")
+    os.environ["SPECSIM_CACHE_DIR"] = str(tmp_path_factory.mktemp("specsim-cache"))
+    yield
+    if kept is None:
+        os.environ.pop("SPECSIM_CACHE_DIR", None)
+    else:
+        os.environ["SPECSIM_CACHE_DIR"] = kept
+
+
 def scenario_path(name: str) -> str:
     return os.path.join(SCENARIOS, name)
 

@@ -37,6 +37,7 @@ import math
 import pathlib
 from functools import lru_cache
 
+from . import gridcache
 from .grid import Grid
 from .shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
 
@@ -244,7 +245,23 @@ def _chunk(full, cached: int, new: int) -> float | None:
 @lru_cache(maxsize=512)
 def _grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple,
           padded_axis: int | None = None, engine: str = ENGINE) -> Grid | None:
-    """The measured points of `table` matching `where` (column, value pairs) as a grid over `axes` (memoised)."""
+    """The measured points of `table` matching `where` (column, value pairs) as a grid over `axes` (memoised, and
+    kept on disk per installed version: kernels/gridcache.py)."""
+    path = table_path(system, family, table, engine)
+    if path is None:
+        return None
+    stored = gridcache.entry(package_version(), path, (system, family, table, where, axes, log_axes, padded_axis,
+                                                       engine))
+    grid = gridcache.load(stored)
+    if grid is gridcache.MISSING:
+        grid = grid_of_table(system, family, table, where, axes, log_axes, padded_axis, engine)
+        gridcache.save(stored, grid)
+    return grid
+
+
+def grid_of_table(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple,
+                  padded_axis: int | None = None, engine: str = ENGINE) -> Grid | None:
+    """_grid read from the table itself."""
     frame = read_table(system, family, table, engine)
     if frame is None:
         return None

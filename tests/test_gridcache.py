@@ -1,0 +1,50 @@
+"""The measured grids kept on disk (kernels/gridcache.py): a grid read back is the one computed from the table, float
+for float; the folder follows the installed version; an unwritable folder only costs the computation."""
+import numpy as np
+import pytest
+
+from simulator.kernels import gridcache, measured
+
+if measured.data_root() is None:
+    pytest.skip("aiconfigurator-core is not installed (the measured extra)", allow_module_level=True)
+
+GEMM = ("h100_sxm", "gemm", "gemm_perf", (("gemm_dtype", "bfloat16"),), ("m", "n", "k"), (True, False, False), 0)
+NOTHING = ("h100_sxm", "gemm", "gemm_perf", (("gemm_dtype", "no_such_dtype"),), ("m", "n", "k"), (True, False, False))
+
+
+def test_a_grid_read_back_is_the_computed_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path))
+    computed = measured._grid.__wrapped__(*GEMM)
+    assert len(list(tmp_path.rglob("*.npz"))) == 1
+    monkeypatch.setattr(measured, "grid_of_table", lambda *a: pytest.fail("read the table again"))
+    stored = measured._grid.__wrapped__(*GEMM)
+    assert stored is not computed and stored.log_axes == computed.log_axes
+    assert all(np.array_equal(a, b) for a, b in zip(stored.axes, computed.axes))
+    assert np.array_equal(stored.values, computed.values, equal_nan=True)
+    point = (24.0, 4096.0, 4096.0)
+    assert stored(point) == computed(point) is not None
+
+
+def test_a_table_that_covers_nothing_is_stored_as_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path))
+    assert measured._grid.__wrapped__(*NOTHING) is None
+    monkeypatch.setattr(measured, "grid_of_table", lambda *a: pytest.fail("read the table again"))
+    assert measured._grid.__wrapped__(*NOTHING) is None
+
+
+def test_another_version_or_table_file_is_another_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path))
+    table = measured.table_path("h100_sxm", "gemm", "gemm_perf")
+    first = gridcache.entry("0.12.0", table, GEMM)
+    assert gridcache.entry("0.12.1", table, GEMM).parent != first.parent
+    copy = tmp_path / "gemm_perf.parquet"
+    copy.write_bytes(table.read_bytes()[:100])
+    assert gridcache.entry("0.12.0", copy, GEMM) != first
+
+
+def test_an_unwritable_folder_computes_the_grid(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("SPECSIM_CACHE_DIR", str(blocker))
+    assert measured._grid.__wrapped__(*GEMM) is not None
+    assert not list(tmp_path.rglob("*.npz"))
