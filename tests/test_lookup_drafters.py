@@ -25,9 +25,9 @@ class Text:
         return (rotated * (1 + count // len(rotated)))[:count]
 
 
-def run_model(method: str, config, requests: int, drafts: int) -> list[int]:
+def run_model(method: str, config, requests: int, drafts: int, text=None) -> list[int]:
     """Requests one after another through the model, as the serving loop calls it: drafts accepted per step."""
-    model, tree, out = TextAcceptance(method, config, Text()), Tree.chain(drafts), []
+    model, tree, out = TextAcceptance(method, config, text or Text()), Tree.chain(drafts), []
     for rid in range(requests):
         request = SimpleNamespace(request_id=rid, prompt_tokens=PROMPT, output_tokens=len(STREAM) - PROMPT)
         state, remaining = model.start_request(request), request.output_tokens - 1
@@ -38,10 +38,10 @@ def run_model(method: str, config, requests: int, drafts: int) -> list[int]:
     return out
 
 
-def run_reference(propose, after_step, after_request, requests: int, drafts: int) -> list[int]:
+def run_reference(propose, after_step, after_request, requests: int, drafts: int, text=None) -> list[int]:
     out = []
     for rid in range(requests):
-        tokens = Text().tokens(rid, len(STREAM))
+        tokens = (text or Text()).tokens(rid, len(STREAM))
         position = PROMPT + 1
         while position < len(tokens):
             paths = propose(rid, tokens, position, drafts)
@@ -119,7 +119,7 @@ def prompt_lookup_reference(c, requests: int, drafts: int) -> list[int]:
     return run_reference(propose, lambda *a: None, lambda out: None, requests, drafts)
 
 
-def suffix_reference(c, requests: int, drafts: int) -> list[int]:
+def suffix_reference(c, requests: int, drafts: int, text=None) -> list[int]:
     done = []  # completed requests' outputs, in completion order
 
     def counts(seqs, prefix):
@@ -157,7 +157,7 @@ def suffix_reference(c, requests: int, drafts: int) -> list[int]:
                 if score > best_score:
                     best, best_score = out, score
         return prefixes(best)
-    return run_reference(propose, lambda *a: None, done.append, requests, drafts)
+    return run_reference(propose, lambda *a: None, done.append, requests, drafts, text)
 
 
 @pytest.mark.parametrize("drafts", [3, 8])
@@ -187,6 +187,26 @@ def test_suffix_matches_brute_force(shared):
     expected = suffix_reference(config, 2, 6)
     assert run_model("suffix", config, 2, 6) == expected
     assert max(expected) >= 3
+
+
+class RandomText:
+    """Streams of a small alphabet (many repeats, many tied counts): request i reads its own."""
+
+    def __init__(self, seed: int, alphabet: int):
+        self.seed, self.alphabet = seed, alphabet
+
+    def tokens(self, index: int, count: int) -> list[int]:
+        return np.random.default_rng([self.seed, index]).integers(0, self.alphabet, count).tolist()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_suffix_matches_brute_force_on_random_streams(seed):
+    """Counts, ties (the first of equals wins) and the shared tree of earlier outputs on random text."""
+    config = SuffixDrafter(max_tree_depth=7, max_spec_factor=2.0, min_token_prob=0.05, cache_requests=True)
+    text = RandomText(seed, 3 + seed)
+    expected = suffix_reference(config, 3, 5, text)
+    assert run_model("suffix", config, 3, 5, text) == expected
+    assert max(expected) >= 2
 
 
 def test_periodic_text_is_accepted_in_full_once_a_period_is_seen():

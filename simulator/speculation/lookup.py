@@ -160,22 +160,29 @@ def chain(tokens) -> list[dict]:
 
 
 class CountedTrie:
-    """Every substring up to `depth` tokens of the sequences added, with its count ([count, children] per node)."""
+    """Every substring up to `depth` tokens of the sequences added, with its count. Nodes are ints (int-only lists
+    and dicts, which Python's cycle collector does not walk); best[node] is the child of the highest count, the
+    earliest of equals (as max() over the children in their order finds it), kept as counts grow: only the child just
+    counted can overtake it. Sequences added are counted when the trie is next read."""
 
     def __init__(self, depth: int):
         self.depth = depth
-        self.root: list = [0, {}]
+        self.counts, self.kids, self.best, self.token = [0], [{}], [-1], [-1]  # per node; node 0 is the root
+        self.pending: list = []
 
     def add(self, tokens) -> None:
         """A whole sequence (an earlier request's output)."""
-        tail = Tail(self)
-        for token in tokens:
-            tail.push(token)
+        self.pending.append(tokens)
 
     def find(self, pattern):
-        node = self.root
+        """The node of `pattern`, or None."""
+        while self.pending:
+            tail = Tail(self)
+            for token in self.pending.pop(0):
+                tail.push(token)
+        node, kids = 0, self.kids
         for token in pattern:
-            node = node[1].get(token)
+            node = kids[node].get(token)
             if node is None:
                 return None
         return node
@@ -186,15 +193,25 @@ class Tail:
     updates."""
 
     def __init__(self, trie: CountedTrie):
-        self.trie, self.nodes = trie, [trie.root]
+        self.trie, self.nodes = trie, [0]
 
     def push(self, token) -> None:
-        nodes = [self.trie.root]
-        for node in self.nodes[:self.trie.depth]:
-            child = node[1].get(token)
+        trie = self.trie
+        counts, kids_of, best = trie.counts, trie.kids, trie.best
+        nodes = [0]
+        for node in self.nodes[:trie.depth]:
+            kids = kids_of[node]
+            child = kids.get(token)
             if child is None:
-                child = node[1][token] = [0, {}]
-            child[0] += 1
+                child = kids[token] = len(counts)
+                counts.append(0)
+                kids_of.append({})
+                best.append(-1)
+                trie.token.append(token)
+            count = counts[child] = counts[child] + 1
+            top = best[node]
+            if top != child and (top < 0 or count > counts[top] or (count == counts[top] and child < top)):
+                best[node] = child
             nodes.append(child)
         self.nodes = nodes
 
@@ -216,6 +233,7 @@ class SuffixDrafter:
         best, best_score, self.match_len = [], 0.0, 0
         trees = [self.own] if self.shared is None else [self.own, self.shared]
         for trie in trees:
+            counts, top, token_of = trie.counts, trie.best, trie.token
             for m in range(1, min(depth - 1, length) + 1):
                 node = self.tail.nodes[m] if trie is self.own else trie.find(history[length - m:length])
                 if node is None:
@@ -223,12 +241,12 @@ class SuffixDrafter:
                 self.match_len = max(self.match_len, m)
                 limit = min(drafts, int(self.factor * m + self.offset), depth - m)
                 tokens, prob, score = [], 1.0, 0.0
-                while len(tokens) < limit and node[1]:
-                    token, child = max(node[1].items(), key=lambda kv: kv[1][0])  # the first of equals wins
-                    prob *= child[0] / node[0]
+                while len(tokens) < limit and top[node] >= 0:
+                    child = top[node]  # the most frequent continuation (the first of equals)
+                    prob *= counts[child] / counts[node]
                     if prob < self.min_prob:
                         break
-                    tokens.append(token)
+                    tokens.append(token_of[child])
                     score += prob
                     node = child
                 if score > best_score:
