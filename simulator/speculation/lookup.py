@@ -88,14 +88,16 @@ class SglangTrie:
 
     def propose(self, tokens, length: int, drafts: int, request=None) -> list[dict]:
         """The draft tree for a request whose tokens so far are tokens[:length] (at most `drafts` nodes besides the
-        root). A window's node is the tail of the request's last insert where that ended at `length`."""
+        root). A window's node is the tail of the request's last insert where that ended at `length` (the hot path:
+        the tree's size kept in a local, not counted again)."""
         children: list[dict] = [{}]
-        self.match_len = 0
+        size, match_len = 1, 0
         kids_of, scale, run = self.kids, self.scale, self.run
         tails, offset = ((run[3], length - run[2]) if run is not None and run[0] == request and run[1] == length
                          else ((), 0))
+        num_tails = len(tails)
         for window in range(min(length, self.max_window), self.min_window - 1, -1):
-            if 0 <= offset - window < len(tails):
+            if 0 <= offset - window < num_tails:
                 node = tails[offset - window]
             else:
                 node = 0
@@ -105,26 +107,29 @@ class SglangTrie:
                         break
                 if node is None:
                     continue
-            if len(children) > drafts:
+            if size > drafts:
                 break  # full: a shorter window changes neither the tree nor the longest match
-            kids = kids_of[node]
-            if self.match_len == 0:
-                self.match_len = window  # the first match is the longest
-            if not kids:
+            if not match_len:
+                match_len = window  # the first match is the longest
+            if not kids_of[node]:
                 continue
             queue, at = [(0, (self.max_window - window) * scale + self.min_bfs, node)], 0
-            while at < len(queue) and len(children) <= drafts:
+            while at < len(queue) and size <= drafts:
                 parent, breadth, trie_node = queue[at]
                 at += 1
-                kids = kids_of[trie_node]
-                for taken, token in enumerate(reversed(kids)):
-                    if taken >= max(1, int(breadth)) or len(children) > drafts:
+                kids, here = kids_of[trie_node], children[parent]
+                cap, taken = max(1, int(breadth)), 0
+                for token in reversed(kids):
+                    if taken >= cap or size > drafts:
                         break
-                    pos = children[parent].get(token)
+                    taken += 1
+                    pos = here.get(token)
                     if pos is None:
-                        pos = children[parent][token] = len(children)
+                        pos = here[token] = size
                         children.append({})
+                        size += 1
                     queue.append((pos, breadth - scale, kids[token]))
+        self.match_len = match_len
         return children
 
 
