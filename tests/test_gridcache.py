@@ -48,3 +48,13 @@ def test_an_unwritable_folder_computes_the_grid(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSIM_CACHE_DIR", str(blocker))
     assert measured._grid.__wrapped__(*GEMM) is not None
     assert not list(tmp_path.rglob("*.npz"))
+
+
+def test_a_damaged_entry_is_computed_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path))
+    computed = measured._grid.__wrapped__(*GEMM)
+    [stored] = tmp_path.rglob("*.npz")
+    stored.write_bytes(stored.read_bytes()[:50])
+    again = measured._grid.__wrapped__(*GEMM)
+    assert np.array_equal(again.values, computed.values, equal_nan=True)
+    assert gridcache.load(stored) is not gridcache.MISSING  # written whole again

@@ -14,6 +14,7 @@ import hashlib
 import os
 import pathlib
 import tempfile
+import zipfile
 
 import numpy as np
 
@@ -49,7 +50,7 @@ def load(path: pathlib.Path):
                 return None
             axes = [data[f"axis{i}"] for i in range(int(data["num_axes"]))]
             return Grid(axes, data["values"], tuple(bool(x) for x in data["log_axes"]))
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # absent, or written by something else
         return MISSING
 
 
@@ -59,10 +60,13 @@ def save(path: pathlib.Path, grid: Grid | None) -> None:
     if grid is not None:
         arrays.update({f"axis{i}": a for i, a in enumerate(grid.axes)}, num_axes=np.array(len(grid.axes)),
                       values=grid.values, log_axes=np.array(grid.log_axes, dtype=bool))
+    temporary = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as out:
+            temporary = out.name
             np.savez(out, **arrays)
-        os.replace(out.name, path)
+        os.replace(temporary, path)
     except OSError:
-        pass
+        if temporary is not None and os.path.exists(temporary):
+            os.unlink(temporary)
