@@ -122,3 +122,21 @@ def test_trace_steps_are_bounded_and_gzip_is_compact(tmp_path, capsys):
     data = json.loads(plain)
     assert data["otherData"]["provenance"]["scenario"] == "pcie8_eagle3"
     assert all(e["ts"] == round(e["ts"], 3) for e in data["traceEvents"] if "ts" in e)
+
+
+def test_a_scenario_only_processes_run_is_traced_at_event_fidelity():
+    """A slow host (scenarios/event/) cannot run at layer fidelity: its trace is the event fidelity's, with the same
+    steps as that run's log."""
+    import os
+
+    from conftest import SCENARIOS
+
+    scenario = resolve(os.path.join(SCENARIOS, "event", "pcie8_eagle3_slow_host.yaml"), {"workload__output_tokens": 8})
+    events = trace.record(scenario, steps=3)
+    assert events["otherData"]["fidelity"] == "event" and events["otherData"]["steps"] == 3
+    logged = step_table(simulate(scenario, max_steps=3))
+    per_step = defaultdict(float)  # the steps lane's spans (draft, pass, host overhead) of each step
+    for e in events["traceEvents"]:
+        if e["pid"] == trace.STEPS_PID and e["ph"] == "X":
+            per_step[e["args"]["step"]] += e["dur"]
+    assert [per_step[i] for i in range(3)] == pytest.approx(list(logged["duration_us"]), abs=3 * ROUNDING_US)

@@ -66,8 +66,8 @@ def main(args) -> int:
 
         events = trace.record(scenario, steps=args.trace_steps)
         trace.write(events, args.trace)
-        log.info("trace: %s (%d steps at layer fidelity; open in https://ui.perfetto.dev or chrome://tracing)",
-                 args.trace, events["otherData"]["steps"])
+        log.info("trace: %s (%d steps at %s fidelity; open in https://ui.perfetto.dev or chrome://tracing)",
+                 args.trace, events["otherData"]["steps"], events["otherData"]["fidelity"])
     if args.plot:
         from ..viz.figures import run_summary
 

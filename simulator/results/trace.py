@@ -1,4 +1,5 @@
-"""Chrome / Perfetto trace of a scenario's first steps, re-simulated at layer fidelity.
+"""Chrome / Perfetto trace of a scenario's first steps, re-simulated at layer fidelity (event where only processes run
+the scenario: a slow host, a drafter on its own GPUs, two-batch overlap).
 
 `record(scenario, steps=20)` returns a trace in Chrome's JSON object format ({"traceEvents": [...]}, times in
 microseconds) that opens in https://ui.perfetto.dev and chrome://tracing:
@@ -127,9 +128,10 @@ def step_events(steps: StepColumns) -> list[dict]:
 
 
 def record(scenario: Scenario, steps: int = 20, seed: int | None = None) -> dict[str, Any]:
-    """The first `steps` steps of the scenario's speculative run at layer fidelity, as a Chrome trace object (of
-    instance 0, where a deployment has several)."""
+    """The first `steps` steps of the scenario's speculative run at layer fidelity (event where the scenario needs its
+    processes: serving.simulate.needs_event), as a Chrome trace object (of instance 0, where a deployment has several)."""
     from ..serving.deployment import simulate_deployment
+    from ..serving.simulate import needs_event
     from .summary import step_table
 
     from .provenance import provenance
@@ -144,7 +146,8 @@ def record(scenario: Scenario, steps: int = 20, seed: int | None = None) -> dict
         summary.update({k: result[k] for k in CATEGORIES})
         passes.append(summary)
 
-    server, *_ = simulate_deployment(scenario, seed=seed, fidelity="layer", on_pass=on_pass,
+    fidelity = "event" if needs_event(scenario) else "layer"
+    server, *_ = simulate_deployment(scenario, seed=seed, fidelity=fidelity, on_pass=on_pass,
                                      max_steps=max(1, int(steps)))
     table = step_table(server)
     events.extend(step_events(table))
@@ -159,7 +162,7 @@ def record(scenario: Scenario, steps: int = 20, seed: int | None = None) -> dict
     return {
         "traceEvents": meta + events,
         "displayTimeUnit": "ms",
-        "otherData": {"scenario": spec.name, "seed": spec.seed if seed is None else seed, "fidelity": "layer",
+        "otherData": {"scenario": spec.name, "seed": spec.seed if seed is None else seed, "fidelity": fidelity,
                       "steps": len(server.log), "ranks": ranks, "passes": passes,
                       "provenance": provenance(scenario)},
     }

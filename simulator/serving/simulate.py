@@ -12,6 +12,12 @@ FIDELITIES = ("fast", "layer", "link", "event")
 ON_START: list = []  # callables given each new Server before it runs: a progress display polls it (results/progress)
 
 
+def needs_event(scenario: Scenario) -> bool:
+    """Whether the scenario sets a key only the event fidelity's processes run (check_fidelity's three)."""
+    rt = scenario.spec.runtime
+    return bool(rt.draft_on_own_gpus or rt.host_slowdown or rt.two_batch_overlap)
+
+
 def check_fidelity(scenario: Scenario, fidelity: str | None) -> str:
     """The fidelity to run (the scenario's unless given), or one line if it is not one of FIDELITIES."""
     fidelity = fidelity or scenario.spec.fidelity
