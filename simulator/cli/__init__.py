@@ -213,7 +213,7 @@ def scenario_options(p: ArgumentParser, formats=("table", "json"), fidelity: boo
                    help="override any scenario, topology (topology.*) or model (model.*) field; repeatable")
     p.add_argument("--seed", type=int, help="override the scenario's seed")
     if fidelity:
-        p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override the scenario's fidelity")
+        p.add_argument("--fidelity", choices=("fast", "layer", "link", "event"), help="override the scenario's fidelity")
     limit_options(p, memory=True)
 
 

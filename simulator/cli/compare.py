@@ -33,7 +33,7 @@ def configure(p) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.path=value",
                    help="override applied to every run; repeatable")
     p.add_argument("--seed", type=int, help="the common seed (default: the first scenario's)")
-    p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override every run's fidelity")
+    p.add_argument("--fidelity", choices=("fast", "layer", "link", "event"), help="override every run's fidelity")
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.add_argument("--plot", metavar="OUT.png", help="grouped bars: throughput and baseline per run")
     rank_option(p)

@@ -24,7 +24,7 @@ def configure(p) -> None:
     p.add_argument("--dask", metavar="tcp://HOST:PORT", help="run on this Dask scheduler instead of local processes")
     p.add_argument("--out", metavar="RESULTS.csv", help="results file (default: <sweep name>.results.csv in the "
                    "current directory)")
-    p.add_argument("--fidelity", choices=("fast", "layer", "link"), help="override every point's fidelity")
+    p.add_argument("--fidelity", choices=("fast", "layer", "link", "event"), help="override every point's fidelity")
     p.add_argument("--chunk", type=int, metavar="N", help="points per task sent to a worker (default: automatic)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal anyway)")
     p.add_argument("--max-points", type=float, metavar="N", help="refuse sweeps of more than N points (default 100000)")

@@ -28,14 +28,20 @@ from ..model.cost import PassShape
 SPLIT_FIELDS = ("launches", "compute_us", "memory_us", "gap_us", "last_us", "collective_us", "allreduce_mask")
 
 
-def check_two_batch_overlap(machine) -> None:
-    """One line unless the scenario's MoE layers close with expert parallelism's all-to-all, contiguously."""
-    par = machine.scenario.spec.parallelism
-    if machine.card.moe is None or par.ep < 2 or par.ep != par.tp:
-        raise ConfigError(machine.scenario.source, "runtime.two_batch_overlap",
+def check_all_to_all(scenario) -> None:
+    """One line unless the scenario's MoE layers close with expert parallelism's all-to-all (ep = tp > 1)."""
+    par = scenario.spec.parallelism
+    moe = scenario.model.moe is not None
+    if not moe or par.ep < 2 or par.ep != par.tp:
+        raise ConfigError(scenario.source, "runtime.two_batch_overlap",
                           f"two-batch overlap hides expert parallelism's all-to-all (ep = tp > 1, an MoE model); this "
-                          f"scenario has ep={par.ep}, tp={par.tp}, {'an MoE' if machine.card.moe else 'a dense'} model",
+                          f"scenario has ep={par.ep}, tp={par.tp}, {'an MoE' if moe else 'a dense'} model",
                           "false, or parallelism.ep = parallelism.tp with an MoE model card")
+
+
+def check_two_batch_overlap(machine) -> None:
+    """check_all_to_all, and one line unless the MoE layers are one run of layers."""
+    check_all_to_all(machine.scenario)
     region(machine, PassShape(1, 2))
 
 

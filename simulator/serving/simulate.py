@@ -6,6 +6,7 @@ import simpy
 from ..config import Scenario
 from ..config.errors import ConfigError
 from ..timing.machine import Machine
+from .overlap import check_all_to_all
 from .server import Server
 
 FIDELITIES = ("fast", "layer", "link", "event")
@@ -30,10 +31,12 @@ def check_fidelity(scenario: Scenario, fidelity: str | None) -> str:
     if scenario.spec.runtime.host_slowdown and fidelity != "event":
         raise ConfigError(scenario.source, "runtime.host_slowdown", f"a slower host needs the event fidelity, not "
                           f"{fidelity!r} (the closed form runs every rank's host alike)", "fidelity: event")
-    if scenario.spec.runtime.two_batch_overlap and fidelity != "event":
-        raise ConfigError(scenario.source, "runtime.two_batch_overlap", f"two-batch overlap needs the event fidelity, "
-                          f"not {fidelity!r} (the closed form runs a pass's segments one after another)",
-                          "fidelity: event")
+    if scenario.spec.runtime.two_batch_overlap:
+        if fidelity != "event":
+            raise ConfigError(scenario.source, "runtime.two_batch_overlap", f"two-batch overlap needs the event "
+                              f"fidelity, not {fidelity!r} (the closed form runs a pass's segments one after another)",
+                              "fidelity: event")
+        check_all_to_all(scenario)
     return fidelity
 
 
