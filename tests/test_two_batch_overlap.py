@@ -102,8 +102,15 @@ def test_the_shipped_scenario_runs_its_verify_passes_split():
     assert S["pass_us"][spec & ~split] == pytest.approx(off.run.steps["pass_us"][spec & ~split], rel=1e-12)
 
 
-def test_two_batch_overlap_needs_the_event_fidelity_and_an_all_to_all():
+def test_two_batch_overlap_needs_the_event_fidelity_and_an_all_to_all(capsys):
+    from simulator.cli import main as cli_main
     from simulator.config.errors import ConfigError
+
+    # the command line: --fidelity event is accepted, and a dense TP scenario is one line, exit 2, before any run
+    assert cli_main([os.path.join(SCENARIOS, "pcie8_eagle3.yaml"), "--fidelity", "event",
+                     "--set", "runtime.two_batch_overlap=true", "--set", "workload.output_tokens=8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "runtime.two_batch_overlap: two-batch overlap hides expert parallelism's all-to-all" in err[0]
 
     with pytest.raises(ConfigError, match="runtime.two_batch_overlap: two-batch overlap needs the event fidelity"):
         simulator.run(TBO, baseline=False, fidelity="fast")
