@@ -116,3 +116,18 @@ def test_a_sweep_points_figures_are_the_runs(name, monkeypatch):
     assert few == {k: full[k] for k in few}
     every = run_figures(scenario, FIGURES)
     assert list(every) == list(full) and {**every, "wall_time_s": 0} == {**full, "wall_time_s": 0}
+
+
+def test_steps_and_step_return_the_same_named_fields():
+    """step() and steps() hand the serving loop named records with the same fields in the same order (one step's,
+    and many steps' as arrays); the serving loop's facts are a StepFacts in the log's STEP_FACTS order."""
+    from simulator.serving.records import StepFacts
+    from simulator.timing.costtable import StepCost, StepCosts
+
+    assert StepCost._fields == ("duration_us", "table", "row", "weight")
+    assert StepCosts._fields == ("durations_us", "tables", "rows", "weights")
+    assert STEP_FACTS == StepFacts._fields and STEP_FACTS[:2] == ("kind", "start_at")
+    log = StepLog()
+    log.append(StepFacts(1, 5.0, 2, 3, 0, -1, 0, 40, 0, 37), CostTable(np.arange(len(STEP_COST), dtype=float)))
+    row = log.records()[0]
+    assert (row.kind, row.start_at, row.tokens, row.kv_tokens, row.context, row.duration_us) == (1, 5.0, 3, 40, 37, 0.0)

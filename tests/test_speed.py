@@ -289,7 +289,7 @@ def test_steps_are_repeated_step():
     one, many = (FastStepCosts(machine, 11, np.random.default_rng(4)) for _ in range(2))
     for costs in (one, many):
         costs.take_indices(INDEX_BLOCK - 300)  # the steps cross into the next block of row indices
-    tables, rows, weights, durations = many.steps(spec, contexts)
+    durations, tables, rows, weights = many.steps(spec, contexts)  # a StepCosts
     want = [one.step(spec, int(c)) for c in contexts]
     assert durations.tolist() == [w[0] for w in want] and rows.tolist() == [w[2] for w in want]
     assert weights.tolist() == [w[3] for w in want] and (one.index_at, one.indices) == (many.index_at, many.indices)

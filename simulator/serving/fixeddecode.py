@@ -75,7 +75,7 @@ def decode_fixed(server):
             yield timeout(delay_to(env.now, now))
             due, waiting, check = peek(), len(adm.waiting), True
         tokens, done = walk(active, decision, now)
-        facts += (KIND_SPEC, start, batch, tokens, depth, drafter, size, kv_tokens, waiting, context)
+        facts += (KIND_SPEC, start, batch, tokens, depth, drafter, size, kv_tokens, waiting, context)  # StepFacts' order
         rows += (table, row, weight)  # StepLog.append, inlined
         if len(rows) >= flush_at:
             log.flush()
@@ -113,8 +113,8 @@ def decode_alone(server):
         kind, depth, drafter = KIND_SPEC, decision.tree.depth, decision.drafter
         size = lookahead = decision.tree.size
     contexts = context + np.concatenate(([0], np.cumsum(emitted[:-1])))
-    tables, rows, weights, durations = server.costs.steps(server.step_spec(kind, decision, 1), contexts)
-    ends = np.cumsum(np.concatenate(([server.now], durations)))
+    costs = server.costs.steps(server.step_spec(kind, decision, 1), contexts)
+    ends = np.cumsum(np.concatenate(([server.now], costs.durations_us)))
     ends_at, n, k = ends.tolist(), len(emitted), 0
     waits = np.empty(n)
     while k < n:
@@ -128,7 +128,7 @@ def decode_alone(server):
         k = j + 1
     server.log.extend({"kind": kind, "start_at": ends[:-1], "batch": 1, "tokens": emitted, "depth": depth,
                        "drafter": drafter, "verify_tokens": size, "kv_tokens": contexts + lookahead,
-                       "waiting": waits, "context": contexts}, tables, rows, weights)
+                       "waiting": waits, "context": contexts}, costs.tables, costs.rows, costs.weights)
     adm.kv_peak = max(adm.kv_peak, int(contexts[-1]) + lookahead)
     request.completed_at = server.now = ends_at[-1]
     adm.retire(adm.active)

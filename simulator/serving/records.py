@@ -14,7 +14,7 @@ view.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -23,9 +23,24 @@ from ..timing.costtable import STEP_COST, CostTable
 KIND_PREFILL, KIND_DECODE, KIND_SPEC = 0, 1, 2
 STEP_KIND_NAMES = {KIND_PREFILL: "prefill", KIND_DECODE: "decode", KIND_SPEC: "verify"}
 
-# what happened, in the order the serving loop appends them
-STEP_FACTS = ("kind", "start_at", "batch", "tokens", "depth", "drafter", "verify_tokens", "kv_tokens", "waiting",
-              "context")
+
+class StepFacts(NamedTuple):
+    """What happened in a step, as the serving loop appends it (the log's STEP_FACTS, in this order)."""
+
+    kind: int  # KIND_PREFILL, KIND_DECODE or KIND_SPEC
+    start_at: float  # microseconds of simulated time
+    batch: int  # requests in the step
+    tokens: int  # tokens emitted (a prefill: requests whose prompt finished)
+    depth: int  # the verify tree's depth (0 without speculation)
+    drafter: int  # the drafter's slot (-1: none)
+    verify_tokens: int  # the verify tree's size (a prefill: prompt tokens)
+    kv_tokens: int  # KV cache in use, tokens
+    waiting: int  # requests waiting for admission
+    context: int  # tokens cached for the batch before the step
+
+
+STEP_FACTS = StepFacts._fields
+
 # the log's columns as readers see them (times in microseconds)
 STEP_FIELDS = ("kind", "start_at", "duration_us", "draft_us", "pass_us", "batch", "tokens", "depth",
                "compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other",
@@ -134,8 +149,8 @@ class StepLog:
         self._pending_facts: list = []
         self._pending_costs: list = []  # (table, row, weight) per step, flat
 
-    def append(self, facts: tuple, table: CostTable, row: int = 0, weight: float = 0.0) -> None:
-        """One step: its STEP_FACTS values, and its cost as table.anchor[row] + weight x table.delta[row]."""
+    def append(self, facts: StepFacts, table: CostTable, row: int = 0, weight: float = 0.0) -> None:
+        """One step: its facts (a StepFacts, or a tuple in its order), and its cost as table.anchor[row] + weight x table.delta[row]."""
         self._pending_facts += facts
         costs = self._pending_costs
         costs += (table, row, weight)

@@ -23,7 +23,7 @@ from ..timing.layercosts import LayerStepCosts
 from ..timing.linkpass import SharedLinks
 from ..timing.machine import Machine
 from .records import (KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FACTS, STEP_FIELDS,  # noqa: F401  (re-exported)
-                      StepLog)
+                      StepFacts, StepLog)
 from .requests import make_requests
 from .walking import Walks
 from .fixeddecode import decode as decode_fixed_policy, runs_fixed
@@ -135,12 +135,12 @@ class Server:
         return spec
 
     def _timed_cost(self, spec: StepSpec, context: int):
-        """Generator: a prefill step's time passes; returns (duration, cost table, row, weight) for the log (fast
+        """Generator: a prefill step's time passes; returns its StepCost for the log (fast
         fidelity evaluates only the rows it draws, sparse_step; the decode loops, _decode and serving/fixeddecode.py,
         draw their step costs inline)."""
         if self.fast:
             cost = self.costs.sparse_step(spec, context)  # a prefill: its few rows evaluated alone
-            yield from self._advance(cost[0])
+            yield from self._advance(cost.duration_us)
             return cost
         cost = yield from self.costs.step(self.env, spec, context)
         self.now = self.env.now
@@ -279,12 +279,12 @@ class Server:
                 tree = decision.tree
                 if accepted_all is not None:
                     accepted_all(tokens == batch * (tree.depth + 1))
-                log.append((KIND_SPEC, start, batch, tokens, tree.depth, decision.drafter, tree.size, kv_tokens,
-                            len(adm.waiting), context), table, row, weight)
+                log.append(StepFacts(KIND_SPEC, start, batch, tokens, tree.depth, decision.drafter, tree.size,
+                                     kv_tokens, len(adm.waiting), context), table, row, weight)
             else:
                 tokens, done = plain(active, end)
-                log.append((KIND_DECODE, start, batch, tokens, 0, -1, 0, kv_tokens, len(adm.waiting), context),
-                           table, row, weight)
+                log.append(StepFacts(KIND_DECODE, start, batch, tokens, 0, -1, 0, kv_tokens, len(adm.waiting),
+                                     context), table, row, weight)
             if not fixed:
                 observe(decision, duration, tokens / batch, batch)
             context += tokens
@@ -329,5 +329,5 @@ class Server:
                     adm.active.append(request)
         kv_tokens = adm.kv_in_use()
         adm.note_kv(kv_tokens)
-        self.log.append((KIND_PREFILL, start, batch, finished, 0, -1, total, kv_tokens, len(adm.waiting), cached),
-                        table, row, weight)
+        self.log.append(StepFacts(KIND_PREFILL, start, batch, finished, 0, -1, total, kv_tokens, len(adm.waiting),
+                                  cached), table, row, weight)

@@ -15,7 +15,7 @@ from ..config.errors import ConfigError
 from ..timing.costs import FastStepCosts
 from ..timing.machine import Machine
 from ..timing.passbook import BookedCost, PassBook
-from ..timing.costtable import STEP_COST, CostTable
+from ..timing.costtable import STEP_COST, CostTable, StepCost
 from ..timing.stepspec import PassSpec, StepSpec
 from ..timing.timeline import DURATION_ONLY, finish_pass
 from .drafting import OwnGPUDrafter
@@ -100,7 +100,7 @@ class EventStepCosts:
 
     def step(self, env, step: StepSpec, context: int):
         """Generator (run by the scheduler process): the drafter's round, the main pass with the overlapped
-        scheduler work after its launches, then the serial host work; returns (duration, cost, 0, 0.0)."""
+        scheduler work after its launches, then the serial host work; returns a StepCost (row 0, weight 0)."""
         start = env.now
         draft = 0.0
         if step.drafts or step.draft_host_us > 0:
@@ -117,6 +117,6 @@ class EventStepCosts:
         known = {"duration": duration, "pass_us": r["duration"], "draft_us": draft,
                  "other": duration - draft - r["duration"]}
         if "slot" in r:
-            return duration, BookedCost(self.book, r["slot"], known), 0, 0.0
+            return StepCost(duration, BookedCost(self.book, r["slot"], known), 0, 0.0)
         cost = dict(r, **known)
-        return duration, CostTable.measured([cost[name] for name in STEP_COST]), 0, 0.0
+        return StepCost(duration, CostTable.measured([cost[name] for name in STEP_COST]), 0, 0.0)

@@ -12,7 +12,7 @@ import hashlib
 import numpy as np
 
 from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors, context_anchors_many
-from .costtable import STEP_COST, CostTable
+from .costtable import STEP_COST, CostTable, StepCost, StepCosts
 from .sampling import FAST_SAMPLES
 from .stepspec import StepSpec
 from .streams import block
@@ -155,7 +155,7 @@ class FastStepCosts:
         """Whether the step's whole table at an anchor is at hand (in this run or shared by value)."""
         return (step, context) in self._tables or (self.machine.key, self.seed, step, context) in _STEP_TABLES
 
-    def sparse_step(self, step: StepSpec, context: int) -> tuple:
+    def sparse_step(self, step: StepSpec, context: int) -> StepCost:
         """step() for a step drawn rarely (a prefill: one or a few per request): the row it draws is evaluated
         alone at its anchors (Machine.sample_rows, the same floats as the whole table's row) unless the whole
         tables are at hand; a step with draft passes (paired with the main pass's samples at random) takes step()."""
@@ -175,7 +175,7 @@ class FastStepCosts:
             table.delta[i] = self._sparse_row(step, high, i) - at_low if high != low else 0.0
             table.durations[i], table.duration_deltas[i] = float(table.anchor[i, 0]), float(table.delta[i, 0])
             filled.add(i)
-        return table.durations[i] + table.duration_deltas[i] * weight, table, i, weight
+        return StepCost(table.durations[i] + table.duration_deltas[i] * weight, table, i, weight)
 
     def _sparse_row(self, step: StepSpec, context: int, i: int) -> np.ndarray:
         """Row i of the step's table at an anchor (no draft passes), as _build_table computes it."""
@@ -199,9 +199,8 @@ class FastStepCosts:
             self.index_at += take
         return np.array(taken, dtype=np.int64)
 
-    def steps(self, step: StepSpec, contexts: np.ndarray) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
-        """step() at each of many contexts in turn, as arrays (the same rows and floats): the cost tables as (table,
-        steps) runs, the rows, the weights and the durations."""
+    def steps(self, step: StepSpec, contexts: np.ndarray) -> StepCosts:
+        """step() at each of many contexts in turn, as arrays (the same rows and floats)."""
         n = len(contexts)
         lows, highs, weights = context_anchors_many(contexts)
         indices = self.take_indices(n)
@@ -212,11 +211,11 @@ class FastStepCosts:
             rows[a:b] = indices[a:b] % len(table.durations)
             durations[a:b] = table.duration_column[rows[a:b]] + table.duration_delta_column[rows[a:b]] * weights[a:b]
             tables.append((table, b - a))
-        return tables, rows, weights, durations
+        return StepCosts(durations, tables, rows, weights)
 
-    def step(self, step: StepSpec, context: int) -> tuple:
-        """One step's cost at `context`: (duration, table, row, weight); every STEP_COST field is table.anchor[row]
-        + weight x table.delta[row] (hot path: the duration is blended now, the other fields when the log is read)."""
+    def step(self, step: StepSpec, context: int) -> StepCost:
+        """One step's cost at `context`; every STEP_COST field is table.anchor[row] + weight x table.delta[row] (hot
+        path: the duration is blended now, the other fields when the log is read)."""
         low, high, weight = context_anchors(context)
         last = self._last
         if last[0] is step and last[1] == low and last[2] == high:  # the same step and anchors as the last one
@@ -229,4 +228,4 @@ class FastStepCosts:
             self.next_index_block()
         i = self.indices[self.index_at] % len(durations)
         self.index_at += 1
-        return durations[i] + table.duration_deltas[i] * weight, table, i, weight
+        return StepCost(durations[i] + table.duration_deltas[i] * weight, table, i, weight)

@@ -1,9 +1,11 @@
-"""What a step cost, as the cost models return it: the STEP_COST values, and the CostTable of rows a step's cost is
+"""What a step cost, as the cost models return it: the STEP_COST values, the CostTable of rows a step's cost is
 drawn from (the fast fidelity's memoised samples at two context anchors, or one measured row at layer, link and
-event fidelity); the step log (serving.records) stores a step's cost as (table, row, weight)."""
+event fidelity), and the named records a cost model hands the serving loop: StepCost for one step, StepCosts for
+many (the step log, serving.records, stores a step's cost as its table, row and weight)."""
 from __future__ import annotations
 
 import itertools
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -74,3 +76,24 @@ class CostTable:
     def measured(cls, row) -> "CostTable":
         """One step's cost as run (layer / link fidelity): a single row, no blending."""
         return cls(np.asarray(row, dtype=float)[None, :])
+
+
+class StepCost(NamedTuple):
+    """One step's cost (FastStepCosts.step, LayerStepCosts.step, EventStepCosts.step): its duration, and where the log
+    finds every STEP_COST field: table.anchor[row] + weight x table.delta[row] (a BookedCost at layer, link and
+    event fidelity: the breakdown is booked when the log is read)."""
+
+    duration_us: float
+    table: Any  # CostTable | timing.passbook.BookedCost
+    row: int
+    weight: float
+
+
+class StepCosts(NamedTuple):
+    """Many steps' costs at once (FastStepCosts.steps), StepCost's fields as arrays in step order: the durations, the
+    cost tables as (table, number of steps) runs, each step's row and weight."""
+
+    durations_us: np.ndarray
+    tables: list  # [(CostTable, steps)]
+    rows: np.ndarray
+    weights: np.ndarray

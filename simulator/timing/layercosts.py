@@ -12,7 +12,7 @@ from .stepspec import PassSpec, StepSpec
 from .linkpass import LinkPass
 from .machine import Machine
 from .passbook import BookedCost, PassBook
-from .costtable import STEP_COST, CostTable
+from .costtable import STEP_COST, CostTable, StepCost
 from .timeline import DURATION_ONLY, LayerPass
 
 
@@ -50,7 +50,7 @@ class LayerStepCosts:
         return result
 
     def step(self, env, step: StepSpec, context: int):
-        """Generator: runs the step's passes and host costs; returns (duration, cost table, row 0, weight 0) like
+        """Generator: runs the step's passes and host costs; returns a StepCost (row 0, weight 0) like
         FastStepCosts.step, the main pass's categories booked for when the log is read (timing.passbook)."""
         draft = step.draft_host_us
         if step.draft_host_us > 0:
@@ -64,6 +64,6 @@ class LayerStepCosts:
         known = {"duration": r["duration"] + draft + step.other_us, "pass_us": r["duration"], "draft_us": draft,
                  "other": step.other_us}
         if "slot" in r:
-            return known["duration"], BookedCost(self.book, r["slot"], known), 0, 0.0
+            return StepCost(known["duration"], BookedCost(self.book, r["slot"], known), 0, 0.0)
         cost = dict(r, **known)
-        return known["duration"], CostTable.measured([cost[name] for name in STEP_COST]), 0, 0.0
+        return StepCost(known["duration"], CostTable.measured([cost[name] for name in STEP_COST]), 0, 0.0)
