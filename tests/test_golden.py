@@ -97,3 +97,14 @@ def test_goldens_say_which_kernel_source_they_need(monkeypatch):
     with pytest.raises(pytest.skip.Exception, match="measured extra"):
         skip_without_its_kernel_source("h200_dsv3_dpattn_ep8", measured)
     skip_without_its_kernel_source("pcie8_eagle3", roofline)  # no skip
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(GOLDEN, "*.json"))), ids=os.path.basename)
+def test_every_golden_that_read_the_measured_database_skips_without_it(path):
+    """All goldens: one whose figures came from the measured database (its kernel source names aiconfigurator-core,
+    the package the extra installs) is one that skips without the extra; the others name the roofline and why."""
+    golden = json.load(open(path))
+    source = golden["kernels"]["source"]
+    assert needs_measured_kernels(golden) == ("aiconfigurator-core" in json.dumps(golden)) == \
+        source.startswith("measured"), source
+    assert source.startswith(("measured (aiconfigurator-core", "roofline (")), source

@@ -9,6 +9,7 @@ does not bias the rest.
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -146,6 +147,29 @@ def test_chain_z_scores_over_many_seeds_are_standard_normal():
 # --- fixed trees ---------------------------------------------------------------------------------------------------
 
 
+def sequoia_tokens(parents, probs, decay) -> float:
+    """Tokens per verify of a tree, worked out apart from the simulator's trees and tables: a node of depth d that is
+    its parent's r-th child is accepted after its parent with p_d decay^(r-1) x prod_{j<r} (1 - p_d decay^(j-1))
+    (the earlier siblings rejected first); the sum of the nodes' path probabilities, the root counting 1."""
+    depth, children, path = [0], {}, [1.0]
+    for node in range(1, len(parents)):
+        parent = parents[node]
+        depth.append(depth[parent] + 1)
+        children[parent] = rank = children.get(parent, 0) + 1
+        p = probs[depth[node] - 1] if depth[node] <= len(probs) else 0.0
+        marginal = p * decay ** (rank - 1) * math.prod(1 - p * decay ** j for j in range(rank - 1))
+        path.append(path[parent] * marginal)
+    return math.fsum(path)
+
+
+def test_sequoia_reference_by_hand():
+    """The reference on a full binary tree of depth 3, probs [0.6, 0.5, 0.4], decay 0.5, by hand: a level's two
+    children accept 0.6 + 0.4 x 0.6 x 0.5 = 0.72, 0.5 + 0.5 x 0.5 x 0.5 = 0.625, 0.4 + 0.6 x 0.4 x 0.5 = 0.52, so
+    1 + 0.72 + 0.72 x 0.625 + 0.72 x 0.625 x 0.52 = 1 + 0.72 + 0.45 + 0.234 = 2.404."""
+    binary = [-1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6]
+    assert sequoia_tokens(binary, [0.6, 0.5, 0.4], 0.5) == pytest.approx(2.404, rel=1e-12)
+
+
 @pytest.mark.parametrize("tree, draft_tokens, probs, decay", [
     ({"kind": "k_ary", "k": 2, "depth": 3}, 14, [0.6, 0.5, 0.4], 0.5),
     ({"kind": "topk", "k": 3, "depth": 2}, 6, [0.5, 0.4], 0.7),
@@ -159,8 +183,8 @@ def test_fixed_tree_accept_length_matches_sequoia(tree, draft_tokens, probs, dec
     r = simulator.run(scenario, baseline=False)
     built = build_speculation(scenario).slots[0].tree
     table = positional_table(probs, decay, built.depth)
-    expected = analytic.tree_expected_tokens(built, table)
-    assert r.speculation["expected_accept_len"] == pytest.approx(expected)
+    expected = sequoia_tokens(built.parents, probs, decay)  # not the simulator's Tree.expected_tokens
+    assert r.speculation["expected_accept_len"] == pytest.approx(expected, rel=1e-12)
     lengths = uncut_lengths(r, raw)
     assert_mean_within_3_se(lengths, expected)
     assert_variance_within_3_se(lengths, analytic.tree_tokens_variance(built, table))

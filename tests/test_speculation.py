@@ -30,8 +30,13 @@ def test_fixed_tree_mean_accept_matches_analytic_within_3_standard_errors():
     r = simulator.run(EAGLE3, baseline=False, **overrides)
     lengths = r.run.accept_lengths[:-8]  # drop the requests' last steps, truncated by their remaining tokens
     mean, se = lengths.mean(), lengths.std(ddof=1) / np.sqrt(lengths.size)
+    # Worked out by hand (Sequoia: the sum over nodes of the product along the node's path of the rank's marginal
+    # acceptance, P_1 = p_d, P_2 = (1 - p_d) p_d decay): children of the root at depth 1 (p 0.7): P_1 0.7,
+    # P_2 0.3 x 0.7 x 0.6 = 0.126; node 1's children (p 0.5): 0.7 x 0.5 = 0.35, 0.7 x 0.5 x 0.5 x 0.6 = 0.105;
+    # node 3's child (p 0.4): 0.35 x 0.4 = 0.14; node 5's child (p 0.3): 0.14 x 0.3 = 0.042; with the root's 1:
+    expected = 1 + 0.7 + 0.126 + 0.35 + 0.105 + 0.14 + 0.042  # = 2.463
     setup = build_speculation(simulator.api.run.resolve(EAGLE3, overrides))
-    expected = setup.slots[0].acceptance.expected_tokens(setup.slots[0].tree)
+    assert setup.slots[0].acceptance.expected_tokens(setup.slots[0].tree) == pytest.approx(expected, rel=1e-12)
     assert abs(mean - expected) < 3 * se, (mean, expected, se)
     assert se < 0.02  # the test has power: a 0.06 bias would fail
 
