@@ -131,3 +131,29 @@ def test_steps_and_step_return_the_same_named_fields():
     log.append(StepFacts(1, 5.0, 2, 3, 0, -1, 0, 40, 0, 37), CostTable(np.arange(len(STEP_COST), dtype=float)))
     row = log.records()[0]
     assert (row.kind, row.start_at, row.tokens, row.kv_tokens, row.context, row.duration_us) == (1, 5.0, 3, 40, 37, 0.0)
+
+
+def test_result_sections_are_named_records_read_as_their_json_too():
+    """A Result's step times, breakdown, all-reduce times and speculation are frozen records: read by attribute, equal
+    to (and written as) the JSON object of the same keys, found by the dotted paths sweeps use, pickled whole."""
+    import dataclasses
+    import json
+    import pickle
+
+    from simulator.results.planner import lookup
+    from simulator.results.sections import BreakdownMs, StatsMs, StepTimesMs, json_of
+
+    verify = StatsMs(mean=2.0, p50=1.5, p99=4.0)
+    times = StepTimesMs(decode=None, verify=verify, draft=None, step=StatsMs(3.0, 2.5, 5.0), baseline_decode=None)
+    assert times.verify.p50 == 1.5 and times["verify"]["p99"] == 4.0 and times.get("draft") is None
+    as_json = {"decode": None, "verify": {"mean": 2.0, "p50": 1.5, "p99": 4.0}, "draft": None,
+               "step": {"mean": 3.0, "p50": 2.5, "p99": 5.0}, "baseline_decode": None}
+    assert times == as_json and json.loads(json.dumps(json_of({"step_ms": times}))) == {"step_ms": as_json}
+    assert lookup({"step_ms": times}, "step_ms.verify.mean") == 2.0 and lookup({"step_ms": times}, "step_ms.x") is None
+    assert pickle.loads(pickle.dumps(times)) == times and times != {**as_json, "decode": {"mean": 1.0}}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        times.verify = None  # type: ignore[misc]
+    with pytest.raises(KeyError):
+        verify["p90"]
+    assert list(BreakdownMs(1, 2, 3, 4, 5, 6, 7)) == ["compute", "memory", "launch", "allreduce_transfer",
+                                                       "allreduce_wait", "draft", "other"]

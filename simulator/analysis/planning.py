@@ -220,7 +220,7 @@ class Plan:
 
 
 def _outcome(name: str, description: str, overrides, result, baseline_tok_s: float | None = None) -> Outcome:
-    verify = (result.step_ms.get("verify") or {}).get("mean")
+    verify = result.step_ms.verify and result.step_ms.verify.mean
     outcome = Outcome(name, description, overrides, result.throughput_tok_s,
                       result.baseline_tok_s if baseline_tok_s is None else baseline_tok_s, result.mean_accept_len,
                       verify)

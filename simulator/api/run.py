@@ -13,6 +13,7 @@ from ..timing.machine import Machine
 from ..serving.deployment import instance_gpus, instance_machines, shared_links, simulate_deployment
 from ..results.deployment import deployment_report, summarize_servers
 from ..results.derived import allreduce_choice, breakeven_accept_len, collectives_per_pass, expected_accept_len, policy_summary, what_if
+from ..results.sections import AllreduceMs, SpeculationFigures, StepTimesMs
 from ..results.summary import Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, _stats_ms
 from ..model.cost import PassShape
 from ..results.planner import planner_figures
@@ -105,25 +106,23 @@ class Parts:
         return deployment_report(self.scenario, self.main, instance_gpus(self.scenario), shared, layer)
 
 
-def _step_ms(main, base) -> dict:
+def _step_ms(main, base) -> StepTimesMs:
     steps, spec_mask, decode_mask = main.steps, main.spec_steps, main.decode_steps
-    return {
-        "decode": _stats_ms(steps["duration_us"][decode_mask]),
-        "verify": _stats_ms(steps["pass_us"][spec_mask]),
-        "draft": _stats_ms(steps["draft_us"][spec_mask]),
-        "step": _stats_ms(steps["duration_us"][spec_mask]),
-        "baseline_decode": _stats_ms(base.steps["duration_us"][base.decode_steps]),
-    }
+    return StepTimesMs(decode=_stats_ms(steps["duration_us"][decode_mask]),
+                       verify=_stats_ms(steps["pass_us"][spec_mask]),
+                       draft=_stats_ms(steps["draft_us"][spec_mask]),
+                       step=_stats_ms(steps["duration_us"][spec_mask]),
+                       baseline_decode=_stats_ms(base.steps["duration_us"][base.decode_steps]))
 
 
-def _allreduce_ms(main) -> dict:
+def _allreduce_ms(main) -> dict[str, AllreduceMs]:
     out = {}
     for name, mask in (("verify", main.spec_steps), ("decode", main.decode_steps)):
         if mask.any():
-            out[name] = {"rank_mean": float(main.steps["allreduce_only"][mask].mean()) / 1e3,
-                         "profiled_rank": float(main.steps["allreduce_profile"][mask].mean()) / 1e3,
-                         "transfer": float(main.steps["allreduce_transfer"][mask].mean()) / 1e3,
-                         "wait": float(main.steps["allreduce_wait"][mask].mean()) / 1e3}
+            out[name] = AllreduceMs(rank_mean=float(main.steps["allreduce_only"][mask].mean()) / 1e3,
+                                    profiled_rank=float(main.steps["allreduce_profile"][mask].mean()) / 1e3,
+                                    transfer=float(main.steps["allreduce_transfer"][mask].mean()) / 1e3,
+                                    wait=float(main.steps["allreduce_wait"][mask].mean()) / 1e3)
     return out
 
 
@@ -158,9 +157,8 @@ FIGURES: dict[str, Callable[[Parts], Any]] = {
     "wall_time_s": lambda p: time.perf_counter() - p.started,
     "tokens": lambda p: p.main.tokens,
     "allreduce_choice": lambda p: allreduce_choice(p.scenario, p.machine, p.main.slots),
-    "speculation": lambda p: {"method": p.spec.speculation.method, "draft_tokens": p.spec.speculation.draft_tokens,
-                              "verify": p.spec.speculation.verify,
-                              "expected_accept_len": expected_accept_len(p.scenario, p.main.slots)},
+    "speculation": lambda p: SpeculationFigures(p.spec.speculation.method, p.spec.speculation.draft_tokens,
+                                                p.spec.speculation.verify, expected_accept_len(p.scenario, p.main.slots)),
     "description": lambda p: describe(p.scenario),
     "graph_verify": lambda p: p.spec.runtime.cuda_graph_verify,
     "eager_verify": lambda p: not p.spec.runtime.cuda_graph_verify,

@@ -145,7 +145,7 @@ def failed(label: str, exc: ConfigError) -> dict:
 
 
 def summary(label: str, result) -> dict:
-    mean = lambda key: (result.step_ms.get(key) or {}).get("mean")  # noqa: E731
+    mean = lambda key: getattr(getattr(result.step_ms, key), "mean", None)  # noqa: E731
     load = result.load or {}
     p90 = lambda key: (load.get(key) or {}).get("p90")  # noqa: E731
     return {"label": label, "scenario": result.scenario, "seed": result.seed,

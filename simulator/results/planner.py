@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 
@@ -83,7 +84,7 @@ def planner_figures(scenario, throughput_tok_s: float, baseline_tok_s: float, lo
 def lookup(data: Any, path: str) -> Any:
     """The value at a dotted path of a result's JSON (None where the path stops)."""
     for key in path.split("."):
-        if not isinstance(data, dict) or key not in data:
+        if not isinstance(data, Mapping) or key not in data:  # a dict, or a named section (results.sections)
             return None
         data = data[key]
     return data

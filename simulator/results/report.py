@@ -149,12 +149,11 @@ def to_csv_long(result: Result) -> str:
 def verdict(result: Result) -> list[str]:
     """Plain words: does speculation pay here, and why not."""
     be, acc = result.breakeven_accept_len, result.mean_accept_len
-    if result.speculation["method"] == "none" or be is None:
+    if result.speculation.method == "none" or be is None:
         return []
-    step = result.step_ms.get("step") or {}
-    base = result.step_ms.get("baseline_decode") or {}
+    step, base = result.step_ms.step, result.step_ms.baseline_decode
     lines = [f"break-even: speculation pays when the accept length exceeds {be:.2f} "
-             f"(speculative step {_fmt(step.get('mean'))} ms / plain decode step {_fmt(base.get('mean'), 2)} ms)."]
+             f"(speculative step {_fmt(step and step.mean)} ms / plain decode step {_fmt(base and base.mean, 2)} ms)."]
     if acc > be:
         lines.append(f"verdict: speculation PAYS here: accept length {acc:.2f} > {be:.2f}, {result.speedup:.2f}x the baseline.")
     else:
@@ -163,7 +162,7 @@ def verdict(result: Result) -> list[str]:
     bd = result.breakdown_ms_per_token
     total = sum(bd.values())
     verify = result.allreduce_ms_per_pass.get("verify")
-    vstep = (result.step_ms.get("verify") or {}).get("mean")
+    vstep = result.step_ms.verify and result.step_ms.verify.mean
     if verify and vstep and result.allreduce_per_pass:
         share = verify["rank_mean"] / vstep
         choice = result.allreduce_choice.get("verify") or result.allreduce_choice["decode"]
@@ -210,22 +209,22 @@ def _speculation_lines(r: Result, spec: bool) -> list[str]:
     lines = [f"  throughput          {r.throughput_tok_s:8.1f} tok/s" +
              (f"   baseline {r.baseline_tok_s:.1f} tok/s   speedup {r.speedup:.2f}x" if spec else "")]
     if spec:
-        expected = r.speculation.get("expected_accept_len")
+        expected = r.speculation.expected_accept_len
         lines.append(f"  mean accept length  {r.mean_accept_len:8.2f}" +
                      (f"         (acceptance model's expectation {expected:.2f})" if expected else ""))
         hist = "  ".join(f"{k}:{v}" for k, v in r.accept_len_hist.items())
         if hist:
             lines.append(f"  accept histogram    {hist}")
     s = r.step_ms
-    if spec and not s.get("verify"):
+    if spec and not s.verify:
         lines.append(f"  verify pass         {'-':>8}      no speculative step ran (the {r.policy.get('kind', '')} "
                      "policy never chose to speculate)")
     elif spec:
-        lines.append(f"  verify pass         {_fmt(s['verify']['mean']):>8} ms   p50 {_fmt(s['verify']['p50'])}  "
-                     f"p99 {_fmt(s['verify']['p99'])}   ({'CUDA graph' if r.graph_verify else 'eager'})")
-        lines.append(f"  drafting            {_fmt(s['draft']['mean'], 2):>8} ms   whole step {_fmt(s['step']['mean'])} ms")
-    if s.get("baseline_decode"):
-        lines.append(f"  plain decode step   {_fmt(s['baseline_decode']['mean'], 2):>8} ms")
+        lines.append(f"  verify pass         {_fmt(s.verify.mean):>8} ms   p50 {_fmt(s.verify.p50)}  "
+                     f"p99 {_fmt(s.verify.p99)}   ({'CUDA graph' if r.graph_verify else 'eager'})")
+        lines.append(f"  drafting            {_fmt(s.draft.mean, 2):>8} ms   whole step {_fmt(s.step.mean)} ms")
+    if s.baseline_decode:
+        lines.append(f"  plain decode step   {_fmt(s.baseline_decode.mean, 2):>8} ms")
     return lines
 
 
@@ -285,7 +284,7 @@ def _load_lines(load: dict) -> list[str]:
 def to_table(result: Result) -> str:
     """The human-readable report: what was run, the figures, the time per token and the verdict."""
     r = result
-    spec = r.speculation["method"] != "none"
+    spec = r.speculation.method != "none"
     lines = (_header_lines(r) + _speculation_lines(r, spec) + _machine_lines(r) + _policy_lines(r, spec)
              + _load_lines(r.load) + (client_line(r.load) if _load_lines(r.load) else []) + planner_lines(r) + deployment_lines(r) + [""])
     bd = r.breakdown_ms_per_token

@@ -43,7 +43,7 @@ STEP_COLUMNS = (
 def drafter_names(result: Result) -> list[str]:
     """Drafter index -> name: the scenario's method first, then a multi-drafter policy's fallback."""
     shares = (result.policy or {}).get("drafter_share") or {}
-    return list(shares) or [result.speculation["method"]]
+    return list(shares) or [result.speculation.method]
 
 
 def rows(result: Result):

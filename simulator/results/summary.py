@@ -10,8 +10,9 @@ from ..serving.records import KIND_DECODE, KIND_SPEC, StepColumns
 from .client import client_metrics, send_times
 from .planner import target_check
 from .quantiles import percentiles
+from .sections import AllreduceMs, BreakdownMs, SpeculationFigures, StatsMs, StepTimesMs, json_of
 
-BREAKDOWN = ("compute", "memory", "launch", "allreduce_transfer", "allreduce_wait", "draft", "other")
+BREAKDOWN = BreakdownMs._keys()  # compute, memory, launch, allreduce_transfer, allreduce_wait, draft, other
 
 
 def step_table(server) -> StepColumns:
@@ -19,11 +20,11 @@ def step_table(server) -> StepColumns:
     return server.log.columns()
 
 
-def _stats_ms(values_us: np.ndarray) -> dict[str, float] | None:
+def _stats_ms(values_us: np.ndarray) -> StatsMs | None:
     if values_us.size == 0:
         return None
     p50, p99 = percentiles(values_us, (50, 99))
-    return {"mean": float(values_us.mean()) / 1e3, "p50": p50 / 1e3, "p99": p99 / 1e3}
+    return StatsMs(float(values_us.mean()) / 1e3, p50 / 1e3, p99 / 1e3)
 
 
 WINDOW_TOKENS = 512
@@ -110,16 +111,16 @@ class Result:
     ttft_ms: float
     mean_accept_len: float
     accept_len_hist: dict[str, int]
-    step_ms: dict[str, Any]
-    breakdown_ms_per_token: dict[str, float]
+    step_ms: StepTimesMs
+    breakdown_ms_per_token: BreakdownMs
     allreduce_per_pass: int
-    allreduce_ms_per_pass: dict[str, Any]
+    allreduce_ms_per_pass: dict[str, AllreduceMs]  # "verify", "decode": where the run has such passes
     breakeven_accept_len: float | None
     sim_time_s: float
     wall_time_s: float
     tokens: int
     allreduce_choice: dict[str, Any]
-    speculation: dict[str, Any]
+    speculation: SpeculationFigures
     description: str = ""
     graph_verify: bool = False
     eager_verify: bool = True
@@ -143,10 +144,10 @@ class Result:
         return {k: getattr(self, k) for k in names[names.index("speculation") + 1:] if k not in ("run", "baseline")}
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("run", "baseline")}
+        return {f.name: json_of(getattr(self, f.name)) for f in fields(self) if f.name not in ("run", "baseline")}
 
 
-def breakdown_per_token(run: RunSummary) -> dict[str, float]:
+def breakdown_per_token(run: RunSummary) -> BreakdownMs:
     """Milliseconds per generated token by category; they sum to sim_time / tokens.
 
     A deployment of n instances books each instance's steps and its idle time within the deployment's span, and
@@ -154,11 +155,11 @@ def breakdown_per_token(run: RunSummary) -> dict[str, float]:
     """
     s = run.steps
     if run.tokens == 0:
-        return {k: 0.0 for k in BREAKDOWN}
+        return BreakdownMs(*(0.0 for _ in BREAKDOWN))
     n = max(1, len(run.instances))
     out = {k: float(s[k].sum()) for k in BREAKDOWN}
     out["other"] += n * run.sim_time_us - float(s["duration_us"].sum())  # idle gaps between steps, if any
-    return {k: v / n / run.tokens / 1e3 for k, v in out.items()}
+    return BreakdownMs(**{k: v / n / run.tokens / 1e3 for k, v in out.items()})
 
 
 def _percentiles_ms(values_us: list[float]) -> dict[str, float] | None:

@@ -169,8 +169,8 @@ def chain_vs_tree(chain: list, tree: list, title: str = "", path: str = "chain_v
     plt = _pyplot()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
     for name, results, marker, color in (("chain", chain, "o", "C0"), ("tree", tree, "s", "C1")):
-        results = sorted(results, key=lambda r: r.speculation["draft_tokens"])
-        drafts = [r.speculation["draft_tokens"] for r in results]
+        results = sorted(results, key=lambda r: r.speculation.draft_tokens)
+        drafts = [r.speculation.draft_tokens for r in results]
         ax.plot(drafts, [r.throughput_tok_s for r in results], marker + "-", color=color, label=name)
         ax2.plot(drafts, [r.mean_accept_len for r in results], marker + "-", color=color, label=name)
         ax2.plot(drafts, [r.breakeven_accept_len or np.nan for r in results], marker + ":", color=color,

@@ -41,8 +41,7 @@ class Figures:
         from .figures import breakeven_map
 
         r = self.run("pcie8_eagle3")
-        verify, step = r.step_ms["verify"]["mean"], r.step_ms["step"]["mean"]
-        decode = r.step_ms["baseline_decode"]["mean"]
+        verify, step, decode = r.step_ms.verify.mean, r.step_ms.step.mean, r.step_ms.baseline_decode.mean
         overhead = step - verify  # drafting, scheduler and synchronisation around the verify pass
         accept = np.linspace(1.0, 4.5, 36)
         verify_grid = np.linspace(5.0, 40.0, 36)

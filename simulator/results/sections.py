@@ -1,0 +1,98 @@
+"""Named records for a Result's sections: frozen dataclasses whose fields are the section's keys, in the unit the
+section's name says (step_ms: milliseconds). Code reads them by attribute (`result.step_ms.verify.p50`); each is also
+a read-only Mapping of the same keys, so the JSON, the CSV columns and the dotted paths of sweeps, calibration and
+validation (`step_ms.verify.mean`) read them as before. `json_of` turns a section (nested ones too) into its object."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+class Section(Mapping):
+    """A record read by key as well (its fields, in order); equal to any mapping with the same items."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self):
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    @classmethod
+    def _keys(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self._keys())})"
+
+
+def json_of(value: Any) -> Any:
+    """The value with every Section (at any depth, in dicts, lists and tuples) as a plain dict."""
+    if isinstance(value, Section):
+        return {key: json_of(getattr(value, key)) for key in value._keys()}
+    if isinstance(value, dict):
+        return {key: json_of(v) for key, v in value.items()}
+    if isinstance(value, list):
+        return [json_of(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, eq=False)
+class StatsMs(Section):
+    """Mean and percentiles of a set of times, in milliseconds."""
+
+    mean: float
+    p50: float
+    p99: float
+
+
+@dataclass(frozen=True, eq=False)
+class StepTimesMs(Section):
+    """Step times of a run (None where the run has no such step): plain decode steps, the verify pass, the drafting
+    and the whole speculative step, and the baseline's plain decode steps."""
+
+    decode: StatsMs | None
+    verify: StatsMs | None
+    draft: StatsMs | None
+    step: StatsMs | None
+    baseline_decode: StatsMs | None
+
+
+@dataclass(frozen=True, eq=False)
+class AllreduceMs(Section):
+    """A pass's all-reduce time, milliseconds per pass: the mean over ranks, what a profile of one typical rank shows
+    (the median rank's), and the mean over ranks split into transfer and waiting for the slowest rank."""
+
+    rank_mean: float
+    profiled_rank: float
+    transfer: float
+    wait: float
+
+
+@dataclass(frozen=True, eq=False)
+class BreakdownMs(Section):
+    """Milliseconds per generated token by category (they sum to the simulated time per token)."""
+
+    compute: float  # kernels the roofline or the database finds compute-bound
+    memory: float  # kernels bound by memory
+    launch: float  # the GPU idle, waiting for its host's launches
+    allreduce_transfer: float  # collectives moving bytes (the all-reduces, and any other of the split)
+    allreduce_wait: float  # ranks waiting at collectives for the slowest
+    draft: float  # drafting
+    other: float  # the scheduler, syncs and idle time between steps
+
+
+@dataclass(frozen=True, eq=False)
+class SpeculationFigures(Section):
+    """What speculated: the method, its draft tokens and verify (chain or tree), and the acceptance model's expected
+    tokens per verify (None where the model has no closed form)."""
+
+    method: str
+    draft_tokens: int
+    verify: str
+    expected_accept_len: float | None
