@@ -13,7 +13,7 @@ from ..timing.machine import Machine
 from ..serving.deployment import instance_gpus, instance_machines, shared_links, simulate_deployment
 from ..results.deployment import deployment_report, summarize_servers
 from ..results.derived import allreduce_choice, breakeven_accept_len, collectives_per_pass, expected_accept_len, policy_summary, what_if
-from ..results.sections import AllreduceMs, SpeculationFigures, StepTimesMs
+from ..results.sections import AllreduceMs, LoadFigures, SpeculationFigures, StepTimesMs, json_of
 from ..results.summary import Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, _stats_ms
 from ..model.cost import PassShape
 from ..results.planner import planner_figures
@@ -71,7 +71,7 @@ def run_figures(scenario: Scenario, names: Iterable[str]) -> dict[str, Any]:
     """The named top-level figures of run(scenario).to_dict() (the same values), computing only those: the
     simulation evaluates its breakdown only where a figure reads it. Unknown names are left out."""
     parts = Parts(scenario, True, time.perf_counter())
-    return {name: FIGURES[name](parts) for name in dict.fromkeys(names) if name in FIGURES}
+    return {name: json_of(FIGURES[name](parts)) for name in dict.fromkeys(names) if name in FIGURES}
 
 
 class Parts:
@@ -90,11 +90,11 @@ class Parts:
             if (baseline and self.spec.speculation.method != "none") else self.main
 
     @cached_property
-    def load(self) -> dict:
+    def load(self) -> LoadFigures:
         return load_metrics(self.main, self.spec.workload.target, self.spec.workload.max_concurrency)
 
     @cached_property
-    def baseline_load(self) -> dict:
+    def baseline_load(self) -> LoadFigures:
         return self.load if self.base is self.main else load_metrics(self.base, self.spec.workload.target, self.spec.workload.max_concurrency)
 
     def deployment(self) -> dict:
@@ -144,8 +144,8 @@ FIGURES: dict[str, Callable[[Parts], Any]] = {
     "throughput_tok_s": lambda p: p.main.throughput_tok_s,
     "baseline_tok_s": lambda p: p.base.throughput_tok_s,
     "speedup": _speedup,
-    "tpot_ms": lambda p: (p.load["tpot_ms"] or {}).get("mean", 0.0),
-    "ttft_ms": lambda p: (p.load["ttft_ms"] or {}).get("mean", 0.0),
+    "tpot_ms": lambda p: p.load.tpot_ms.mean if p.load.tpot_ms else 0.0,
+    "ttft_ms": lambda p: p.load.ttft_ms.mean if p.load.ttft_ms else 0.0,
     "mean_accept_len": lambda p: float(p.main.accept_lengths.mean()) if p.main.accept_lengths.size else 1.0,
     "accept_len_hist": lambda p: accept_histogram(p.main.accept_lengths),
     "step_ms": lambda p: _step_ms(p.main, p.base),

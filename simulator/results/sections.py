@@ -96,3 +96,36 @@ class SpeculationFigures(Section):
     draft_tokens: int
     verify: str
     expected_accept_len: float | None
+
+
+@dataclass(frozen=True, eq=False)
+class PercentilesMs(Section):
+    """Mean and percentiles of per-request latencies, in milliseconds."""
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+
+@dataclass(frozen=True, eq=False)
+class LoadFigures(Section):
+    """A run under its load: per-request latencies (None without such requests), request throughput and goodput under
+    the latency target, the target's check (results.planner.target_check), KV cache use, preemptions, batch and
+    queue, and the benchmark clients' own figures (results.client.client_metrics)."""
+
+    ttft_ms: PercentilesMs | None
+    tpot_ms: PercentilesMs | None
+    queue_ms: PercentilesMs | None
+    request_throughput_rps: float
+    goodput_rps: float
+    goodput_tok_s: float
+    slo_attainment: float
+    target: dict[str, Any] | None
+    kv_peak_tokens: int
+    kv_capacity_tokens: int
+    kv_peak_fraction: float
+    preemptions: int
+    mean_batch: float
+    max_waiting: int
+    client: dict[str, Any]

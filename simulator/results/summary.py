@@ -10,7 +10,7 @@ from ..serving.records import KIND_DECODE, KIND_SPEC, StepColumns
 from .client import client_metrics, send_times
 from .planner import target_check
 from .quantiles import percentiles
-from .sections import AllreduceMs, BreakdownMs, SpeculationFigures, StatsMs, StepTimesMs, json_of
+from .sections import AllreduceMs, BreakdownMs, LoadFigures, PercentilesMs, SpeculationFigures, StatsMs, StepTimesMs, json_of
 
 BREAKDOWN = BreakdownMs._keys()  # compute, memory, launch, allreduce_transfer, allreduce_wait, draft, other
 
@@ -127,8 +127,8 @@ class Result:
     accept_len_windows: list[dict] = field(default_factory=list)  # mean accept length per window of each request
     policy: dict[str, Any] = field(default_factory=dict)  # how often the policy speculated, with which drafter
     what_if: dict[str, Any] = field(default_factory=dict)  # the report's quick levers (derived.what_if)
-    load: dict[str, Any] = field(default_factory=dict)  # latency percentiles, goodput, queueing, KV use
-    baseline_load: dict[str, Any] = field(default_factory=dict)
+    load: LoadFigures | None = None  # latency percentiles, goodput, queueing, KV use
+    baseline_load: LoadFigures | None = None
     planner: dict[str, Any] = field(default_factory=dict)  # per GPU, goodput at the target, cost (results/planner.py)
     kernels: dict[str, Any] = field(default_factory=dict)  # which source timed each kernel family (measured/roofline)
     provenance: dict[str, Any] = field(default_factory=dict)  # what was run (results/provenance.py)
@@ -162,15 +162,15 @@ def breakdown_per_token(run: RunSummary) -> BreakdownMs:
     return BreakdownMs(**{k: v / n / run.tokens / 1e3 for k, v in out.items()})
 
 
-def _percentiles_ms(values_us: list[float]) -> dict[str, float] | None:
+def _percentiles_ms(values_us: list[float]) -> PercentilesMs | None:
     if not values_us:
         return None
     a = np.asarray(values_us) / 1e3
     p50, p90, p99 = percentiles(a, (50, 90, 99))
-    return {"mean": float(a.mean()), "p50": p50, "p90": p90, "p99": p99}
+    return PercentilesMs(float(a.mean()), p50, p90, p99)
 
 
-def load_metrics(run: RunSummary, target, max_concurrency: int | None = None) -> dict[str, Any]:
+def load_metrics(run: RunSummary, target, max_concurrency: int | None = None) -> LoadFigures:
     """Per-request latency percentiles, request throughput, goodput under the latency target, queueing, KV use;
     `client`: TTFT, TPOT, ITL and E2E as the benchmark clients compute them (results.client). Latencies count
     from when the client sends a request (its arrival, or later with workload.max_concurrency)."""
@@ -182,20 +182,20 @@ def load_metrics(run: RunSummary, target, max_concurrency: int | None = None) ->
     seconds = run.sim_time_us / 1e6
     good = [r for r, t in zip(done, ttft) if t / 1e3 <= target.ttft_ms and
             (r.generated <= 1 or (r.completed_at - r.first_token_at) / (r.generated - 1) / 1e3 <= target.tpot_ms)]
-    return {
-        "ttft_ms": _percentiles_ms(ttft), "tpot_ms": _percentiles_ms(tpot), "queue_ms": _percentiles_ms(queue),
-        "request_throughput_rps": len(done) / seconds if seconds > 0 else 0.0,
-        "goodput_rps": len(good) / seconds if seconds > 0 else 0.0,
-        "goodput_tok_s": sum(r.generated for r in good) / seconds if seconds > 0 else 0.0,
-        "slo_attainment": len(good) / len(done) if done else 0.0,
-        "target": target_check(ttft, tpot, target),
-        "kv_peak_tokens": run.kv_peak_tokens, "kv_capacity_tokens": run.kv_capacity_tokens,
-        "kv_peak_fraction": run.kv_peak_tokens / run.kv_capacity_tokens if run.kv_capacity_tokens else 0.0,
-        "preemptions": run.preemptions,
-        "mean_batch": float(run.steps["batch"][run.steps["kind"] > 0].mean()) if (run.steps["kind"] > 0).any() else 0.0,
-        "max_waiting": int(run.steps["waiting"].max()) if run.steps["waiting"].size else 0,
-        "client": client_metrics(run, max_concurrency),
-    }
+    decoding = run.steps["kind"] > 0
+    return LoadFigures(
+        ttft_ms=_percentiles_ms(ttft), tpot_ms=_percentiles_ms(tpot), queue_ms=_percentiles_ms(queue),
+        request_throughput_rps=len(done) / seconds if seconds > 0 else 0.0,
+        goodput_rps=len(good) / seconds if seconds > 0 else 0.0,
+        goodput_tok_s=sum(r.generated for r in good) / seconds if seconds > 0 else 0.0,
+        slo_attainment=len(good) / len(done) if done else 0.0,
+        target=target_check(ttft, tpot, target),
+        kv_peak_tokens=run.kv_peak_tokens, kv_capacity_tokens=run.kv_capacity_tokens,
+        kv_peak_fraction=run.kv_peak_tokens / run.kv_capacity_tokens if run.kv_capacity_tokens else 0.0,
+        preemptions=run.preemptions,
+        mean_batch=float(run.steps["batch"][decoding].mean()) if decoding.any() else 0.0,
+        max_waiting=int(run.steps["waiting"].max()) if run.steps["waiting"].size else 0,
+        client=client_metrics(run, max_concurrency))
 
 
 def mean_step_us(run: RunSummary, mask: np.ndarray) -> float | None:
