@@ -12,6 +12,7 @@ from .breakeven import CHAIN_DRAFTS
 from ..config import Scenario
 from ..config.errors import ConfigError
 from ..config.paths import get_path
+from ..results.sections import json_of
 from .accept_scaling import _SCALED, accept_scale_for, scaled_acceptance  # noqa: F401  (accept_scale_for re-exported)
 from ..speculation.setup import build_speculation
 from .split_levers import lever_split
@@ -225,7 +226,7 @@ def _outcome(name: str, description: str, overrides, result, baseline_tok_s: flo
                       result.baseline_tok_s if baseline_tok_s is None else baseline_tok_s, result.mean_accept_len,
                       verify)
     outcome.figures = {"throughput_tok_s": outcome.throughput_tok_s, "speedup": outcome.speedup,
-                       "load": {"goodput_tok_s": result.load.get("goodput_tok_s")}, "planner": result.planner}
+                       "load": {"goodput_tok_s": result.load.get("goodput_tok_s")}, "planner": json_of(result.planner)}
     return outcome
 
 

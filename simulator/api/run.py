@@ -13,7 +13,7 @@ from ..timing.machine import Machine
 from ..serving.deployment import instance_gpus, instance_machines, shared_links, simulate_deployment
 from ..results.deployment import deployment_report, summarize_servers
 from ..results.derived import allreduce_choice, breakeven_accept_len, collectives_per_pass, expected_accept_len, policy_summary, what_if
-from ..results.sections import AllreduceMs, LoadFigures, SpeculationFigures, StepTimesMs, json_of
+from ..results.sections import AllreduceMs, KernelSources, LoadFigures, SpeculationFigures, StepTimesMs, json_of
 from ..results.summary import Result, accept_histogram, accept_windows, load_metrics, breakdown_per_token, _stats_ms
 from ..model.cost import PassShape
 from ..results.planner import planner_figures
@@ -176,7 +176,7 @@ FIGURES: dict[str, Callable[[Parts], Any]] = {
 }
 
 
-def kernel_report(scenario: Scenario, machine: Machine, slots) -> dict:
+def kernel_report(scenario: Scenario, machine: Machine, slots) -> KernelSources:
     """Which source times each kernel family, over the decode and verify passes (and the drafters' passes) at the
     scenario's prompt length."""
     from ..timing.stepspec import verify_pass
@@ -191,4 +191,4 @@ def kernel_report(scenario: Scenario, machine: Machine, slots) -> dict:
         for shape in shapes:
             layout = machine.layout(part, shape, split)  # pass_layout of the part's card, memoised
             kernels += [k for segment in layout.segments for k in segment.kernels]
-    return machine.kernels.report(kernels)
+    return KernelSources(**machine.kernels.report(kernels))

@@ -17,6 +17,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from .sections import PlannerFigures
+
 
 class Ranking(NamedTuple):
     """A figure to rank deployments by: its dotted path in a result's JSON and whether higher is better."""
@@ -60,25 +62,24 @@ def per_mtok_usd(gpus: int, usd_per_gpu_hour: float | None, tok_s: float) -> flo
 
 
 def planner_figures(scenario, throughput_tok_s: float, baseline_tok_s: float, load: dict, baseline_load: dict
-                    ) -> dict[str, Any]:
+                    ) -> PlannerFigures:
     """The planner's figures of one run and its baseline (the `planner` section of a Result)."""
     gpus = scenario.spec.parallelism.num_gpus
     price = scenario.topology.price
     usd = price.usd_per_gpu_hour if price is not None else None
     goodput, baseline_goodput = load.get("goodput_tok_s", 0.0), baseline_load.get("goodput_tok_s", 0.0)
-    return {
-        "gpus": gpus,
-        "throughput_tok_s_per_gpu": throughput_tok_s / gpus,
-        "baseline_tok_s_per_gpu": baseline_tok_s / gpus,
-        "goodput_tok_s_per_gpu": goodput / gpus,
-        "baseline_goodput_tok_s_per_gpu": baseline_goodput / gpus,
-        "target_met": (load.get("target") or {}).get("met"),
-        "baseline_target_met": (baseline_load.get("target") or {}).get("met"),
-        "price": price.model_dump() if price is not None else None,
-        "usd_per_mtok": per_mtok_usd(gpus, usd, throughput_tok_s),
-        "baseline_usd_per_mtok": per_mtok_usd(gpus, usd, baseline_tok_s),
-        "usd_per_good_mtok": per_mtok_usd(gpus, usd, goodput),
-    }
+    return PlannerFigures(
+        gpus=gpus,
+        throughput_tok_s_per_gpu=throughput_tok_s / gpus,
+        baseline_tok_s_per_gpu=baseline_tok_s / gpus,
+        goodput_tok_s_per_gpu=goodput / gpus,
+        baseline_goodput_tok_s_per_gpu=baseline_goodput / gpus,
+        target_met=(load.get("target") or {}).get("met"),
+        baseline_target_met=(baseline_load.get("target") or {}).get("met"),
+        price=price.model_dump() if price is not None else None,
+        usd_per_mtok=per_mtok_usd(gpus, usd, throughput_tok_s),
+        baseline_usd_per_mtok=per_mtok_usd(gpus, usd, baseline_tok_s),
+        usd_per_good_mtok=per_mtok_usd(gpus, usd, goodput))
 
 
 def lookup(data: Any, path: str) -> Any:

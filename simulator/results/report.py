@@ -241,8 +241,8 @@ def _machine_lines(r: Result) -> list[str]:
         lines.append(f"    per {kind} pass    {ar['profiled_rank']:8.1f} ms on a typical rank (profile), "
                      f"{ar['rank_mean']:.1f} ms averaged over ranks (transfer + waiting)")
     if r.kernels:
-        families = ", ".join(f"{f} {how}" for f, how in r.kernels["families"].items() if how != "measured")
-        lines.append(f"  kernel times        {r.kernels['source']}" + (f"; {families}" if families else ""))
+        families = ", ".join(f"{f} {how}" for f, how in r.kernels.families.items() if how != "measured")
+        lines.append(f"  kernel times        {r.kernels.source}" + (f"; {families}" if families else ""))
     return lines
 
 

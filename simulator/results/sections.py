@@ -129,3 +129,30 @@ class LoadFigures(Section):
     mean_batch: float
     max_waiting: int
     client: dict[str, Any]
+
+
+@dataclass(frozen=True, eq=False)
+class PlannerFigures(Section):
+    """The planner's figures of a run and its baseline: per GPU throughput and goodput, whether the latency target is
+    met (None without one), the GPU price (topology `price`, None without one) and US dollars per million tokens
+    (all, and good ones only)."""
+
+    gpus: int
+    throughput_tok_s_per_gpu: float
+    baseline_tok_s_per_gpu: float
+    goodput_tok_s_per_gpu: float
+    baseline_goodput_tok_s_per_gpu: float
+    target_met: bool | None
+    baseline_target_met: bool | None
+    price: dict[str, Any] | None
+    usd_per_mtok: float | None
+    baseline_usd_per_mtok: float | None
+    usd_per_good_mtok: float | None
+
+
+@dataclass(frozen=True, eq=False)
+class KernelSources(Section):
+    """Which source timed the kernels (measured database, roofline, and why), and per kernel family which served."""
+
+    source: str
+    families: dict[str, str]

@@ -10,7 +10,8 @@ from ..serving.records import KIND_DECODE, KIND_SPEC, StepColumns
 from .client import client_metrics, send_times
 from .planner import target_check
 from .quantiles import percentiles
-from .sections import AllreduceMs, BreakdownMs, LoadFigures, PercentilesMs, SpeculationFigures, StatsMs, StepTimesMs, json_of
+from .sections import (AllreduceMs, BreakdownMs, KernelSources, LoadFigures, PercentilesMs, PlannerFigures,
+                       SpeculationFigures, StatsMs, StepTimesMs, json_of)
 
 BREAKDOWN = BreakdownMs._keys()  # compute, memory, launch, allreduce_transfer, allreduce_wait, draft, other
 
@@ -129,8 +130,8 @@ class Result:
     what_if: dict[str, Any] = field(default_factory=dict)  # the report's quick levers (derived.what_if)
     load: LoadFigures | None = None  # latency percentiles, goodput, queueing, KV use
     baseline_load: LoadFigures | None = None
-    planner: dict[str, Any] = field(default_factory=dict)  # per GPU, goodput at the target, cost (results/planner.py)
-    kernels: dict[str, Any] = field(default_factory=dict)  # which source timed each kernel family (measured/roofline)
+    planner: PlannerFigures | None = None  # per GPU, goodput at the target, cost (results/planner.py)
+    kernels: KernelSources | None = None  # which source timed each kernel family (measured/roofline)
     provenance: dict[str, Any] = field(default_factory=dict)  # what was run (results/provenance.py)
     collectives: dict[str, Any] = field(default_factory=dict)  # a wider split's collectives per decode pass
     deployment: dict[str, Any] = field(default_factory=dict)  # the instances and their figures (results/deployment.py)
