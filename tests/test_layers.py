@@ -85,3 +85,29 @@ def test_the_walker_sees_a_wrong_way_arrow(tmp_path):
         assert layer_of(target) > layer_of(module_name(bad))
     finally:
         bad.unlink()
+
+
+# What results may read of the serving layer: the step log's named records, and the entry points of a whole run
+# (a deployment's simulation and its start check, the arrivals file, the hook a progress bar polls); never the
+# serving loop's parts (server, admission, router, walks, the event fidelity's ranks and steps).
+RESULTS_READ_OF_SERVING = {"simulator.serving.records", "simulator.serving.deployment", "simulator.serving.requests",
+                           "simulator.serving.simulate"}
+
+
+def serving_internals(path: pathlib.Path) -> list[str]:
+    return [f"{path.relative_to(PACKAGE)}:{line} imports {target}" for line, target in imports_of(path)
+            if target.startswith("simulator.serving") and target not in RESULTS_READ_OF_SERVING]
+
+
+def test_results_read_serving_only_through_its_records_and_entry_points():
+    found = [hit for path in sorted((PACKAGE / "results").rglob("*.py")) for hit in serving_internals(path)]
+    assert found == [], found
+
+
+def test_the_walker_sees_results_reaching_into_the_serving_loop():
+    bad = PACKAGE / "results" / "_probe_internal.py"
+    bad.write_text("from ..serving.server import Server\n")
+    try:
+        assert serving_internals(bad) == ["results/_probe_internal.py:1 imports simulator.serving.server"]
+    finally:
+        bad.unlink()
