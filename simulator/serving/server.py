@@ -279,12 +279,12 @@ class Server:
                 tree = decision.tree
                 if accepted_all is not None:
                     accepted_all(tokens == batch * (tree.depth + 1))
-                log.append(StepFacts(KIND_SPEC, start, batch, tokens, tree.depth, decision.drafter, tree.size,
-                                     kv_tokens, len(adm.waiting), context), table, row, weight)
+                log.append((KIND_SPEC, start, batch, tokens, tree.depth, decision.drafter, tree.size, kv_tokens,
+                            len(adm.waiting), context), table, row, weight)  # StepFacts' order (a tuple: hot path)
             else:
                 tokens, done = plain(active, end)
-                log.append(StepFacts(KIND_DECODE, start, batch, tokens, 0, -1, 0, kv_tokens, len(adm.waiting),
-                                     context), table, row, weight)
+                log.append((KIND_DECODE, start, batch, tokens, 0, -1, 0, kv_tokens, len(adm.waiting), context),
+                           table, row, weight)  # StepFacts' order
             if not fixed:
                 observe(decision, duration, tokens / batch, batch)
             context += tokens
