@@ -24,7 +24,7 @@ SET_WHOLE = ("model", "engine")
 SET_PREFIXES = ("topology.gpu.memory_GB", "topology.gpu.memory_bandwidth_GBps", "topology.gpu.peak_TFLOPS",
                 "topology.gpu.num_sms", "topology.gpu.sm_version", "fabric.p2p_level", "topology.fabric.p2p_level",
                 "model.", "engine.", "parallelism.", "workload.", "speculation.method", "speculation.draft_tokens",
-                "speculation.verify", "speculation.tree", "speculation.acceptance")
+                "speculation.verify", "speculation.tree", "speculation.acceptance", "speculation.draft_model")
 
 
 def scenario_problems(data: Any, where: str) -> list[str]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from .base import Strict
 
@@ -137,10 +137,17 @@ class Speculation(Strict):
     draft_tokens: PositiveInt = Field(3, le=255, description="Draft tokens verified per step (tree: nodes besides the root)")
     verify: Literal["chain", "tree"] = Field("chain", description="Verify the drafts as a chain or as a token tree")
     tree: TreeShape = Field(TreeShape(), description="The verify tree's shape (verify: tree)")
-    acceptance: Optional[Acceptance] = Field(None, description="How many drafts survive verification: iid, positional, bursty, ngram_context or trace; omitted for ngram / suffix: computed by the drafter over workload.corpus")
+    acceptance: Optional[Acceptance] = Field(None, description="How many drafts survive verification: iid, positional, bursty, ngram_context or trace, or {library: name} (a published acceptance, scenarios/acceptance/library.yaml); omitted for ngram / suffix: computed by the drafter over workload.corpus")
     ngram: NgramDrafter = Field(NgramDrafter(), description="The n-gram drafter: its algorithm and host costs")
     suffix: SuffixDrafter = Field(SuffixDrafter(), description="The suffix drafter (method: suffix)")
     draft_model: Optional[DraftModel] = Field(None, description="The draft model (method: draft_model)")
+
+    @field_validator("acceptance", mode="before")
+    @classmethod
+    def _library(cls, value):
+        from .acceptance_library import resolve
+
+        return resolve(value)
 
     @model_validator(mode="after")
     def _consistent(self):
