@@ -202,3 +202,25 @@ def test_gpt_fast_int4_cases_carry_its_quantize_py_format(validation_files):
         weights = scenario.model.weights
         assert (weights.attention, weights.dense_mlp, weights.lm_head) == ("int4",) * 3
         assert bytes_per_param(scenario.model, "int4") == 0.5 + 4 / 32
+
+
+def test_the_set_covers_what_the_engine_issue_asks(validation_files):
+    """Issue 22's validation set: >= 70 figures from >= 15 sources, >= 25 speculative ones covering a chain, a tree,
+    an n-gram drafter, MTP and a draft model, >= 10 of them at batch >= 4 (counted from the files, nothing run)."""
+    from simulator.api.run import resolve
+
+    cases = [(path, c) for path, f in zip(v.files(VALIDATION), validation_files) for c in f.cases]
+    assert len(cases) >= 70 and len({f.source.id for f in validation_files}) >= 15
+    kinds, batched, speculative = set(), 0, 0
+    for path, case in cases:
+        if case.kind != "scenario" or case.metric.startswith("baseline"):
+            continue
+        spec = resolve(os.path.join(os.path.dirname(path), case.scenario),
+                       {k.replace(".", "__"): val for k, val in case.set.items()}).spec
+        if spec.speculation.method == "none":
+            continue
+        speculative += 1
+        kinds |= {spec.speculation.method, spec.speculation.verify}
+        batched += spec.workload.max_running_requests >= 4
+    assert speculative >= 25 and batched >= 10
+    assert {"chain", "tree", "ngram", "mtp", "draft_model"} <= kinds
