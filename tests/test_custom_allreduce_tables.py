@@ -54,3 +54,45 @@ def test_collective_prints_the_engines_kernel_in_both_modes(capsys):
     eager = table_row("rtx_pro_6000_server", "sglang", "0.5.14", 8, 8192, "eager")
     assert f"CUDA graph {graph:.2f} us, eager {eager:.2f} us" in out
     assert "comm/sglang/0.5.14/custom_allreduce_perf" in out and "nearest 0.5.9" in out
+
+
+@needs_data
+def test_the_fitted_model_meets_its_table_at_the_decode_size_and_the_cli_says_which_kernel_and_rule(capsys):
+    """The physical model (latency + bytes / bandwidth, per launch mode) fitted to SGLang's 8-GPU PCIe table is
+    within 10% of the table's 16 KiB row in both modes; `collective` prints it, and that SGLang 0.5.9 does not run
+    its kernel on more than two PCIe-only GPUs."""
+    import re
+
+    from simulator.cli import main
+    from simulator.kernels.custom_allreduce_fit import fit_table
+
+    model = fit_table("rtx_pro_6000_server", "sglang", "0.5.14", 8)
+    for mode in ("graph", "eager"):
+        want = table_row("rtx_pro_6000_server", "sglang", "0.5.14", 8, 8192, mode)
+        assert getattr(model, mode).time_us(16384) == pytest.approx(want, rel=0.10)
+    assert main(["collective", topology_path("pcie8_rtx_pro_6000.yaml"), "--bytes", "16KB", "--algorithm", "auto",
+                 "--set", "fabric.p2p_level=system"]) == 0
+    out = capsys.readouterr().out
+    assert "not on more than 2 GPUs without NVLink between all: NCCL" in out and "SGLang_CustomAllReduce" in out
+    fitted_line = re.search(r"model fitted to that table: CUDA graph ([\d.]+) us, eager ([\d.]+) us", out)
+    assert fitted_line and float(fitted_line.group(1)) == pytest.approx(model.graph.time_us(16384), abs=0.006)
+
+
+@needs_data
+def test_the_simulation_times_the_engines_kernel_by_its_fit_where_the_engine_runs_it():
+    """On 8 x H200 (NVLink between all) SGLang 0.5.9 runs its custom all-reduce: a decode-sized all-reduce costs the
+    CUDA-graph fit of its measured table; with roofline kernels the physical model stands."""
+    import simulator
+    from conftest import scenario_path
+    from simulator.kernels.custom_allreduce_fit import fit_table
+    from simulator.timing.machine import Machine
+
+    path = scenario_path("nvlink8_h200_eagle3.yaml")
+    scenario = simulator.load_scenario(path)
+    assert (scenario.engine.name, scenario.engine.version, scenario.spec.parallelism.tp) == ("sglang", "0.5.9", 8)
+    cost = Machine(scenario).allreduce.cost(16384)
+    model = fit_table("h200_sxm", "sglang", "0.5.9", 8)
+    assert cost.algorithm == "one_shot" and cost.time_us == pytest.approx(model.graph.time_us(16384), rel=1e-12)
+    assert cost.time_us == pytest.approx(table_row("h200_sxm", "sglang", "0.5.9", 8, 8192, "graph"), rel=0.10)
+    physical = Machine(simulator.load_scenario(path, [("runtime.kernels", "roofline")])).allreduce.cost(16384)
+    assert "fitted" not in physical.implementation and physical.time_us != cost.time_us

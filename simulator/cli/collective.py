@@ -203,20 +203,61 @@ def _engine(text: str | None) -> tuple[str, str]:
 
 
 def _measured(topology, ranks: int, engine: tuple[str, str], nbytes: int) -> dict | None:
-    """The engine's custom all-reduce as measured on this GPU (graph and eager), or None where nothing was."""
+    """The engine's custom all-reduce on this GPU (graph and eager): as measured where the database has a table,
+    the physical model fitted to the tables (kernels/custom_allreduce_fit.py), and whether the engine's profile runs
+    it on this fabric; None without the database."""
+    from ..hardware.interconnect import Fabric
     from ..kernels.custom_allreduce import measured
+    from ..kernels.custom_allreduce_fit import fitted
 
-    row = measured(topology.gpu.kernel_database, engine[0], engine[1], ranks, nbytes)
-    if row is None:
+    nvlink = ranks > 1 and Fabric(topology).all_pairs_nvlink(ranks)
+    model = fitted(topology.gpu.kernel_database, engine[0], engine[1], ranks, nvlink)
+    if model is None:
         return None
-    return {"engine": row.engine, "version": row.version, "kernel": row.kernel, "graph_us": row.graph_us,
-            "eager_us": row.eager_us, "source": row.label()}
+    out = {"engine": engine[0], "asked_version": engine[1], "model_graph_us": model.graph.time_us(nbytes),
+           "model_eager_us": model.eager.time_us(nbytes), "model_basis": model.basis,
+           "model_version": model.version, **_engine_runs_it(engine, ranks, nbytes, nvlink)}
+    row = measured(topology.gpu.kernel_database, engine[0], engine[1], ranks, nbytes)
+    if row is not None:
+        out.update(version=row.version, kernel=row.kernel, graph_us=row.graph_us, eager_us=row.eager_us,
+                   source=row.label())
+    return out
+
+
+def _engine_runs_it(engine: tuple[str, str], ranks: int, nbytes: int, nvlink: bool) -> dict:
+    """Whether the engine release's profile (custom_allreduce: should_custom_ar's rule) runs its kernel here."""
+    from ..config.engine_profile import load_profile
+    from ..config.errors import ConfigError
+
+    try:
+        profile, _ = load_profile(*engine)
+    except ConfigError:
+        return {"engine_runs_it": None, "rule": f"no {engine[0]} {engine[1]} profile"}
+    rule = profile.custom_allreduce.value
+    if rule is None:
+        return {"engine_runs_it": False, "rule": f"NCCL only ({profile.custom_allreduce.source})"}
+    if not nvlink and ranks > rule.pcie_max_gpus:
+        why = f"not on more than {rule.pcie_max_gpus} GPUs without NVLink between all: NCCL"
+    elif nbytes > rule.max_bytes:
+        why = f"not above {rule.max_bytes:,} B: NCCL"
+    else:
+        return {"engine_runs_it": True, "rule": f"runs it here (up to {rule.max_bytes:,} B)"}
+    return {"engine_runs_it": False, "rule": why}
 
 
 def _measured_line(row: dict | None, engine: tuple[str, str]) -> str:
     if row is None:
-        return (f"  {engine[0]} {engine[1]}'s custom all-reduce: no measured table for this GPU, GPU count and size "
-                "(aiconfigurator-core, extra specsim[measured])")
-    asked = "" if row["version"] == engine[1] else f", the measured version nearest {engine[1]}"
-    return (f"  {row['engine']} {row['version']}'s custom all-reduce ({row['kernel']}{asked}), measured: CUDA graph "
-            f"{row['graph_us']:.2f} us, eager {row['eager_us']:.2f} us\n  figures from: {row['source']}")
+        return (f"  {engine[0]} {engine[1]}'s custom all-reduce: no measured table (aiconfigurator-core, extra "
+                "specsim[measured])")
+    lines = [f"  {engine[0]} {engine[1]}'s custom all-reduce: the profile: {row['rule']}"]
+    model = f"CUDA graph {row['model_graph_us']:.2f} us, eager {row['model_eager_us']:.2f} us"
+    if "graph_us" in row:
+        asked = "" if row["version"] == engine[1] else f", the measured version nearest {engine[1]}"
+        lines.append(f"    measured ({row['engine']} {row['version']}'s {row['kernel']}{asked}): CUDA graph "
+                     f"{row['graph_us']:.2f} us, eager {row['eager_us']:.2f} us")
+        graph_miss, eager_miss = (row[f"model_{m}_us"] / row[f"{m}_us"] - 1 for m in ("graph", "eager"))
+        lines.append(f"    model fitted to that table: {model} ({graph_miss:+.1%} / {eager_miss:+.1%})")
+        lines.append(f"  figures from: {row['source']}")
+    else:
+        lines.append(f"    no table for this GPU: the model fitted to {row['model_basis']}: {model}")
+    return "\n".join(lines)

@@ -89,11 +89,16 @@ def allreduce_bus_factor(ranks: int) -> float:
 class AllReduce:
     """All-reduce among the first `ranks` GPUs of a fabric; `choice` is runtime.allreduce."""
 
-    def __init__(self, fabric: Fabric, ranks: int, choice: str = "auto", kernel_floor_us: float = 0.0):
+    def __init__(self, fabric: Fabric, ranks: int, choice: str = "auto", kernel_floor_us: float = 0.0,
+                 custom_model=None):
+        """custom_model: the engine's one-shot kernel as fitted to its measured table (an object with time_us(nbytes)
+        and a label; kernels/custom_allreduce_fit.py), which then times the one-shot all-reduce instead of the
+        physical flags-and-reads model."""
         self.fabric = fabric
         self.ranks = ranks
         self.choice = choice
         self.kernel_floor_us = kernel_floor_us
+        self.custom_model = custom_model
         if any(fabric.hop(i, (i + 1) % ranks).net for i in range(ranks)) if ranks > 1 else False:
             raise NotPermitted(f"the {ranks} ranks span machines, and NCCL's model between machines is not in this "
                                "version yet: take at most one machine's GPUs")
@@ -201,6 +206,11 @@ class AllReduce:
         flag = 2 * (T.HW_LATENCY_US[cls]["ring"][0] + max(self.fabric.latency_us(h) for h in hops))
         flow_bw = min(self.fabric.concurrent_bandwidth_GBps(hops))  # every rank reads every peer at once
         bus = allreduce_bus_factor(n)
+        model = self.custom_model
+        if model is not None and nbytes <= CUSTOM_ONE_SHOT_MAX_BYTES and self.choice != "two_shot":
+            # the engine's kernel as measured (its own one-shot / two-shot choice inside): the fit of its table
+            return [CollectiveCost("one_shot", "P2P", model.time_us(nbytes), model.latency_us, model.bandwidth_GBps,
+                                   model.bandwidth_GBps * bus, model.label)]
         out = []
         if forced or nbytes <= CUSTOM_ONE_SHOT_MAX_BYTES:
             # one-shot: a start and an end flag; each rank reads every peer's whole buffer concurrently

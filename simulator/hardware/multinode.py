@@ -20,11 +20,13 @@ def spans_machines(fabric: Fabric, ranks: int) -> bool:
     return ranks > 1 and any(fabric.hop(i, (i + 1) % ranks).net for i in range(ranks))
 
 
-def make_allreduce(fabric: Fabric, ranks: int, choice: str = "auto", kernel_floor_us: float = 0.0):
-    """The all-reduce of the first `ranks` GPUs: between machines if their ring crosses the network."""
+def make_allreduce(fabric: Fabric, ranks: int, choice: str = "auto", kernel_floor_us: float = 0.0,
+                   custom_model=None):
+    """The all-reduce of the first `ranks` GPUs: between machines if their ring crosses the network (where no
+    custom all-reduce runs)."""
     if spans_machines(fabric, ranks):
         return MultiNodeAllReduce(fabric, ranks, choice)
-    return AllReduce(fabric, ranks, choice, kernel_floor_us)
+    return AllReduce(fabric, ranks, choice, kernel_floor_us, custom_model)
 
 
 def multinode_allgather_options(fabric: Fabric, ranks: int, cpu_vendor: str = "intel") -> list[Option]:

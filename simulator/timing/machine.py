@@ -23,6 +23,7 @@ from ..hardware.collectives import NotPermitted
 from ..hardware.gpu import GPU, Host
 from ..hardware.interconnect import Fabric
 from ..hardware.multinode import make_allreduce
+from ..kernels.custom_allreduce_fit import simulation_model
 from ..kernels.timer import KernelTimer
 from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
 from ..model.split_layout import Split
@@ -127,7 +128,9 @@ class Machine:
         placed = json.dumps(list(gpus) if gpus else None)
         physical = [scenario.topology.model_dump_json(), *cards, str(self.tp), spec.parallelism.model_dump_json(),
                     self.runtime.model_dump_json(), "one GPU" if gpus is not None and len(gpus) == 1 else placed,
-                    loaded.model_dump_json() if loaded is not None else ""]
+                    loaded.model_dump_json() if loaded is not None else "",
+                    # the engine release: its custom all-reduce kernel's measured times (kernels/custom_allreduce_fit)
+                    f"{scenario.engine.name} {scenario.engine.version}" if scenario.engine is not None else ""]
         self.key = hashlib.sha1("\0".join(physical).encode()).hexdigest()
         hardware_key = (self.key, placed, scenario.source)  # every value it depends on (the file: its errors)
         hardware = _HARDWARE.get(hardware_key)
@@ -156,7 +159,10 @@ class Machine:
         spec = scenario.spec
         try:
             fabric = Fabric(scenario.topology, gpus)
-            allreduce = make_allreduce(fabric, self.tp, spec.runtime.allreduce, self.gpu.floor_us)
+            nvlink = self.tp > 1 and fabric.all_pairs_nvlink(self.tp)
+            # only where the engines run their kernel (collectives.AllReduce.custom_options' rule)
+            custom = simulation_model(scenario, self.tp, nvlink) if nvlink or self.tp == 2 else None
+            allreduce = make_allreduce(fabric, self.tp, spec.runtime.allreduce, self.gpu.floor_us, custom)
             allgather = make_allreduce(fabric, self.tp, "nccl", self.gpu.floor_us)
             return fabric, allreduce, allgather, SplitCollectives(fabric, spec.parallelism, spec.runtime, self.card,
                                                                   allreduce, allgather, self.gpu.floor_us,

@@ -1,0 +1,82 @@
+"""NCCL's small-message floor (the all-reduce of the smallest measured message, 512 B) against every NCCL table
+aiconfigurator-core ships: every GPU, every NCCL version, every GPU count, where a shipped topology describes the
+GPU. Each table is either checked or named below with why it is not; the known misses are bounded and listed, so a
+fix (or a new miss) shows here."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import ROOT
+
+# the database's GPU -> the shipped topology of it (PCIe boards with peer-to-peer on, as NVIDIA measured them)
+TOPOLOGY = {"a100_sxm": "nvlink8_a100", "b200_sxm": "nvlink8_b200", "h100_sxm": "nvlink8_h100",
+            "h200_sxm": "nvlink8_h200", "l40s": "pcie4_l40s", "rtx_pro_6000_server": "pcie8_rtx_pro_6000"}
+PCIE = ("l40s", "rtx_pro_6000_server")
+NO_TOPOLOGY = {"b300_sxm", "gb200", "gb300"}  # no shipped topology describes these machines
+TOLERANCE = 0.15
+# (GPU, GPU count): the model's floor misses the table by more than TOLERANCE; bounded by the second figure.
+# A100: NCCL's per-hop latency for Ampere's NVLink 3 is taken as Hopper's, ~a third too fast. Two GPUs: the model
+# charges a ring of two the full LL base and two steps, ~25-36% above the measured 6 us.
+KNOWN_MISSES = {("a100_sxm", 2): 0.35, ("a100_sxm", 4): 0.35, ("a100_sxm", 8): 0.35,
+                ("h100_sxm", 2): 0.40, ("h200_sxm", 2): 0.40, ("rtx_pro_6000_server", 2): 0.40,
+                ("l40s", 4): 0.20}
+
+
+def tables():
+    measured = pytest.importorskip("simulator.kernels.measured")
+    root = measured.data_root()
+    if root is None:
+        pytest.skip("aiconfigurator-core (extra specsim[measured]) is not installed")
+    return root, sorted(root.glob("*/comm/nccl/*/nccl_perf.parquet"))
+
+
+def topology(system: str):
+    from simulator.config.base import validate
+    from simulator.config.catalog import read_kind
+    from simulator.config.loader import set_path
+    from simulator.config.topology import Topology
+
+    path, data = read_kind(os.path.join(ROOT, "topologies", f"{TOPOLOGY[system]}.yaml"), "topology")
+    if system in PCIE:
+        set_path(data, "fabric.p2p_level", "system", path)
+    return validate(Topology, data, path)
+
+
+def test_every_nccl_table_is_checked_or_named():
+    import pyarrow.parquet as pq
+
+    from simulator.hardware.collectives import AllReduce
+    from simulator.hardware.interconnect import Fabric
+
+    root, paths = tables()
+    assert len(paths) >= 19  # aiconfigurator-core 0.12: 10 GPUs, NCCL 2.23 to 2.29.2
+    checked, misses = [], []
+    for path in paths:
+        system, version = path.relative_to(root).parts[0], path.parent.name
+        frame = pq.read_table(path).to_pandas()
+        frame = frame[frame.op_name == "all_reduce"]
+        if system in NO_TOPOLOGY:
+            continue
+        assert system in TOPOLOGY, f"{system}: a GPU the database measures and this test does not name"
+        if frame.empty:
+            assert version == "2.23", (system, version)  # 2.23's Hopper tables hold no all-reduce rows
+            continue
+        topo = topology(system)
+        for ranks, rows in frame.groupby("num_gpus"):
+            if ranks > topo.num_gpus:
+                assert (system, ranks) == ("l40s", 8), (system, ranks)  # the shipped L40S box has 4 GPUs
+                continue
+            rows = rows.sort_values("message_size")
+            nbytes, want = 2 * int(rows.message_size.iloc[0]), 1e3 * float(rows.latency.iloc[0])  # fp16 counts
+            assert nbytes == 512
+            got = AllReduce(Fabric(topo), int(ranks), "nccl", topo.gpu.kernel_floor_us).cost(nbytes).time_us
+            error = got / want - 1
+            bound = KNOWN_MISSES.get((system, ranks), TOLERANCE)
+            assert abs(error) <= bound, f"{system} NCCL {version} {ranks} GPUs: {got:.1f} us, measured {want:.1f}"
+            checked.append((system, version, ranks))
+            if abs(error) > TOLERANCE:
+                misses.append((system, ranks))
+    assert len(checked) >= 30
+    assert set(misses) == set(KNOWN_MISSES), "a known miss is fixed or a new one appeared: update KNOWN_MISSES"
