@@ -111,7 +111,8 @@ def simulation_model(scenario, ranks: int, nvlink: bool) -> FittedMode | None:
     scenario's engine and GPU (measured kernels only; None: the physical model stands). Eager passes pay the kernel's
     launch as every eager kernel does (host.eager_launch_us), which is what the tables' eager-minus-graph gap is."""
     engine = scenario.engine
-    if scenario.spec.runtime.kernels != "measured" or engine is None or engine.name not in tables.ENGINE_DIRS:
+    if scenario.spec.runtime.kernels != "measured" or engine is None or engine.name not in tables.ENGINE_DIRS \
+            or scenario.topology.gpu.kernel_database is None:  # a GPU outside the database: the physical model
         return None
     model = fitted(scenario.topology.gpu.kernel_database, engine.name, engine.version, ranks, nvlink)
     if model is None:
