@@ -147,8 +147,9 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
         expected = acceptance.expected_tokens(tree) if has_expectation else None
         return BreakevenRow(label, tree, expected, cost(tree, False), cost(tree, True), tree == own_tree)
 
-    rows = [row(f"chain {k}", Tree.chain(k)) for k in chains]
-    rows += [row(f"tree {n}", Tree.optimal(table(n), n + 1)) for n in trees]
+    limit = getattr(drafter, "max_depth", None)  # heads draft no deeper than they are many (Medusa, Hydra)
+    rows = [row(f"chain {k}", Tree.chain(k)) for k in chains if limit is None or k <= limit]
+    rows += [row(f"tree {n}", Tree.optimal(table(n), n + 1, limit)) for n in trees]
     if own_tree is not None and not any(r.is_own for r in rows):
         rows.insert(0, row(f"own {spec.speculation.verify} {own_tree.num_drafts}", own_tree))
     decode = _pass_us(machine, "target", PassShape(1, batch), spec.runtime.cuda_graph_decode, seed, contexts)

@@ -54,7 +54,8 @@ class Case(Strict):
     measured: float = Field(description="The published figure")
     unit: str
     kind: Literal["scenario", "collective"] = "scenario"
-    metric: str = Field(description="scenario: a dotted Result path (e.g. baseline_tok_s); collective: time_us or busbw_GBps")
+    metric: str = Field(description="scenario: a dotted Result path (e.g. baseline_tok_s) or decode_speedup; collective: "
+                        "time_us or busbw_GBps")
     scenario: Optional[str] = Field(None, description="Scenario file, relative to this file")
     set: dict[str, Any] = Field(default_factory=dict, description="Overrides for this case's run")
     topology: Optional[str] = Field(None, description="collective: topology file, relative to this file")
@@ -147,6 +148,13 @@ def _trace_file(accept_len: float) -> str:
     return path
 
 
+def decode_speedup(result: dict) -> float:
+    """The decode phase's speedup, prefills left out (what a source timing only the generation loop reports): tokens
+    a speculative step emits per request over its mean time, against the baseline's plain decode steps."""
+    steps = result["step_ms"]
+    return result["mean_accept_len"] * steps["baseline_decode"]["mean"] / steps["step"]["mean"]
+
+
 def _scenario(case: Case, base: str, path: str) -> float:
     from ..api.run import resolve, run
     from .calibrate import metric
@@ -157,7 +165,10 @@ def _scenario(case: Case, base: str, path: str) -> float:
     if case.accept_len is not None:
         overrides["speculation.acceptance"] = {"kind": "trace", "file": _trace_file(case.accept_len)}
     scenario = resolve(os.path.join(base, case.scenario), {k.replace(".", "__"): v for k, v in overrides.items()})
-    return metric(run(scenario).to_dict(), case.metric, path)
+    result = run(scenario).to_dict()
+    if case.metric == "decode_speedup":
+        return decode_speedup(result)
+    return metric(result, case.metric, path)
 
 
 def evaluate(path: str) -> list[Outcome]:

@@ -17,14 +17,17 @@ import yaml
 # a case scenario file's top-level keys, and within `speculation:` what the engine's launch flags say
 SCENARIO_KEYS = {"name", "description", "topology", "model", "parallelism", "engine", "workload", "speculation",
                  "policy", "seed"}
-SPECULATION_KEYS = {"method", "draft_tokens", "verify", "tree", "acceptance", "draft_model"}
+# (a structural method's own settings, e.g. lookahead's window or SGLang's --speculative-eagle-topk, are launch flags)
+SPECULATION_KEYS = {"method", "draft_tokens", "verify", "tree", "acceptance", "draft_model", "heads", "lookahead",
+                    "dynamic_tree", "sparse_kv"}
 # a case's `set:` paths, by their first segments: the hardware's data-sheet figures and driver settings (not its
 # efficiencies, launch or host costs, which are fitted or estimated), the model card, the engine and its flags, ...
 SET_WHOLE = ("model", "engine")
 SET_PREFIXES = ("topology.gpu.memory_GB", "topology.gpu.memory_bandwidth_GBps", "topology.gpu.peak_TFLOPS",
                 "topology.gpu.num_sms", "topology.gpu.sm_version", "fabric.p2p_level", "topology.fabric.p2p_level",
                 "model.", "engine.", "parallelism.", "workload.", "speculation.method", "speculation.draft_tokens",
-                "speculation.verify", "speculation.tree", "speculation.acceptance", "speculation.draft_model")
+                "speculation.verify", "speculation.tree", "speculation.acceptance", "speculation.draft_model",
+                "speculation.heads", "speculation.lookahead", "speculation.dynamic_tree", "speculation.sparse_kv")
 
 
 def scenario_problems(data: Any, where: str) -> list[str]:

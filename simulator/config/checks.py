@@ -22,6 +22,9 @@ def check(scenario: Scenario) -> None:
     if spec_cfg.method == "mtp" and card.mtp_layers == 0:
         raise ConfigError(file, "speculation.method", f"mtp needs a model with MTP modules; {card.name} has none",
                           "eagle3, draft_model, ngram, none")
+    if spec_cfg.method == "eagle2" and card.draft_head is None:
+        raise ConfigError(file, "speculation.method", f"eagle2 drafts with model.draft_head; {card.name} defines none",
+                          "a model card with draft_head")
     if spec_cfg.method == "eagle3" and card.draft_head is None:
         raise ConfigError(file, "speculation.method", f"eagle3 needs model.draft_head; {card.name} defines none",
                           "a model card with draft_head")

@@ -14,7 +14,7 @@ from pydantic import Field, PositiveInt
 
 from .base import Strict
 
-ENGINE_NAMES = ("sglang", "vllm", "trtllm", "transformers", "gpt_fast")
+ENGINE_NAMES = ("sglang", "vllm", "trtllm", "transformers", "gpt_fast", "magicdec")
 DEFAULT_ENGINE = {"name": "sglang", "version": "0.5.9"}  # the newest SGLang profile shipped; the reference's version
 VERSION_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,40}$"
 
@@ -83,7 +83,13 @@ class GptFastEngine(_EngineBase):
     compile: Optional[bool] = Field(None, description="--compile (false: eager decode)")
 
 
-Engine = Annotated[Union[SGLangEngine, VLLMEngine, TRTLLMEngine, TransformersEngine, GptFastEngine],
+class MagicDecEngine(_EngineBase):
+    """Infini-AI-Lab/MagicDec's benchmarks (gpt-fast's model code batched, torch.compile max-autotune)."""
+
+    name: Literal["magicdec"] = Field(description="Infini-AI-Lab/MagicDec")
+
+
+Engine = Annotated[Union[SGLangEngine, VLLMEngine, TRTLLMEngine, TransformersEngine, GptFastEngine, MagicDecEngine],
                    Field(discriminator="name")]
 
 

@@ -77,7 +77,7 @@ class KernelDatabase(Strict):
 class EngineProfile(Strict):
     """Every engine-side input of one engine release."""
 
-    engine: Literal["sglang", "vllm", "trtllm", "transformers", "gpt_fast"]
+    engine: Literal["sglang", "vllm", "trtllm", "transformers", "gpt_fast", "magicdec"]
     version: str
     released: str = Field(description="release date (YYYY-MM-DD) and where the code was read")
     scheduler_step_us: Sourced[Optional[float]] = Field(description=(

@@ -1,7 +1,7 @@
 """Speculation policies: when to speculate, with how many drafts, with which drafter."""
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
@@ -106,5 +106,16 @@ class GoodputPolicy(Strict):
         return self
 
 
+class DynamicLengthPolicy(GoodputPolicy):
+    """Draft length per step from the batch and the recent acceptance (vLLM's dynamic speculation, SGLang's adaptive
+    speculative decoding, SmartSpec), bounded by the graph shapes the engine captured: choices are the tiers it
+    pre-built graphs for; with max_graph_tokens, a tier whose verify (batch x (k + 1) tokens) exceeds the largest
+    captured shape is not taken (it would fall out of the graph), plain decode when none fits."""
+
+    kind: Literal["dynamic_length"]
+    max_graph_tokens: Optional[PositiveInt] = Field(None, description="Largest captured speculative graph, in tokens a "
+                                                    "pass (vLLM: the largest cudagraph capture size); none: no bound")
+
+
 Policy = Annotated[Union[StaticPolicy, HybridPolicy, AdaptiveLengthPolicy, MultiDrafterPolicy, BatchThresholdPolicy,
-                         BatchTablePolicy, GoodputPolicy], Field(discriminator="kind")]
+                         BatchTablePolicy, GoodputPolicy, DynamicLengthPolicy], Field(discriminator="kind")]

@@ -105,7 +105,7 @@ class ScenarioSpec(Strict):
         "Path to a model card YAML or a Hugging Face config.json (relative to this file), a card name, or an inline mapping"))
     parallelism: Parallelism
     engine: Optional[Engine] = Field(None, description=(
-        "The serving engine and its flags in its own names: {name: sglang|vllm|trtllm|transformers|gpt_fast, version, "
+        "The serving engine and its flags in its own names: {name: sglang|vllm|trtllm|transformers|gpt_fast|magicdec, version, "
         "...}; its profile (engines/<name>/<version>.yaml) sets the runtime keys the scenario leaves out; none: "
         "SGLang 0.5.9, said in the report"))
     deployment: Deployment = Field(Deployment(), description="The instances' router (parallelism.dp replicas)")

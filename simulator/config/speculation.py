@@ -6,6 +6,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from .base import Strict
+from .methods import DynamicTreeConfig, HeadsConfig, LookaheadConfig, SparseKVConfig
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
@@ -133,7 +134,10 @@ class DraftModel(Strict):
 class Speculation(Strict):
     """The drafter, the verify shape (chain or token tree) and the acceptance model."""
 
-    method: Literal["none", "eagle3", "mtp", "draft_model", "ngram", "suffix"] = Field("none", description="The drafter: none (plain decode), eagle3, mtp, draft_model, ngram or suffix")
+    method: Literal["none", "eagle3", "mtp", "draft_model", "ngram", "suffix", "medusa", "hydra", "lookahead",
+                    "eagle2", "sparse_self"] = Field("none", description="The drafter: none (plain decode), eagle3, "
+                                                     "mtp, draft_model, ngram, suffix, medusa, hydra, lookahead, eagle2 "
+                                                     "(EAGLE head, dynamic tree) or sparse_self (sparse-KV self-draft)")
     draft_tokens: PositiveInt = Field(3, le=255, description="Draft tokens verified per step (tree: nodes besides the root)")
     verify: Literal["chain", "tree"] = Field("chain", description="Verify the drafts as a chain or as a token tree")
     tree: TreeShape = Field(TreeShape(), description="The verify tree's shape (verify: tree)")
@@ -141,6 +145,10 @@ class Speculation(Strict):
     ngram: NgramDrafter = Field(NgramDrafter(), description="The n-gram drafter: its algorithm and host costs")
     suffix: SuffixDrafter = Field(SuffixDrafter(), description="The suffix drafter (method: suffix)")
     draft_model: Optional[DraftModel] = Field(None, description="The draft model (method: draft_model)")
+    heads: HeadsConfig = Field(HeadsConfig(), description="Medusa / Hydra heads (method: medusa or hydra)")
+    lookahead: LookaheadConfig = Field(LookaheadConfig(), description="Lookahead decoding (method: lookahead)")
+    dynamic_tree: DynamicTreeConfig = Field(DynamicTreeConfig(), description="EAGLE-2's dynamic tree (method: eagle2)")
+    sparse_kv: SparseKVConfig = Field(SparseKVConfig(), description="The sparse-KV self-draft (method: sparse_self)")
 
     @field_validator("acceptance", mode="before")
     @classmethod
@@ -156,4 +164,16 @@ class Speculation(Strict):
                              "workload.corpus)")
         if self.method == "draft_model" and self.draft_model is None:
             raise ValueError("method draft_model needs speculation.draft_model.model")
+        self._structure()
         return self
+
+    def _structure(self):
+        """Methods whose verify shape follows from their own settings: draft_tokens must match them."""
+        la, dt = self.lookahead, self.dynamic_tree
+        need = {"lookahead": (la.guesses * (la.ngram - 1), "lookahead.guesses x (lookahead.ngram - 1)"),
+                "eagle2": (dt.num_draft_tokens - 1, "dynamic_tree.num_draft_tokens - 1")}.get(self.method)
+        if need is not None and self.draft_tokens != need[0]:
+            raise ValueError(f"method {self.method} verifies {need[1]} = {need[0]} drafts; draft_tokens is "
+                             f"{self.draft_tokens}; allowed: draft_tokens: {need[0]}")
+        if self.method in ("lookahead", "eagle2") and self.verify != "tree":
+            raise ValueError(f"method {self.method} verifies a token tree; allowed: verify: tree")

@@ -55,6 +55,9 @@ def kv_bytes_per_token_layer(card: ModelCard, tp: int) -> float:
 
 def weight_bytes_per_gpu(card: ModelCard, tp: int) -> float:
     """All weights one rank holds (every expert shard), for the memory budget."""
+    if card.num_layers == 0:  # prediction heads (model.heads)
+        from .heads import heads_weight_bytes
+        return heads_weight_bytes(card, tp)
     d, w = card.hidden_size, card.weights
     replicated, sharded = attention_params(card, tp)
     total = card.num_layers * (replicated + sharded) * bytes_per_param(card, w.attention)

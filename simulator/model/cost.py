@@ -26,11 +26,13 @@ class PassShape:
     tree: bool = False  # attention takes a tree mask
     verify: bool = False  # speculative bookkeeping around the pass
     padding: int = 0  # rows of requests a captured graph adds to reach its batch size: GEMM rows, no KV, no sampling
+    kv_budget: int = 0  # a sparse-KV pass reads at most this many cached tokens per request (0: all of them)
 
     def __repr__(self) -> str:
         # the random streams of a shape's samples are seeded by its repr: an unpadded shape keeps the one it had
         # before padding existed, so every earlier result stays the same
         pad = f", padding={self.padding}" if self.padding else ""
+        pad += f", kv_budget={self.kv_budget}" if self.kv_budget else ""
         return (f"PassShape(tokens={self.tokens!r}, batch={self.batch!r}, context={self.context!r}, tree={self.tree!r}, "
                 f"verify={self.verify!r}{pad})")
 
@@ -42,7 +44,14 @@ class PassShape:
     def at(self, context: int) -> "PassShape":
         """This shape at another context: dataclasses.replace(self, context=...), without its per-call cost (the
         fast fidelity asks per anchor lookup)."""
-        return PassShape(self.tokens, self.batch, context, self.tree, self.verify, self.padding)
+        return PassShape(self.tokens, self.batch, context, self.tree, self.verify, self.padding, self.kv_budget)
+
+    @property
+    def attended_context(self) -> int:
+        """Cached tokens the attention reads over the batch: all of them, or a sparse-KV pass's budget per request."""
+        if self.kv_budget:
+            return min(self.context, self.kv_budget * self.batch)
+        return self.context
 
 
 @dataclass(frozen=True)
@@ -90,12 +99,13 @@ def _attention_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kerne
     act = BYTES_PER_VALUE[card.activation_dtype]
     wb = bytes_per_param(card, w.attention)
     cd = compute_dtype(card, w.attention)
-    kv_read = (shape.context + shape.batch * shape.tokens) * kv_bytes_per_token_layer(card, tp)
+    context = shape.attended_context
+    kv_read = (context + shape.batch * shape.tokens) * kv_bytes_per_token_layer(card, tp)
     # every query token attends to its request's context and, causally (or along its tree path), about half of
     # its own pass's tokens
-    keys_per_query = shape.context / max(1, shape.batch) + (shape.tokens + 1) / 2
+    keys_per_query = context / max(1, shape.batch) + (shape.tokens + 1) / 2
     mask_bytes = Tq * keys_per_query if shape.tree else 0.0
-    cached = shape.context // max(1, shape.batch)
+    cached = context // max(1, shape.batch)
     mask = "tree" if shape.tree else "causal"
     if isinstance(att, MLAAttention):
         heads = att.num_heads / tp
@@ -224,6 +234,9 @@ def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm
                 split=None) -> PassLayout:
     """The per-rank segments of one forward pass: head, per layer attention + MLP, tail. A wider split (DP-attention,
     expert or pipeline parallelism: model.split_layout.Split) lays the pass out as split_layout does."""
+    if card.num_layers == 0:  # prediction heads on the last hidden state (model.heads)
+        from .heads import heads_layout
+        return heads_layout(card, tp, shape)
     if split is not None and not split.is_plain:
         from .split_layout import split_pass_layout
         return split_pass_layout(card, split, shape, fused_allreduce_norm)

@@ -13,7 +13,8 @@ from ..config import Scenario
 from ..config.typical import typical_context
 from ..timing.machine import Machine
 from ..timing.costs import FastStepCosts
-from ..timing.stepspec import PassSpec, StepSpec, speculative_passes, step_overhead_us, verify_pass
+from ..timing.stepspec import (PassSpec, StepSpec, extra_verify_tokens, speculative_passes, step_overhead_us,
+                               verify_pass)
 from ..model.cost import PassShape
 from .summary import mean_step_us
 
@@ -22,7 +23,8 @@ def allreduce_choice(scenario: Scenario, machine: Machine, slots) -> dict:
     """The all-reduce a layer runs at a plain decode's message size, and at the scenario's verify size."""
     shapes = {"decode": PassShape(1, 1)}
     if slots:
-        shapes["verify"] = verify_pass(slots[0].tree, 1, False).shape
+        slot = slots[0]
+        shapes["verify"] = verify_pass(slot.tree, 1, False, extra_verify_tokens(slot.drafter, slot.tree)).shape
     out = {}
     for name, shape in shapes.items():
         layout = machine.layout("target", shape)  # pass_layout(model, tp, shape, fused), memoised

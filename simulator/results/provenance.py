@@ -13,7 +13,8 @@ from ..config.loader import Scenario
 from ..config.version import __version__
 
 DRAFTERS = {"eagle3": "EAGLE-3 head", "mtp": "MTP head", "ngram": "n-gram drafter", "draft_model": "draft model",
-            "suffix": "suffix decoding"}
+            "suffix": "suffix decoding", "medusa": "Medusa heads", "hydra": "Hydra heads",
+            "lookahead": "lookahead decoding", "eagle2": "EAGLE-2 dynamic tree", "sparse_self": "sparse-KV self-draft"}
 
 
 def _file(path: str | None) -> str | None:
@@ -96,6 +97,12 @@ def _speculation(scenario: Scenario) -> list[str]:
     tree = {"topk": f"top-{spec.tree.k} tree", "k_ary": f"{spec.tree.k}-ary tree", "optimal": "optimal tree"}
     shape = f"chain of {spec.draft_tokens}" if spec.verify == "chain" else \
         f"{tree.get(spec.tree.kind, 'tree')} of {spec.draft_tokens} drafts"
+    if spec.method == "lookahead":
+        la = spec.lookahead
+        shape = f"W{la.window} N{la.ngram} G{la.guesses} ({spec.draft_tokens} drafts + {la.window * (la.ngram - 1)} window)"
+    elif spec.method == "eagle2":
+        d = spec.dynamic_tree
+        shape = f"topk {d.eagle_topk}, {d.num_steps} steps, {d.num_draft_tokens} verified"
     parts = [drafter, shape, "CUDA-graph verify" if runtime.cuda_graph_verify else "eager verify"]
     if scenario.spec.policy.kind != "static":
         parts.append(f"{scenario.spec.policy.kind} policy")

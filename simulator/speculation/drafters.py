@@ -7,7 +7,8 @@ round's extend pass, k-1 single-token passes propose the rest, and one extend pa
 which the k+1 here overstate) refreshes the head's state (SGLang's EAGLEWorker: draft -> verify ->
 forward_draft_extend_after_decode). A tree of depth D and widest level w costs D-1 passes of w tokens per request
 plus the extend. A separate draft model runs k single-token passes. The n-gram and suffix drafters look proposals
-up in caches on the host CPU: no GPU passes, host time per step, per request and per node visited.
+up in caches on the host CPU: no GPU passes, host time per step, per request and per node visited. Medusa, Hydra,
+lookahead, EAGLE-2's dynamic tree and the sparse-KV self-draft: speculation/methods.py.
 """
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ from .trees import Tree
 class DraftPass:
     """One drafting pass: which model card runs it, the tokens per request it processes, graph-captured or not."""
 
-    part: str  # draft_head | mtp | draft_model
+    part: str  # draft_head | mtp | draft_model | medusa | hydra<i> | target (a sparse-KV self-draft)
     tokens: int
     graph: bool
+    kv_budget: int = 0  # cached tokens a request's pass reads (0: all; a sparse-KV self-draft's budget)
 
 
 def widest_level(tree: Tree) -> int:
@@ -106,6 +108,10 @@ def suffix_nodes(config):
 def build_drafter(method: str, speculation, runtime):
     if method == "none":
         return None
+    from .methods import build_method_drafter
+    structural = build_method_drafter(method, speculation, runtime)
+    if structural is not None:
+        return structural
     if method == "eagle3":
         return HeadDrafter("draft_head", runtime.cuda_graph_draft, runtime.cuda_graph_draft_extend)
     if method == "mtp":

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..config.policy import (AdaptiveLengthPolicy, BatchTablePolicy, BatchThresholdPolicy, GoodputPolicy, HybridPolicy,
-                             MultiDrafterPolicy, StaticPolicy)
+from ..config.policy import (AdaptiveLengthPolicy, BatchTablePolicy, BatchThresholdPolicy, DynamicLengthPolicy,
+                             GoodputPolicy, HybridPolicy, MultiDrafterPolicy, StaticPolicy)
 from .protocols import BatchState, Decision, Policy
 from .trees import Tree
 
@@ -193,10 +193,15 @@ class Goodput:
             total += survive
         return total
 
+    def allowed(self, k: int, batch: int) -> bool:
+        return True
+
     def decide(self, view: BatchState) -> Decision | None:
         batch, context = view.batch, view.context_tokens
         best, best_rate = None, -1.0
         for k in self.choices:
+            if k and not self.allowed(k, batch):
+                continue
             decision = self.decisions[k]
             rate = self.expected_tokens(k) / view.expected_step_us(decision, batch, context)
             if rate > best_rate:
@@ -217,6 +222,18 @@ class Goodput:
         pass
 
 
+class DynamicLength(Goodput):
+    """Goodput's choice among the engine's captured tiers, skipping a tier whose verify of batch x (k + 1) tokens
+    exceeds the largest captured graph (max_graph_tokens); plain decode when no tier fits or none pays."""
+
+    def __init__(self, config: DynamicLengthPolicy, make_tree):
+        super().__init__(config, make_tree)
+        self.max_tokens = config.max_graph_tokens
+
+    def allowed(self, k: int, batch: int) -> bool:
+        return self.max_tokens is None or batch * (k + 1) <= self.max_tokens
+
+
 def build_policy(config, tree: Tree | None, make_tree=None, fallback_tree: Tree | None = None) -> Policy:
     if tree is None:
         return Static(None)
@@ -232,6 +249,8 @@ def build_policy(config, tree: Tree | None, make_tree=None, fallback_tree: Tree 
         return BatchThreshold(config, tree)
     if isinstance(config, BatchTablePolicy):
         return BatchTable(config, make_tree)
+    if isinstance(config, DynamicLengthPolicy):  # before GoodputPolicy: it is one
+        return DynamicLength(config, make_tree)
     if isinstance(config, GoodputPolicy):
         return Goodput(config, make_tree)
     raise TypeError(f"unknown policy {config!r}")

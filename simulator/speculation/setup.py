@@ -63,6 +63,24 @@ def build_tree(config, draft_tokens: int, verify: str, acceptance: AcceptanceMod
     return tree
 
 
+def method_tree(s, acceptance: AcceptanceModel, file: str) -> Tree | None:
+    """The verify tree a structural method fixes (lookahead's candidates, EAGLE-2's selection), else None; a head
+    method's tree may be no deeper than its heads."""
+    from .methods import dynamic_tree, lookahead_tree
+    if s.method == "lookahead":
+        return lookahead_tree(s.lookahead)
+    if s.method == "eagle2":
+        d = s.dynamic_tree
+        return dynamic_tree(typical_table(acceptance, d.num_steps), d.eagle_topk, d.num_steps, d.num_draft_tokens)
+    if s.method in ("medusa", "hydra"):
+        tree = build_tree(s.tree, s.draft_tokens, s.verify, acceptance, file, "speculation.tree")
+        if tree.depth > s.heads.num_heads:
+            raise ConfigError(file, "speculation.heads.num_heads", f"a tree of depth {tree.depth} needs as many "
+                              f"heads; {s.heads.num_heads} given", f"num_heads >= {tree.depth} (or a shallower tree)")
+        return tree
+    return None
+
+
 def computed_acceptance(spec, file: str) -> AcceptanceModel:
     """A model-free drafter's acceptance, computed over the workload's corpus (speculation/textual.py)."""
     s, work = spec.speculation, spec.workload
@@ -95,7 +113,8 @@ def build_speculation(scenario, speculate: bool = True) -> SpeculationSetup:
     typical_seen = typical_context(work)  # the mean history of a step
     acceptance = computed_acceptance(spec, file) if s.acceptance is None else \
         build_acceptance(s.acceptance, base_dir, file, typical_seen)
-    tree = build_tree(s.tree, s.draft_tokens, s.verify, acceptance, file, "speculation.tree")
+    tree = method_tree(s, acceptance, file) or build_tree(s.tree, s.draft_tokens, s.verify, acceptance, file,
+                                                          "speculation.tree")
     slots = [DrafterSlot(s.method, build_drafter(s.method, s, spec.runtime), acceptance, tree)]
     fallback_tree = None
     policy_cfg = spec.policy

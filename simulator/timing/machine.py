@@ -26,6 +26,7 @@ from ..hardware.multinode import make_allreduce
 from ..kernels.custom_allreduce_fit import simulation_model
 from ..kernels.timer import KernelTimer
 from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
+from ..model.heads import head_cards
 from ..model.split_layout import Split
 from .placement import replicates_shared_experts, require_simulated, split_memory_budget
 from .split_costs import SplitCollectives
@@ -122,7 +123,9 @@ class Machine:
         loaded = scenario.gpu_as_loaded  # a what-if GPU: measured kernel times scaled by the roofline (KernelTimer)
         self.kernels = KernelTimer(self.gpu, spec.runtime.kernels, GPU(loaded) if loaded is not None else None)
         # every value the machine's figures depend on, as JSON (pydantic's serialiser: fields in their declared order)
-        cards = [self.card.model_dump_json(), scenario.draft_model.model_dump_json() if scenario.draft_model else ""]
+        heads = head_cards(self.card, spec.speculation)  # Medusa / Hydra heads (model.heads)
+        cards = [self.card.model_dump_json(), scenario.draft_model.model_dump_json() if scenario.draft_model else "",
+                 *(c.model_dump_json() for c in heads.values())]
         # which GPUs: a one-GPU instance's passes cross no link, so its costs are every one-GPU replica's (plans and
         # samples shared by the replicas of a deployment); an instance of more GPUs is costed over its own routes
         placed = json.dumps(list(gpus) if gpus else None)
@@ -146,6 +149,7 @@ class Machine:
             self.cards["mtp"] = mtp_card(self.card)
         if scenario.draft_model is not None:
             self.cards["draft_model"] = scenario.draft_model
+        self.cards.update(heads)
         self.memory = memory_budget(scenario, self.cards, self.tp)
         # what a pass's layout depends on: the model cards and the split, not the hardware (sweep points that
         # change only the machine share layouts)

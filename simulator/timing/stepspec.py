@@ -64,14 +64,23 @@ def captured_batch(sizes, batch: int) -> int | None:
     return min(fits) if fits else None
 
 
-def verify_pass(tree, batch: int, graph: bool) -> PassSpec:
-    """The target's pass over a verify tree: every node of every request, a tree mask unless it is a chain."""
-    return PassSpec("target", PassShape(tree.size, batch, 0, tree.depth < tree.num_drafts, True), graph)
+def verify_pass(tree, batch: int, graph: bool, extra_tokens: int = 0) -> PassSpec:
+    """The target's pass over a verify tree: every node of every request, a tree mask unless it is a chain;
+    extra_tokens a request ride along (lookahead decoding's Jacobi window: a tree mask)."""
+    tree_mask = tree.depth < tree.num_drafts or extra_tokens > 0
+    return PassSpec("target", PassShape(tree.size + extra_tokens, batch, 0, tree_mask, True), graph)
+
+
+def extra_verify_tokens(drafter, tree) -> int:
+    """Tokens a request the drafter adds to the verify pass beyond the tree (lookahead decoding's window)."""
+    extra = getattr(drafter, "extra_verify_tokens", None)
+    return extra(tree) if extra is not None else 0
 
 
 def draft_passes(drafter, tree, batch: int) -> tuple[PassSpec, ...]:
     """A drafter's passes for one round over the batch."""
-    return tuple(PassSpec(d.part, PassShape(d.tokens, batch), d.graph) for d in drafter.passes(tree, batch))
+    return tuple(PassSpec(d.part, PassShape(d.tokens, batch, kv_budget=getattr(d, "kv_budget", 0)), d.graph)
+                 for d in drafter.passes(tree, batch))
 
 
 def speculative_passes(drafter, tree, batch: int, runtime, verify_graph: bool) -> tuple[PassSpec, tuple[PassSpec, ...]]:
@@ -80,7 +89,7 @@ def speculative_passes(drafter, tree, batch: int, runtime, verify_graph: bool) -
     eager passes at the real batch."""
     graphed = captured_batch(runtime.speculative_graph_batch_sizes, batch)
     pad = (graphed - batch) if graphed is not None else 0
-    verify = verify_pass(tree, batch, False)
+    verify = verify_pass(tree, batch, False, extra_verify_tokens(drafter, tree))
     if verify_graph and graphed is not None:
         verify = replace(verify, shape=replace(verify.shape, padding=pad), graph=True)
     drafts = tuple(replace(d, shape=replace(d.shape, padding=pad), graph=graphed is not None) if d.graph else d
