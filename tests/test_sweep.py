@@ -243,11 +243,18 @@ def alive(pid: int) -> bool:
         return False
 
 
+def interactive_signals() -> None:
+    """In the child, SIGINT as a terminal's foreground job has it: a test runner started as a background job
+    (bash without job control) ignores SIGINT, its children inherit that, and Python then keeps it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_sweep(path: str, *extra: str) -> subprocess.Popen:
     # run in the sweep's folder: the default results file is written to the current directory
     return subprocess.Popen([sys.executable, "-m", "simulator", "sweep", path, "--workers", "2", "--chunk", "1",
                              *extra], cwd=os.path.dirname(path), env={**os.environ, "PYTHONPATH": ROOT},
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=interactive_signals)
 
 
 def wait_for_rows(proc, out, rows: int, timeout_s: float = 90) -> None:
