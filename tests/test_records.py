@@ -18,7 +18,7 @@ def test_log_blends_costs_by_name_and_grows_past_its_capacity():
     rng = np.random.default_rng(0)
     anchor, delta = rng.random((5, len(STEP_COST))), rng.random((5, len(STEP_COST)))
     table, measured = CostTable(anchor, delta), CostTable.measured(np.arange(len(STEP_COST), dtype=float))
-    log = StepLog(capacity=4)
+    log = StepLog()
     n = 3 * BLOCK + 7  # several flushes, each past the capacity: the arrays double
     for i in range(n):
         facts = (i % 3, float(i), 1, 2, 3, -1, 4, 5, 6, 10 * i)
@@ -80,11 +80,11 @@ def test_a_deferred_breakdown_is_the_evaluated_one(monkeypatch):
     clear_sample_caches()
     deferred = simulate(scenario, speculate=False)
     cols = step_table(deferred)
-    assert not all(t.evaluated for t in deferred.log._tables.values())  # durations read, nothing evaluated
+    assert not all(t.evaluated for t in deferred.log._tables)  # durations read, nothing evaluated
     durations = cols.duration_us.copy()
-    assert not all(t.evaluated for t in deferred.log._tables.values())
+    assert not all(t.evaluated for t in deferred.log._tables)
     compute = cols.compute  # the first read of the breakdown evaluates it
-    assert all(t.evaluated for t in deferred.log._tables.values())
+    assert all(t.evaluated for t in deferred.log._tables)
     clear_sample_caches()
     monkeypatch.setattr(server_module, "FastStepCosts", lambda *a, **k: costs.FastStepCosts(*a[:3]))
     at_once = step_table(simulate(scenario, speculate=False))

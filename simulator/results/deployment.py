@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import Scenario
-from ..serving.records import STEP_FIELDS, StepColumns
+from ..serving.records import StepColumns
 from .summary import RunSummary, _percentiles_ms, summarize
 
 
@@ -18,8 +18,8 @@ def summarize_servers(servers: list) -> RunSummary:
     """
     if len(servers) == 1:
         return summarize(servers[0])
-    parts = [summarize(server) for server in servers]
-    steps = StepColumns(**{name: np.concatenate([part.steps[name] for part in parts]) for name in STEP_FIELDS})
+    steps, views = StepColumns.joined([server.log.detach() for server in servers])  # one copy, viewed per part
+    parts = [summarize(server, view) for server, view in zip(servers, views)]
     # a disaggregated request is in its prefill and its decode instance's lists: once here
     requests = sorted({r.request_id: r for part in parts for r in part.requests}.values(), key=lambda r: r.request_id)
     tokens = sum(part.tokens for part in parts)

@@ -85,15 +85,16 @@ class RunSummary:
         return self.steps["kind"] == KIND_SPEC
 
 
-def summarize(server) -> RunSummary:
-    steps = step_table(server)
+def summarize(server, steps: StepColumns | None = None) -> RunSummary:
+    """The server's run; steps: its log's columns where read already (a deployment's, joined)."""
+    steps = step_table(server) if steps is None else steps
     tokens = int(steps["tokens"].sum())
     end = max((r.completed_at or 0.0) for r in server.requests) if server.requests else 0.0
     begin = min(r.arrived_at for r in server.requests) if server.requests else 0.0
     sim_time = float(end - begin)  # from the first arrival to the last completion
     throughput = tokens / (sim_time / 1e6) if sim_time > 0 else 0.0
-    return RunSummary(tokens, sim_time, throughput, steps, np.asarray(server.accept_lengths, dtype=int),
-                      np.asarray(server.accept_positions, dtype=int), server.requests, int(server.kv_peak),
+    return RunSummary(tokens, sim_time, throughput, steps, np.asarray(server.accept_lengths, dtype=np.int64),
+                      np.asarray(server.accept_positions, dtype=np.int64), server.requests, int(server.kv_peak),
                       int(server.kv_capacity), int(server.preemptions), tuple(server.slots),
                       link_delay_us=server.link_delay_us, kv_transfers=tuple(server.kv_received))
 

@@ -72,6 +72,10 @@ class CostTable:
         self._delta = np.asarray(delta, dtype=float)
         self._fill = None
 
+    def num_rows(self) -> int:
+        """Rows the table holds (known without evaluating a deferred table)."""
+        return len(self.durations)
+
     @classmethod
     def measured(cls, row) -> "CostTable":
         """One step's cost as run (layer / link fidelity): a single row, no blending."""

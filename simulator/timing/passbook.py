@@ -77,3 +77,6 @@ class BookedCost(CostTable):
     @property
     def delta(self) -> np.ndarray:
         return np.zeros((1, len(STEP_COST)))
+
+    def num_rows(self) -> int:
+        return 1

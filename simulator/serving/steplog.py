@@ -1,0 +1,282 @@
+"""The step log's storage: compact per-step arrays, in chunks, and the named columns read from them.
+
+Memory is bounded per step, not by what readers ask for: a step keeps its facts in the narrowest integer type that
+holds them (kind and drafter one byte, counts four, token totals eight; its start time as a float64) and its cost
+as one row index into the run's cost tables (four bytes) and its context weight (float64): 60 bytes a step
+(STEP_BYTES). The STEP_COST columns (duration, breakdown, all-reduce views: 88 bytes a step as float64) are never
+stored: each is blended when read, anchor[row] + weight x delta[row], the same floats as blending whole rows, and
+handed to the reader without being kept. Chunks of CHUNK steps are appended (no doubling copies); reading the log
+joins them into one array per field, one field at a time.
+
+A log given a sink (`--steps-log`) hands each block of steps to it as the run goes, as named columns.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..timing.costtable import STEP_COST, CostTable
+from .records import BLOCK, KIND_PREFILL, STEP_FACTS, STEP_FIELDS, StepRecord, _INTEGER_FIELDS
+
+# each fact's storage type: the narrowest that holds it (counts of requests and tokens in a step fit 32 bits;
+# contexts and KV tokens summed over a batch get 64)
+FACT_TYPES = {"kind": np.int8, "start_at": np.float64, "batch": np.int32, "tokens": np.int32, "depth": np.int16,
+              "drafter": np.int8, "verify_tokens": np.int32, "kv_tokens": np.int64, "waiting": np.int32,
+              "context": np.int64}
+STORED = {**FACT_TYPES, "row": np.int32, "weight": np.float64}  # row: into the run's cost tables laid end to end
+STEP_BYTES = sum(np.dtype(t).itemsize for t in STORED.values())  # 60
+CHUNK = 1 << 16  # steps a chunk holds
+_COST_INDEX = {name: i for i, name in enumerate(STEP_COST)}
+_COST_FIELD = {"duration_us": "duration", **{n: n for n in STEP_COST if n != "duration"}, "draft": "draft_us"}
+
+
+class StepStore:
+    """A snapshot of a log: one array per stored field (read-only) and the cost tables its rows index."""
+
+    def __init__(self, fields: dict[str, np.ndarray], tables: list[CostTable]):
+        for array in fields.values():
+            array.flags.writeable = False
+        self.fields, self.tables = fields, tables
+        self._matrices: tuple | None = None  # every table's anchor and delta rows, end to end (evaluated)
+        self._durations: tuple | None = None  # the duration column of each (deferred tables not evaluated)
+
+    def __len__(self) -> int:
+        return int(self.fields["kind"].shape[0])
+
+    def cost(self, name: str) -> np.ndarray:
+        """A STEP_COST column (a field name of STEP_FIELDS' cost part), blended between the context anchors."""
+        rows, weight = self.fields["row"], self.fields["weight"]
+        if len(rows) == 0:
+            return np.zeros(0)
+        j = _COST_INDEX[_COST_FIELD[name]]
+        if j == 0 and not all(t.evaluated for t in self.tables):
+            if self._durations is None:
+                self._durations = (np.concatenate([t.duration_column for t in self.tables]),
+                                   np.concatenate([t.duration_delta_column for t in self.tables]))
+            anchor, delta = self._durations
+        else:
+            if self._matrices is None:
+                self._matrices = (np.concatenate([t.anchor for t in self.tables]),
+                                  np.concatenate([t.delta for t in self.tables]))
+            anchor, delta = self._matrices[0][:, j], self._matrices[1][:, j]
+        column = anchor[rows] + delta[rows] * weight
+        if name in ("draft", "draft_us"):  # prefill steps have no drafting
+            column = np.where(self.fields["kind"] == KIND_PREFILL, 0.0, column)
+        return column
+
+    @classmethod
+    def joined(cls, stores: list["StepStore"]) -> tuple["StepStore", list[slice]]:
+        """Several logs as one (their steps in turn, their tables end to end) and each one's slice of it. The
+        stores given are emptied field by field as they are copied (the peak is the joined log and one field)."""
+        tables = [t for store in stores for t in store.tables]
+        offsets = np.cumsum([0] + [sum(t.num_rows() for t in store.tables) for store in stores[:-1]])
+        ends = np.cumsum([0] + [len(store) for store in stores]).tolist()
+        fields = {}
+        for name in STORED:
+            parts = [store.fields.pop(name) for store in stores]
+            if name == "row":
+                parts = [part.astype(np.int64) + offset for part, offset in zip(parts, offsets.tolist())]
+            fields[name] = np.concatenate(parts).astype(STORED[name], copy=False)
+            del parts
+        return cls(fields, tables), [slice(a, b) for a, b in zip(ends[:-1], ends[1:])]
+
+    def part(self, at: slice) -> "StepStore":
+        """The steps in `at` (views, no copy) over the same tables."""
+        part = StepStore({name: array[at] for name, array in self.fields.items()}, self.tables)
+        part._matrices, part._durations = self._matrices, self._durations
+        return part
+
+
+class StepColumns:
+    """The step log as named columns (STEP_FIELDS; times in microseconds); `table["kind"]` and `table.kind` are
+    the same column. Read-only. Facts are the stored arrays (integers in their storage types); cost columns are
+    blended on each read and not kept (a reader keeps what it needs)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: StepStore):
+        object.__setattr__(self, "_store", store)
+
+    @classmethod
+    def of(cls, **columns: np.ndarray) -> "StepColumns":
+        """Columns given by name (every field of STEP_FIELDS): stored as one table of measured rows."""
+        missing, unknown = set(STEP_FIELDS) - set(columns), set(columns) - set(STEP_FIELDS)
+        if missing or unknown:
+            raise TypeError(f"StepColumns: unknown fields {sorted(unknown)}, missing fields {sorted(missing)}")
+        n = len(columns["kind"])
+        costs = {"duration": columns["duration_us"], **{name: columns[name] for name in STEP_COST if name != "duration"}}
+        table = CostTable(np.stack([np.asarray(costs[name], dtype=float) for name in STEP_COST], axis=1))
+        fields = {name: np.asarray(columns[name]).astype(FACT_TYPES[name]) for name in STEP_FACTS}
+        fields.update(row=np.arange(n, dtype=np.int32), weight=np.zeros(n))
+        return cls(StepStore(fields, [table]))
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        store = object.__getattribute__(self, "_store")
+        if name in FACT_TYPES:
+            return store.fields[name]
+        if name in STEP_FIELDS:
+            return store.cost(name)
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError(f"StepColumns is read-only ({name})")
+
+    def __reduce__(self):  # pickled with every column evaluated
+        return _step_columns, (self.as_dict(),)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in STEP_FIELDS:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def keys(self) -> tuple[str, ...]:
+        return STEP_FIELDS
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in STEP_FIELDS}
+
+    def records(self) -> list[StepRecord]:
+        """The rows as named records (integers as int)."""
+        values = [getattr(self, name).tolist() for name in STEP_FIELDS]
+        casts = [int if name in _INTEGER_FIELDS else float for name in STEP_FIELDS]
+        return [StepRecord(*(cast(v) for cast, v in zip(casts, row))) for row in zip(*values)]
+
+    @classmethod
+    def joined(cls, parts: list["StepColumns"]) -> tuple["StepColumns", list["StepColumns"]]:
+        """Several runs' columns as one (in turn) and each run's columns as a view of it (no second copy); the
+        columns given are consumed."""
+        store, slices = StepStore.joined([part._store for part in parts])
+        return cls(store), [cls(store.part(at)) for at in slices]
+
+
+def _step_columns(columns: dict[str, np.ndarray]) -> StepColumns:
+    return StepColumns.of(**columns)
+
+
+class StepLog:
+    """What every step of a run did and cost (records.py names the fields): appended by the serving loop, stored
+    compactly (module docstring)."""
+
+    def __init__(self, sink: Callable[[StepColumns], None] | None = None):
+        """sink: given each block of steps as columns as soon as it is stored (a steps log written as it goes)."""
+        self.sink = sink
+        self._chunks: list[dict[str, np.ndarray]] = []
+        self._used = 0  # steps in the last chunk
+        self._size = 0
+        self._tables: list[CostTable] = []
+        self._offsets: dict[int, int] = {}  # table serial -> its first row in the tables laid end to end
+        self._rows = 0
+        # pending steps, flat (the hot path extends lists; one numpy conversion per block)
+        self._pending_facts: list = []
+        self._pending_costs: list = []  # (table, row, weight) per step, flat
+
+    def append(self, facts: tuple, table: CostTable, row: int = 0, weight: float = 0.0) -> None:
+        """One step: its STEP_FACTS values, and its cost as table.anchor[row] + weight x table.delta[row]."""
+        self._pending_facts += facts
+        costs = self._pending_costs
+        costs += (table, row, weight)
+        if len(costs) >= 3 * BLOCK:
+            self._flush()
+
+    def __len__(self) -> int:
+        return self._size + len(self._pending_costs) // 3
+
+    def pending(self) -> tuple[list, list, int]:
+        """The pending lists append() extends (facts, then (table, row, weight) per step), and the length of the
+        second at which a loop that extends them itself calls flush()."""
+        return self._pending_facts, self._pending_costs, 3 * BLOCK
+
+    def flush(self) -> None:
+        """Move the pending steps into the arrays."""
+        self._flush()
+
+    def _offset(self, table: CostTable) -> int:
+        offset = self._offsets.get(table.serial)
+        if offset is None:
+            offset = self._offsets[table.serial] = self._rows
+            self._tables.append(table)
+            self._rows += table.num_rows()
+        return offset
+
+    def _flush(self) -> None:
+        costs = self._pending_costs
+        if not costs:
+            return
+        count = len(costs) // 3
+        offset = self._offset
+        facts = np.array(self._pending_facts, dtype=float).reshape(count, len(STEP_FACTS))
+        values = {name: facts[:, i] for i, name in enumerate(STEP_FACTS)}
+        values["row"] = [offset(table) + row for table, row in zip(costs[0::3], costs[1::3])]
+        values["weight"] = costs[2::3]
+        self._pending_facts.clear()
+        costs.clear()
+        self._store(values, count)
+
+    def extend(self, facts: dict[str, np.ndarray], tables: list[tuple[CostTable, int]], rows: np.ndarray,
+               weights: np.ndarray) -> None:
+        """Many steps at once, after the pending ones: their STEP_FACTS by name (arrays, or one value for all), the
+        cost tables as (table, steps) runs in step order, and each step's row and weight."""
+        self._flush()
+        offsets = [self._offset(t) for t, _ in tables]
+        values = dict(facts, row=np.repeat(offsets, [n for _, n in tables]) + np.asarray(rows), weight=weights)
+        self._store(values, len(rows))
+
+    def _store(self, values: dict, count: int) -> None:
+        """Write `count` steps (each field an array of count, or one value) into the chunks."""
+        at = self._size
+        done = 0
+        while done < count:
+            if not self._chunks or self._used == len(self._chunks[-1]["kind"]):
+                self._chunks.append({name: np.empty(CHUNK, dtype=t) for name, t in STORED.items()})
+                self._used = 0
+            chunk = self._chunks[-1]
+            take = min(count - done, len(chunk["kind"]) - self._used)
+            for name, value in values.items():
+                chunk[name][self._used:self._used + take] = value[done:done + take] if np.ndim(value) else value
+            self._used += take
+            done += take
+        self._size += count
+        if self.sink is not None:
+            self.sink(StepColumns(self._snapshot(at)))
+
+    def _snapshot(self, start: int = 0) -> StepStore:
+        """The steps from `start` on as a store of views (a whole log's chunks are joined into one first)."""
+        self._flush()
+        if not self._chunks:
+            return StepStore({name: np.zeros(0, dtype=t) for name, t in STORED.items()}, list(self._tables))
+        if len(self._chunks) > 1 and start == 0:
+            self._join()
+        ends = np.cumsum([0] + [len(c["kind"]) for c in self._chunks[:-1]] + [self._used]).tolist()
+        fields = {}
+        for name in STORED:
+            parts = [c[name][max(start, a) - a:b - a] for c, a, b in zip(self._chunks, ends[:-1], ends[1:])
+                     if b > start]
+            fields[name] = parts[0].view() if len(parts) == 1 else np.concatenate(parts)
+        return StepStore(fields, list(self._tables))
+
+    def _join(self) -> None:
+        """The chunks as one (field by field, each freed once copied): a later read takes views of it."""
+        used = self._used
+        joined = {}
+        for name in STORED:
+            parts = [c.pop(name) for c in self._chunks]
+            parts[-1] = parts[-1][:used]
+            joined[name] = np.concatenate(parts)
+        self._chunks, self._used = [joined], self._size
+
+    def columns(self) -> StepColumns:
+        """One column per named field over the steps so far (the log may grow on: later steps are not in it)."""
+        return StepColumns(self._snapshot())
+
+    def detach(self) -> StepColumns:
+        """The columns of every step, the log forgetting them (its arrays are then the columns' alone)."""
+        columns = self.columns()
+        self._chunks, self._used, self._size = [], 0, 0
+        return columns
+
+    def records(self) -> list[StepRecord]:
+        return self.columns().records()
