@@ -50,23 +50,31 @@ def chunk_gaps(steps, first_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     """(gap, requests, tokens per request) of one instance's decode and speculative steps: a request that was in
     the step before waited from that step's end (a prefill in between stalls it too); one that joins waited from
     its first token (first_tokens: the first-token times of the requests that decode here)."""
-    ends = steps["start_at"] + steps["duration_us"]
-    decoding = (steps["kind"] == KIND_DECODE) | (steps["kind"] == KIND_SPEC)
-    order = np.argsort(ends[decoding], kind="stable")
-    end, batch = ends[decoding][order], steps["batch"][decoding][order].astype(float)
+    decoding = np.flatnonzero((steps["kind"] == KIND_DECODE) | (steps["kind"] == KIND_SPEC))
+    end = steps["start_at"][decoding] + steps["duration_us"][decoding]
     if end.size == 0:
         return np.zeros(0), np.zeros(0), np.zeros(0)
-    per_request = steps["tokens"][decoding][order] / np.maximum(batch, 1)
+    if not (end[1:] >= end[:-1]).all():  # one instance's steps end in order: a stable sort would leave them
+        order = np.argsort(end, kind="stable")
+        end, decoding = end[order], decoding[order]
+    batch = steps["batch"][decoding].astype(float)
+    per_request = steps["tokens"][decoding] / np.maximum(batch, 1)
+    del decoding
     first_step = np.searchsorted(end, first_tokens, "right")  # each request's first decode step
     joins = first_step < end.size
-    joined = np.bincount(first_step[joins], minlength=end.size)
-    stayed = np.maximum(batch - joined, 0)
-    previous = np.concatenate([[np.nan], end[:-1]])
-    gaps = np.concatenate([end - previous, end[first_step[joins]] - first_tokens[joins]])
-    counts = np.concatenate([stayed, np.ones(int(joins.sum()))])
-    tokens = np.concatenate([per_request, per_request[first_step[joins]]])
-    keep = (counts > 0) & np.isfinite(gaps)
-    return gaps[keep], counts[keep], tokens[keep]
+    stayed = batch
+    stayed -= np.bincount(first_step[joins], minlength=end.size)
+    np.maximum(stayed, 0, out=stayed)
+    gaps = np.empty(end.size)  # the gap since the step before (none before the first)
+    gaps[0] = np.nan
+    np.subtract(end[1:], end[:-1], out=gaps[1:])
+    keep = (stayed > 0) & np.isfinite(gaps)
+    first_step = first_step[joins]
+    joined = end[first_step] - first_tokens[joins]
+    joined_keep = np.isfinite(joined)  # a joining request counts once
+    return (np.concatenate([gaps[keep], joined[joined_keep]]),
+            np.concatenate([stayed[keep], np.ones(int(joined_keep.sum()))]),
+            np.concatenate([per_request[keep], per_request[first_step][joined_keep]]))
 
 
 def weighted_stats_ms(values_us: np.ndarray, weights: np.ndarray, mean_us: float) -> dict[str, float] | None:
@@ -75,12 +83,19 @@ def weighted_stats_ms(values_us: np.ndarray, weights: np.ndarray, mean_us: float
     if values_us.size == 0 or weights.sum() <= 0:
         return None
     order = np.argsort(values_us)
-    v, w = values_us[order] / 1e3, weights[order]
-    cdf = np.cumsum(w) / w.sum()
+    v, w = values_us[order], weights[order]  # in place below: a few arrays of the steps' size at a time
+    del order
+    v /= 1e3
+    cdf = np.cumsum(w)
+    cdf /= w.sum()
     at = lambda q: float(v[min(np.searchsorted(cdf, q / 100.0), v.size - 1)])  # noqa: E731
+    median, p90, p99 = at(50), at(90), at(99)
+    del cdf
     average = float(np.average(v, weights=w))
-    return {"mean": float(mean_us) / 1e3, "median": at(50), "std": float(np.sqrt(np.average((v - average) ** 2, weights=w))),
-            "p90": at(90), "p99": at(99)}
+    v -= average
+    v *= v
+    return {"mean": float(mean_us) / 1e3, "median": median, "std": float(np.sqrt(np.average(v, weights=w))),
+            "p90": p90, "p99": p99}
 
 
 def itl_stats(run, done) -> tuple[dict | None, dict | None]:
@@ -90,7 +105,8 @@ def itl_stats(run, done) -> tuple[dict | None, dict | None]:
     parts = [(i.steps, i.requests) for i in run.instances] if run.instances else [(run.steps, run.requests)]
     pieces = [chunk_gaps(steps, np.array([r.first_token_at for r in reqs if r.first_token_at is not None], dtype=float))
               for steps, reqs in parts]
-    gaps, counts, per_request = (np.concatenate(x) for x in zip(*pieces))
+    gaps, counts, per_request = pieces[0] if len(pieces) == 1 else (np.concatenate(x) for x in zip(*pieces))
+    del pieces
     decode_us = sum(r.completed_at - r.first_token_at for r in done)
     chunks, tokens = counts.sum(), sum(r.generated - 1 for r in done)
     per_chunk = weighted_stats_ms(gaps, counts, decode_us / chunks) if chunks else None

@@ -93,10 +93,17 @@ def summarize(server, steps: StepColumns | None = None) -> RunSummary:
     begin = min(r.arrived_at for r in server.requests) if server.requests else 0.0
     sim_time = float(end - begin)  # from the first arrival to the last completion
     throughput = tokens / (sim_time / 1e6) if sim_time > 0 else 0.0
-    return RunSummary(tokens, sim_time, throughput, steps, np.asarray(server.accept_lengths, dtype=np.int64),
-                      np.asarray(server.accept_positions, dtype=np.int64), server.requests, int(server.kv_peak),
+    return RunSummary(tokens, sim_time, throughput, steps, _int_array(server.accept_lengths),
+                      _int_array(server.accept_positions), server.requests, int(server.kv_peak),
                       int(server.kv_capacity), int(server.preemptions), tuple(server.slots),
                       link_delay_us=server.link_delay_us, kv_transfers=tuple(server.kv_received))
+
+
+def _int_array(values) -> np.ndarray:
+    """A run's per-walk integers as numpy, without a copy where they are a typed array already (serving.walking)."""
+    if getattr(values, "typecode", None) == "i":
+        return np.frombuffer(values, dtype=np.intc) if len(values) else np.zeros(0, dtype=np.intc)
+    return np.asarray(values, dtype=np.int64)
 
 
 @dataclass(frozen=True)

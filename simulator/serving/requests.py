@@ -22,9 +22,9 @@ from ..config.typical import max_length, mean_length  # noqa: F401  (re-exported
 WORKLOAD_STREAM = 7919
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
-    """One request's progress; times are simulated microseconds."""
+    """One request's progress; times are simulated microseconds (slots: a run holds every request)."""
 
     request_id: int
     prompt_tokens: int

@@ -1,8 +1,8 @@
 """The step log's storage: compact per-step arrays, in chunks, and the named columns read from them.
 
 Memory is bounded per step, not by what readers ask for: a step keeps its facts in the narrowest integer type that
-holds them (kind and drafter one byte, counts four, token totals eight; its start time as a float64) and its cost
-as one row index into the run's cost tables (four bytes) and its context weight (float64): 60 bytes a step
+holds them (kind and drafter one byte, counts and token totals four; its start time as a float64) and its cost
+as one row index into the run's cost tables (four bytes) and its context weight (float64): 52 bytes a step
 (STEP_BYTES). The STEP_COST columns (duration, breakdown, all-reduce views: 88 bytes a step as float64) are never
 stored: each is blended when read, anchor[row] + weight x delta[row], the same floats as blending whole rows, and
 handed to the reader without being kept. Chunks of CHUNK steps are appended (no doubling copies); reading the log
@@ -19,14 +19,16 @@ import numpy as np
 from ..timing.costtable import STEP_COST, CostTable
 from .records import BLOCK, KIND_PREFILL, STEP_FACTS, STEP_FIELDS, StepRecord, _INTEGER_FIELDS
 
-# each fact's storage type: the narrowest that holds it (counts of requests and tokens in a step fit 32 bits;
-# contexts and KV tokens summed over a batch get 64)
+# each fact's storage type: the narrowest that holds it (a step's requests, tokens, and the context and KV tokens
+# summed over its batch fit 32 bits: an instance's KV cache holds far fewer than 2^31 tokens; _store checks)
 FACT_TYPES = {"kind": np.int8, "start_at": np.float64, "batch": np.int32, "tokens": np.int32, "depth": np.int16,
-              "drafter": np.int8, "verify_tokens": np.int32, "kv_tokens": np.int64, "waiting": np.int32,
-              "context": np.int64}
+              "drafter": np.int8, "verify_tokens": np.int32, "kv_tokens": np.int32, "waiting": np.int32,
+              "context": np.int32}
+_WIDE = ("kv_tokens", "context")  # the totals _store checks against the 32-bit range
 STORED = {**FACT_TYPES, "row": np.int32, "weight": np.float64}  # row: into the run's cost tables laid end to end
-STEP_BYTES = sum(np.dtype(t).itemsize for t in STORED.values())  # 60
-CHUNK = 1 << 16  # steps a chunk holds
+STEP_BYTES = sum(np.dtype(t).itemsize for t in STORED.values())  # 52
+CHUNK = 1 << 18  # steps a chunk holds: each field's array large enough to be mapped apart (freed to the system, its
+# untouched tail never resident)
 _COST_INDEX = {name: i for i, name in enumerate(STEP_COST)}
 _COST_FIELD = {"duration_us": "duration", **{n: n for n in STEP_COST if n != "duration"}, "draft": "draft_us"}
 
@@ -60,7 +62,9 @@ class StepStore:
                 self._matrices = (np.concatenate([t.anchor for t in self.tables]),
                                   np.concatenate([t.delta for t in self.tables]))
             anchor, delta = self._matrices[0][:, j], self._matrices[1][:, j]
-        column = anchor[rows] + delta[rows] * weight
+        column = delta[rows]  # anchor + delta x weight, in place (the same floats: IEEE addition commutes)
+        column *= weight
+        column += anchor[rows]
         if name in ("draft", "draft_us"):  # prefill steps have no drafting
             column = np.where(self.fields["kind"] == KIND_PREFILL, 0.0, column)
         return column
@@ -227,6 +231,9 @@ class StepLog:
 
     def _store(self, values: dict, count: int) -> None:
         """Write `count` steps (each field an array of count, or one value) into the chunks."""
+        for name in _WIDE:
+            if count and np.max(values[name]) >= 2 ** 31:
+                raise OverflowError(f"step log: {name} above 2^31 tokens in one step")
         at = self._size
         done = 0
         while done < count:
