@@ -51,8 +51,10 @@ def _dotted(key: str) -> str:
 
 
 def run(scenario_or_path: Scenario | str, *, set_args: list[str] | str | None = None, baseline: bool = True,
-        max_work: float | None = None, max_memory_GB: float | None = None, **overrides: Any) -> Result:
+        max_work: float | None = None, max_memory_GB: float | None = None, steps_log: str | None = None,
+        **overrides: Any) -> Result:
     """Simulate a scenario and, unless told not to, the same machine with speculation off (same seed).
+    steps_log: a CSV path, written as the speculative run goes (results.stepslog: every step, one row each).
 
     Refused before any simulation, as on the command line: an estimated work above max_work (default
     limits.MAX_WORK) or peak memory above max_memory_GB (default limits.MAX_MEMORY_GB)."""
@@ -60,11 +62,17 @@ def run(scenario_or_path: Scenario | str, *, set_args: list[str] | str | None = 
 
     started = time.perf_counter()
     scenario = resolve(scenario_or_path, overrides, set_args)
-    check_work(scenario, max_work, runs=2 if baseline else 1, flag="max_work", memory_GB=max_memory_GB,
+    check_work(scenario, max_work, runs=runs_kept(scenario, baseline), flag="max_work", memory_GB=max_memory_GB,
                where="simulator.run", memory_flag="max_memory_GB")
-    parts = Parts(scenario, baseline, started)
+    parts = Parts(scenario, baseline, started, steps_log)
     values = {name: figure(parts) for name, figure in FIGURES.items()}
     return Result(**values, run=parts.main, baseline=parts.base)
+
+
+def runs_kept(scenario: Scenario, baseline: bool = True) -> int:
+    """Simulations a run holds at once: the run, and its baseline unless there is none (or speculation is off: the
+    run is its own baseline)."""
+    return 2 if baseline and scenario.spec.speculation.method != "none" else 1
 
 
 def run_figures(scenario: Scenario, names: Iterable[str]) -> dict[str, Any]:
@@ -78,13 +86,29 @@ class Parts:
     """A run's simulations (the run, its baseline) and the intermediate figures several results share, each
     computed when first asked for."""
 
-    def __init__(self, scenario: Scenario, baseline: bool, started: float):
+    def __init__(self, scenario: Scenario, baseline: bool, started: float, steps_log: str | None = None):
         self.started = started
         self.scenario, self.spec = scenario, scenario.spec
         self.machines = instance_machines(scenario)
         self.machine = self.machines[0]
         fidelity = self.spec.fidelity
-        self.main = summarize_servers(simulate_deployment(scenario, self.machines, fidelity=fidelity, speculate=True))
+        writer = None
+        if steps_log is not None:
+            from ..results.stepslog import StepsLogWriter
+            writer = StepsLogWriter(steps_log, scenario)
+        try:
+            servers = simulate_deployment(scenario, self.machines, fidelity=fidelity, speculate=True,
+                                          sinks=writer.sink if writer else None)
+            for server in servers:
+                server.log.flush()  # the last steps to the sink
+        except BaseException as error:
+            if writer:
+                writer.close(error)
+            raise
+        if writer:
+            writer.close()
+        self.main = summarize_servers(servers)
+        del servers
         self.base = summarize_servers(simulate_deployment(scenario, self.machines, fidelity=fidelity,
                                                           speculate=False)) \
             if (baseline and self.spec.speculation.method != "none") else self.main

@@ -39,10 +39,9 @@ def trace_limit() -> int:
 
 def main(args) -> int:
     from ..results.report import to_csv, to_csv_long, to_json, to_table
-    from ..results.stepslog import write_steps
     from ..results.files import check_outputs
     from ..results.limits import check_run
-    from ..api.run import resolve, run
+    from ..api.run import resolve, run, runs_kept
 
     check_outputs(args)  # before any simulation: a bad output path costs one line, not a run
     if args.trace and not 1 <= args.trace_steps <= trace_limit():
@@ -50,16 +49,17 @@ def main(args) -> int:
                           f"1..{trace_limit()}: a trace is for a close look at a few steps (about 0.5 MB per step on "
                           "8 ranks; write .json.gz for a tenth of that)")
     scenario = resolve(args.scenario, set_args=overrides_of(args))
-    runs = 1 if args.no_baseline else 2
+    runs = runs_kept(scenario, not args.no_baseline)
     check_run(scenario, args.max_work, runs=runs, memory_GB=args.max_memory_GB)  # before the estimate line
     from ..results.progress import shown
 
     with shown(scenario, runs):  # long runs: progress and time left on stderr
-        result = run(scenario, baseline=not args.no_baseline)
+        # the limits as given (checked above), and the steps log written as the run goes
+        result = run(scenario, baseline=not args.no_baseline, max_work=args.max_work, max_memory_GB=args.max_memory_GB,
+                     steps_log=args.steps_log)
     text = {"table": to_table, "json": to_json, "csv": to_csv, "csv-long": to_csv_long}[args.format](result)
     print(text.rstrip("\n"))
     if args.steps_log:
-        write_steps(args.steps_log, result)
         log.info("steps: %s", args.steps_log)
     if args.trace:
         from ..results import trace

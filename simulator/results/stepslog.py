@@ -7,6 +7,9 @@ the report's "time per token" (all-reduce waiting and transfer booked apart).
 from __future__ import annotations
 
 import csv
+import shutil
+import tempfile
+from typing import IO
 
 from ..serving.records import KIND_DECODE, KIND_PREFILL, KIND_SPEC
 from .summary import Result
@@ -46,12 +49,16 @@ def drafter_names(result: Result) -> list[str]:
     return list(shares) or [result.speculation.method]
 
 
-def rows(result: Result):
-    """The step log as rows of STEP_COLUMNS values."""
-    steps = result.run.steps
-    names = drafter_names(result)
+def scenario_drafters(scenario) -> list[str]:
+    """drafter_names from the scenario alone (the same names: the policy's shares are keyed by them)."""
+    spec = scenario.spec
+    return [spec.speculation.method] + ([spec.policy.fallback.method] if spec.policy.kind == "multi_drafter" else [])
+
+
+def block_rows(steps, names: list[str]):
+    """Steps (named columns) as rows of STEP_COLUMNS values."""
     columns = [steps[field] for _, field, _ in STEP_COLUMNS]
-    for values in zip(*columns):
+    for values in zip(*(column.tolist() for column in columns)):
         row = []
         for (header, _, _), value in zip(STEP_COLUMNS, values):
             if header == "kind":
@@ -63,6 +70,11 @@ def rows(result: Result):
         yield row
 
 
+def rows(result: Result):
+    """The step log as rows of STEP_COLUMNS values."""
+    return block_rows(result.run.steps, drafter_names(result))
+
+
 def write_steps(path: str, result: Result) -> None:
     """Every step of the speculative run as CSV under STEP_COLUMNS' headers (written atomically)."""
     from .files import atomic_write
@@ -71,3 +83,44 @@ def write_steps(path: str, result: Result) -> None:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow([header for header, _, _ in STEP_COLUMNS])
         writer.writerows(rows(result))
+
+
+class StepsLogWriter:
+    """`--steps-log` written as the run goes: each block of steps becomes CSV rows when the log stores it (its
+    sink), so the file costs no memory beyond a block. A deployment's instances write in turn, as write_steps
+    orders them: instance 0's rows into the file, each later instance's into a temporary file beside it, appended
+    at the end. The file appears whole (atomic_write) when the run succeeds; on an error it is left as it was."""
+
+    def __init__(self, path: str, scenario):
+        from .files import atomic_write
+
+        self.names = scenario_drafters(scenario)
+        self._context = atomic_write(path, newline="")
+        self._handle = self._context.__enter__()
+        self._parts: dict[int, IO] = {}
+        csv.writer(self._handle, lineterminator="\n").writerow([header for header, _, _ in STEP_COLUMNS])
+
+    def sink(self, instance: int):
+        """The sink of instance `instance`'s step log."""
+        if instance == 0:
+            handle = self._handle
+        else:
+            handle = self._parts[instance] = tempfile.TemporaryFile("w+", newline="")
+        writer = csv.writer(handle, lineterminator="\n")
+        return lambda steps: writer.writerows(block_rows(steps, self.names))
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Append the later instances' rows and put the file in place (error: leave it as it was)."""
+        try:
+            if error is None:
+                for index in sorted(self._parts):
+                    part = self._parts[index]
+                    part.seek(0)
+                    shutil.copyfileobj(part, self._handle)
+        finally:
+            for part in self._parts.values():
+                part.close()
+            if error is None:
+                self._context.__exit__(None, None, None)
+            else:
+                self._context.__exit__(type(error), error, error.__traceback__)

@@ -46,18 +46,19 @@ def instance_seeds(seed: int, instances: int) -> list[int]:
 
 def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = None, seed: int | None = None,
                         fidelity: str | None = None, speculate: bool = True,
-                        max_steps: int | None = None, on_pass=None) -> list[Server]:
+                        max_steps: int | None = None, on_pass=None, sinks=None) -> list[Server]:
     """Run the scenario's workload on every instance behind the router; returns the servers, in instance order.
 
     max_steps bounds each instance's steps (traces record the first steps only); on_pass sees instance 0's passes
-    (serving.simulate).
+    (serving.simulate); sinks(i), where given, is instance i's step-log sink (a steps log written as it goes).
     """
     fidelity = check_fidelity(scenario, fidelity)
     machines = machines or instance_machines(scenario)
     seed = scenario.spec.seed if seed is None else seed
     if len(machines) == 1:
         prefill_pool(scenario, 1)
-        return [simulate(scenario, machines[0], seed, fidelity, speculate, on_pass, max_steps)]
+        return [simulate(scenario, machines[0], seed, fidelity, speculate, on_pass, max_steps,
+                         sinks(0) if sinks is not None else None)]
     env = simpy.Environment()
     links = SharedLinks(env, machines[0].fabric) if fidelity in ("link", "event") else None
     servers = [Server(env, machine, instance_seed, fidelity, speculate, on_pass if i == 0 else None, max_steps,
@@ -69,7 +70,8 @@ def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = Non
     kind, pool = scenario.spec.deployment.router, prefill_pool(scenario, len(servers))
     env.process(Router(env, servers[:pool or len(servers)], kind).run(requests))
     processes = []
-    for server in servers:
+    for i, server in enumerate(servers):
+        server.log.sink = sinks(i) if sinks is not None else None
         processes.append(env.process(server.run()))
         for hook in ON_START:
             hook(server)

@@ -41,15 +41,17 @@ def check_fidelity(scenario: Scenario, fidelity: str | None) -> str:
 
 
 def simulate(scenario: Scenario, machine: Machine | None = None, seed: int | None = None, fidelity: str | None = None,
-             speculate: bool = True, on_pass=None, max_steps: int | None = None) -> Server:
+             speculate: bool = True, on_pass=None, max_steps: int | None = None, sink=None) -> Server:
     """Run the scenario's workload to completion (or max_steps); the server holds the step log and requests.
 
-    on_pass(spec, plan, result) sees every pass with its rank timeline (layer fidelity only).
+    on_pass(spec, plan, result) sees every pass with its rank timeline (layer fidelity only); sink: the step log's
+    (serving.steplog.StepLog), given each block of steps as it is stored.
     """
     fidelity = check_fidelity(scenario, fidelity)
     machine = machine or Machine(scenario)
     env = simpy.Environment()
     server = Server(env, machine, scenario.spec.seed if seed is None else seed, fidelity, speculate, on_pass, max_steps)
+    server.log.sink = sink
     env.process(server.run())
     for hook in ON_START:
         hook(server)
