@@ -157,3 +157,37 @@ def test_result_sections_are_named_records_read_as_their_json_too():
         verify["p90"]
     assert list(BreakdownMs(1, 2, 3, 4, 5, 6, 7)) == ["compute", "memory", "launch", "allreduce_transfer",
                                                        "allreduce_wait", "draft", "other"]
+
+
+def test_a_sink_gets_every_step_as_it_is_stored_and_joined_logs_view_the_same_columns():
+    """A log with a sink hands each block over when it is stored (before the run ends: a steps log written as it
+    goes), the blocks together are the log's columns; two logs joined give each one's columns as a view."""
+    rng = np.random.default_rng(1)
+    table = CostTable(rng.random((7, len(STEP_COST))), rng.random((7, len(STEP_COST))))
+    blocks = []
+    logs = [StepLog(sink=blocks.append), StepLog()]
+    n = 2 * BLOCK + 5
+    for k, log in enumerate(logs):
+        for i in range(n + k):
+            log.append((i % 3, float(i), 1 + i % 4, 2, 3, 0, 4, 5 + i, 6, 2 ** 30 + i), table, (i * 5) % 7,
+                       float(i % 10) / 10)
+    assert len(blocks) == 2 and sum(len(b) for b in blocks) == 2 * BLOCK  # the rest still pending
+    logs[0].flush()
+    whole = logs[0].columns()
+    for name in STEP_FIELDS:
+        assert np.array_equal(np.concatenate([b[name] for b in blocks]), whole[name]), name
+    expected = [log.columns() for log in logs]
+    as_lists = [{name: cols[name].tolist() for name in STEP_FIELDS} for cols in expected]
+    joined, views = type(whole).joined([log.detach() for log in logs])
+    assert len(joined) == 2 * n + 1 and [len(v) for v in views] == [n, n + 1]
+    for view, lists in zip(views, as_lists):
+        for name in STEP_FIELDS:
+            assert view[name].tolist() == lists[name], name
+    assert joined.context[n - 1] == 2 ** 30 + n - 1  # wide totals kept exactly in 32 bits
+
+
+def test_a_step_total_beyond_32_bits_is_refused():
+    log = StepLog()
+    log.append((1, 0.0, 1, 1, 0, -1, 0, 2 ** 31, 0, 0), CostTable.measured(np.ones(len(STEP_COST))))
+    with pytest.raises(OverflowError, match="kv_tokens"):
+        log.flush()

@@ -109,7 +109,8 @@ class StepColumns:
         if missing or unknown:
             raise TypeError(f"StepColumns: unknown fields {sorted(unknown)}, missing fields {sorted(missing)}")
         n = len(columns["kind"])
-        costs = {"duration": columns["duration_us"], **{name: columns[name] for name in STEP_COST if name != "duration"}}
+        costs = {name: columns[name] for name in STEP_COST if name != "duration"}
+        costs["duration"] = columns["duration_us"]
         table = CostTable(np.stack([np.asarray(costs[name], dtype=float) for name in STEP_COST], axis=1))
         fields = {name: np.asarray(columns[name]).astype(FACT_TYPES[name]) for name in STEP_FACTS}
         fields.update(row=np.arange(n, dtype=np.int32), weight=np.zeros(n))
