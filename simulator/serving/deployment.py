@@ -34,7 +34,10 @@ def instance_machines(scenario: Scenario) -> list[Machine]:
     par = scenario.spec.parallelism
     if par.instances == 1 and par.gpus is None:
         return [Machine(scenario)]
-    return [Machine(scenario, gpus) for gpus in instance_gpus(scenario)]
+    machines: list[Machine] = []
+    for gpus in instance_gpus(scenario):  # the first built from the scenario, the others share its parts
+        machines.append(Machine(scenario, gpus, like=machines[0] if machines else None))
+    return machines
 
 
 def instance_seeds(seed: int, instances: int) -> list[int]:
@@ -65,8 +68,12 @@ def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = Non
                       routed=True, network=links.view(i) if links is not None else None)
                for i, (machine, instance_seed) in enumerate(zip(machines, instance_seeds(seed, len(machines))))]
     requests = make_requests(scenario.spec.workload, seed, scenario.base_dir, scenario.source)
-    for server in servers:
-        server.admission.check_fits(requests, server.machine.memory, scenario.source)
+    checked = set()
+    for server in servers:  # once per KV capacity and lookahead (replicas alike: the same check and message)
+        fits = (server.admission.kv_capacity, server.admission.lookahead)
+        if fits not in checked:
+            checked.add(fits)
+            server.admission.check_fits(requests, server.machine.memory, scenario.source)
     kind, pool = scenario.spec.deployment.router, prefill_pool(scenario, len(servers))
     env.process(Router(env, servers[:pool or len(servers)], kind).run(requests))
     processes = []
@@ -93,9 +100,9 @@ def check_start(scenario: Scenario, machines: list[Machine] | None = None) -> li
     prefill_pool(scenario, len(machines))
     lookahead = max((slot.tree.size for slot in build_speculation(scenario, True).slots), default=0)
     requests = make_requests(scenario.spec.workload, scenario.spec.seed, scenario.base_dir, scenario.source)
-    for machine in machines:
-        admission = Admission(scenario.spec.workload, machine.memory["kv_capacity_tokens"], lookahead)
-        admission.check_fits(requests, machine.memory, scenario.source)
+    for capacity in dict.fromkeys(machine.memory["kv_capacity_tokens"] for machine in machines):
+        machine = next(m for m in machines if m.memory["kv_capacity_tokens"] == capacity)
+        Admission(scenario.spec.workload, capacity, lookahead).check_fits(requests, machine.memory, scenario.source)
     return machines
 
 

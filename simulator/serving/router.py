@@ -20,6 +20,8 @@ class Router:
         self.servers = servers
         self.kind = kind
         self.sent = [0] * len(servers)
+        admissions = [getattr(server, "admission", None) for server in servers]  # Servers' (serving.server)
+        self._admissions = admissions if None not in admissions else None
         self._next = 0
 
     def pick(self) -> int:
@@ -28,7 +30,10 @@ class Router:
             chosen = self._next
             self._next = (self._next + 1) % len(self.servers)
             return chosen
-        loads = [server.load for server in self.servers]
+        if self._admissions is None:
+            loads = [server.load for server in self.servers]
+        else:  # Server.load inlined: an arrival compares every instance (the hot path of a large deployment)
+            loads = [len(a.waiting) + len(a.prefilling) + len(a.active) for a in self._admissions]
         return loads.index(min(loads))  # the lowest index on a tie
 
     def run(self, requests):

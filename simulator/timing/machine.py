@@ -106,11 +106,45 @@ def _collective_steps(collectives: SplitCollectives, layout, shape: PassShape) -
     return tuple(steps[i] for i in layout.order)
 
 
+# what a Machine takes from its scenario alone (shared by a deployment's instances: Machine(like=))
+SCENARIO_PARTS = ("split", "scenario", "tp", "runtime", "card", "gpu", "host", "kernels", "_physical", "cards",
+                  "memory", "model_key")
+
+
 class Machine:
     """The hardware and model of a scenario, and the plans of its passes."""
 
-    def __init__(self, scenario: Scenario, gpus: list[str] | None = None):
-        """gpus: the GPU of each of the instance's ranks (timing.placement); default the topology's first tp."""
+    def __init__(self, scenario: Scenario, gpus: list[str] | None = None, like: "Machine | None" = None):
+        """gpus: the GPU of each of the instance's ranks (timing.placement); default the topology's first tp.
+        like: another instance's Machine of the same scenario: what depends on the scenario alone (its checks, the
+        cards, the memory budget, the kernel timer, the key's JSON) is taken from it, not computed again."""
+        if like is not None and like.scenario is scenario:
+            for name in SCENARIO_PARTS:
+                setattr(self, name, getattr(like, name))
+        else:
+            self._scenario_parts(scenario)
+        loaded = scenario.gpu_as_loaded
+        # which GPUs: a one-GPU instance's passes cross no link, so its costs are every one-GPU replica's (plans and
+        # samples shared by the replicas of a deployment); an instance of more GPUs is costed over its own routes
+        placed = json.dumps(list(gpus) if gpus else None)
+        physical = [*self._physical, "one GPU" if gpus is not None and len(gpus) == 1 else placed,
+                    loaded.model_dump_json() if loaded is not None else ""]
+        self.key = hashlib.sha1("\0".join(physical).encode()).hexdigest()
+        hardware_key = (self.key, placed, scenario.source)  # every value it depends on (the file: its errors)
+        hardware = _HARDWARE.get(hardware_key)
+        if hardware is None:
+            hardware = _HARDWARE[hardware_key] = self._hardware(scenario, gpus)
+            if len(_HARDWARE) > _HARDWARE_SIZE:
+                _HARDWARE.pop(next(iter(_HARDWARE)))
+        self.fabric, self.allreduce, self.allgather, self.collectives = hardware
+        if like is not None and like.scenario is scenario and like.key == self.key:
+            self._plans, self._anchors = like._plans, like._anchors  # the same key: the same plans
+        else:
+            self._plans: dict[tuple, PassPlan] = {}
+            self._anchors: dict[tuple, PassPlan] = {}  # (part, shape at context 0, graph, anchor) -> _plans' entry
+
+    def _scenario_parts(self, scenario: Scenario) -> None:
+        """SCENARIO_PARTS: what a Machine takes from its scenario alone."""
         spec = scenario.spec
         require_simulated(scenario)
         self.split = Split.of(spec.parallelism, replicates_shared_experts(scenario))
@@ -126,22 +160,10 @@ class Machine:
         heads = head_cards(self.card, spec.speculation)  # Medusa / Hydra heads (model.heads)
         cards = [self.card.model_dump_json(), scenario.draft_model.model_dump_json() if scenario.draft_model else "",
                  *(c.model_dump_json() for c in heads.values())]
-        # which GPUs: a one-GPU instance's passes cross no link, so its costs are every one-GPU replica's (plans and
-        # samples shared by the replicas of a deployment); an instance of more GPUs is costed over its own routes
-        placed = json.dumps(list(gpus) if gpus else None)
-        physical = [scenario.topology.model_dump_json(), *cards, str(self.tp), spec.parallelism.model_dump_json(),
-                    self.runtime.model_dump_json(), "one GPU" if gpus is not None and len(gpus) == 1 else placed,
-                    loaded.model_dump_json() if loaded is not None else "",
-                    # the engine release: its custom all-reduce kernel's measured times (kernels/custom_allreduce_fit)
-                    f"{scenario.engine.name} {scenario.engine.version}" if scenario.engine is not None else ""]
-        self.key = hashlib.sha1("\0".join(physical).encode()).hexdigest()
-        hardware_key = (self.key, placed, scenario.source)  # every value it depends on (the file: its errors)
-        hardware = _HARDWARE.get(hardware_key)
-        if hardware is None:
-            hardware = _HARDWARE[hardware_key] = self._hardware(scenario, gpus)
-            if len(_HARDWARE) > _HARDWARE_SIZE:
-                _HARDWARE.pop(next(iter(_HARDWARE)))
-        self.fabric, self.allreduce, self.allgather, self.collectives = hardware
+        self._physical = [scenario.topology.model_dump_json(), *cards, str(self.tp),
+                          spec.parallelism.model_dump_json(), self.runtime.model_dump_json(),
+                          # the engine release: its custom all-reduce kernel's measured times (custom_allreduce_fit)
+                          f"{scenario.engine.name} {scenario.engine.version}" if scenario.engine is not None else ""]
         self.cards = {"target": self.card}
         if self.card.draft_head is not None:
             self.cards["draft_head"] = draft_head_card(self.card)
@@ -154,8 +176,6 @@ class Machine:
         # what a pass's layout depends on: the model cards and the split, not the hardware (sweep points that
         # change only the machine share layouts)
         self.model_key = hashlib.sha1("\0".join(cards).encode()).hexdigest()
-        self._plans: dict[tuple, PassPlan] = {}
-        self._anchors: dict[tuple, PassPlan] = {}  # (part, shape at context 0, graph, anchor) -> _plans' entry
 
     def _hardware(self, scenario: Scenario, gpus: list[str] | None) -> tuple:
         """(fabric, all-reduce, all-gather, the split's collectives): NCCL's graphs over the routes, built once per

@@ -66,7 +66,8 @@ def place(scenario: Scenario) -> Placement:
     par, topology = scenario.spec.parallelism, scenario.topology
     machine_of = topology.machine_of
     per_instance = par.ranks_per_instance
-    names = par.gpus or [topology.gpu_names[i * per_instance:(i + 1) * per_instance] for i in range(par.instances)]
+    gpu_names = topology.gpu_names  # a property that walks the fabric: once
+    names = par.gpus or [gpu_names[i * per_instance:(i + 1) * per_instance] for i in range(par.instances)]
     attention_size, expert_size = par.attention_tp, par.expert_tp
     ranks = []
     for instance, gpus in enumerate(names):
