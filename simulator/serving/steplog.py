@@ -5,7 +5,7 @@ holds them (kind and drafter one byte, counts and token totals four; its start t
 as one row index into the run's cost tables (four bytes) and its context weight (float64): 52 bytes a step
 (STEP_BYTES). The STEP_COST columns (duration, breakdown, all-reduce views: 88 bytes a step as float64) are never
 stored: each is blended when read, anchor[row] + weight x delta[row], the same floats as blending whole rows, and
-handed to the reader without being kept. Chunks of CHUNK steps are appended (no doubling copies); reading the log
+handed to the reader without being kept. Chunks are appended, each as large as the log so far up to CHUNK steps; reading the log
 joins them into one array per field, one field at a time.
 
 A log given a sink (`--steps-log`) hands each block of steps to it as the run goes, as named columns.
@@ -40,8 +40,9 @@ class StepStore:
         for array in fields.values():
             array.flags.writeable = False
         self.fields, self.tables = fields, tables
-        self._matrices: tuple | None = None  # every table's anchor and delta rows, end to end (evaluated)
-        self._durations: tuple | None = None  # the duration column of each (deferred tables not evaluated)
+        # the tables laid end to end, built when first read and shared with the parts (views) of this store:
+        # "matrices" every table's anchor and delta rows (evaluated), "durations" their duration columns alone
+        self._ends: dict[str, tuple] = {}
 
     def __len__(self) -> int:
         return int(self.fields["kind"].shape[0])
@@ -52,16 +53,17 @@ class StepStore:
         if len(rows) == 0:
             return np.zeros(0)
         j = _COST_INDEX[_COST_FIELD[name]]
+        ends = self._ends
         if j == 0 and not all(t.evaluated for t in self.tables):
-            if self._durations is None:
-                self._durations = (np.concatenate([t.duration_column for t in self.tables]),
-                                   np.concatenate([t.duration_delta_column for t in self.tables]))
-            anchor, delta = self._durations
+            if "durations" not in ends:
+                ends["durations"] = (np.concatenate([t.duration_column for t in self.tables]),
+                                     np.concatenate([t.duration_delta_column for t in self.tables]))
+            anchor, delta = ends["durations"]
         else:
-            if self._matrices is None:
-                self._matrices = (np.concatenate([t.anchor for t in self.tables]),
-                                  np.concatenate([t.delta for t in self.tables]))
-            anchor, delta = self._matrices[0][:, j], self._matrices[1][:, j]
+            if "matrices" not in ends:
+                ends["matrices"] = (np.concatenate([t.anchor for t in self.tables]),
+                                    np.concatenate([t.delta for t in self.tables]))
+            anchor, delta = ends["matrices"][0][:, j], ends["matrices"][1][:, j]
         column = delta[rows]  # anchor + delta x weight, in place (the same floats: IEEE addition commutes)
         column *= weight
         column += anchor[rows]
@@ -88,7 +90,7 @@ class StepStore:
     def part(self, at: slice) -> "StepStore":
         """The steps in `at` (views, no copy) over the same tables."""
         part = StepStore({name: array[at] for name, array in self.fields.items()}, self.tables)
-        part._matrices, part._durations = self._matrices, self._durations
+        part._ends = self._ends  # one copy of the tables end to end for the whole and its parts
         return part
 
 
@@ -239,7 +241,8 @@ class StepLog:
         done = 0
         while done < count:
             if not self._chunks or self._used == len(self._chunks[-1]["kind"]):
-                self._chunks.append({name: np.empty(CHUNK, dtype=t) for name, t in STORED.items()})
+                size = min(CHUNK, max(BLOCK, self._size))  # as large as the log so far: a short log stays small
+                self._chunks.append({name: np.empty(size, dtype=t) for name, t in STORED.items()})
                 self._used = 0
             chunk = self._chunks[-1]
             take = min(count - done, len(chunk["kind"]) - self._used)
