@@ -1,0 +1,44 @@
+"""Weak scaling of a deployment over TP1 replicas (docs/scale.md): once start-up is amortised (the CPU of the same
+deployment serving one request a replica taken off), CPU per simulated token stays within 1.5x from 8 to 128
+replicas and total CPU grows about linearly in the replicas. Measured in
+subprocesses (CPU seconds, user + sys, of the whole command); marked `benchmark` (minutes of CPU), off by default."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, scenario_path
+
+DP128 = scenario_path("large/cluster16_h100_llama8b_dp128.yaml")
+
+
+def cpu_and_tokens(replicas: int, per_replica: int) -> tuple[float, int]:
+    """CPU seconds and simulated tokens of the 128-replica example cut to `replicas`, each serving `per_replica`
+    requests at 3 requests/s (the docs' protocol)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run([sys.executable, "-m", "simulator", DP128, "--set", f"parallelism.dp={replicas}",
+                           "--set", f"workload.requests={per_replica * replicas}", "--set",
+                           f"workload.arrival.rate_per_s={3 * replicas}", "--max-memory-GB", "8", "--max-work", "1e10",
+                           "--format", "json", "-q"], capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, int(json.loads(proc.stdout)["tokens"])
+
+
+@pytest.mark.benchmark
+def test_weak_scaling_from_8_to_128_replicas():
+    runs = {n: cpu_and_tokens(n, 100) for n in (8, 128)}
+    start = {n: cpu_and_tokens(n, 1)[0] for n in (8, 128)}  # start-up: the same deployment, one request a replica
+    amortised = {n: runs[n][0] - start[n] for n in runs}
+    per_token = {n: amortised[n] / runs[n][1] for n in runs}
+    assert max(per_token.values()) / min(per_token.values()) <= 1.5, per_token
+    slope = math.log(amortised[128] / amortised[8]) / math.log(128 / 8)
+    assert 0.9 <= slope <= 1.1, (runs, start, slope)
