@@ -329,7 +329,7 @@ def test_a_point_that_kills_its_worker_twice_is_an_error_row(tmp_path, monkeypat
 def test_a_signal_stops_the_sweep_and_its_workers_within_2_s(tmp_path, signum):
     # heavier points (24 requests each, as in the two-sweeps test): at ~5 ms a one-request point, a loaded machine
     # that delays this process by a second after the second row let the sweep finish before the signal arrived
-    with long_sweep(tmp_path, "term", 2, {**LONG_SET, "workload.requests": 24}) as (_, out, proc, workers):
+    with long_sweep(tmp_path, "term", 2, {**LONG_SET, "workload.requests": 96}) as (_, out, proc, workers):
         os.kill(proc.pid, signum)
         sent = time.monotonic()
         _, err = proc.communicate(timeout=30)  # the pipes close: no worker holds them
