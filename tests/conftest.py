@@ -38,16 +38,26 @@ def topology_path(name: str) -> str:
     return os.path.join(TOPOLOGIES, name)
 
 
-def clear_sample_caches() -> None:
-    """Forget every memoised pass sample, duration column, draw, hypercube, launch, step table, random block and lone
-    request's walks (timing.sampling, timing.costs, timing.streams, serving.walking), so the next run starts cold."""
-    from simulator.timing import costs, sampling, streams
-    from simulator.serving import walking
+SAMPLE_ENTRIES = ("sampling.samples", "sampling.by_plan", "sampling.durations", "sampling.draws", "sampling.hypercube",
+                  "sampling.launch", "sampling.last_ready", "sampling.rows", "sampling.picked", "costs.step_table")
 
-    for cache in (sampling._SAMPLE_CACHE, sampling._BY_PLAN, sampling._DURATIONS, sampling._DRAWS, sampling._HYPERCUBES,
-                  sampling._LAUNCHES, sampling._READY, sampling._ROWS, sampling._PICKED, costs._STEP_TABLES, streams._BLOCKS,
-                  walking._ALONE):
-        cache.clear()
+
+def clear_sample_caches() -> None:
+    """Forget every stored pass sample, duration column, draw, hypercube, launch, ready time and step table
+    (timing.sampling, timing.costs) in the held store, so the next run starts cold."""
+    from simulator.cache import current
+
+    current().clear(*SAMPLE_ENTRIES)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_store():
+    """The test session holds one store (simulator.cache), as a sweep worker does across its points: what equal
+    runs share is computed once. A test that needs a cold store holds its own (cache.held(Store()))."""
+    from simulator.cache import Store, held
+
+    with held(Store()) as store:
+        yield store
 
 
 SHORT = {"workload__requests": 1, "workload__output_tokens": 256}

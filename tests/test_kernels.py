@@ -126,16 +126,15 @@ def test_roofline_choice_and_missing_package_time_every_kernel_by_the_roofline(t
     timer = KernelTimer(Machine(scenario).gpu, "roofline")
     assert timer.source is None and "runtime.kernels: roofline" in timer.note
     monkeypatch.setattr(measured, "data_root", lambda: None)
-    # a process without the package has no plans cached by an equal machine that had it (an earlier test's)
-    from collections import OrderedDict
+    # a process without the package has no plans stored by an equal machine that had it (an earlier test's)
+    from simulator.cache import Store, held
 
-    import simulator.timing.machine as machine_module
-    monkeypatch.setattr(machine_module, "_PLAN_CACHE", OrderedDict())
-    default = load_scenario(_scenario(tmp_path, "llama_3_1_8b", "nvlink8_h100", 1))  # kernels: measured
-    machine = Machine(default)
-    assert machine.kernels.source is None and "not installed" in machine.kernels.report([])["source"]
-    roofline = Machine(scenario).plan("target", PassShape(1, 1, 1024), True)
-    assert np.allclose(machine.plan("target", PassShape(1, 1, 1024), True).gpu_us, roofline.gpu_us)
+    with held(Store()):
+        default = load_scenario(_scenario(tmp_path, "llama_3_1_8b", "nvlink8_h100", 1))  # kernels: measured
+        machine = Machine(default)
+        assert machine.kernels.source is None and "not installed" in machine.kernels.report([])["source"]
+        roofline = Machine(scenario).plan("target", PassShape(1, 1, 1024), True)
+        assert np.allclose(machine.plan("target", PassShape(1, 1, 1024), True).gpu_us, roofline.gpu_us)
 
 
 # -- the shape-aware roofline ---------------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ import pathlib
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "simulator"
-LAYERS = {"config": 0, "importers": 0, "corpora": 0, "hardware": 1, "model": 1, "kernels": 1, "speculation": 1,
-          "timing": 2, "serving": 3, "results": 4, "api": 5,
+LAYERS = {"cache": 0, "config": 0, "importers": 0, "corpora": 0, "hardware": 1, "model": 1, "kernels": 1,
+          "speculation": 1, "timing": 2, "serving": 3, "results": 4, "api": 5,
           "analysis": 6, "experiments": 6, "viz": 6, "cli": 7}
 TOP = 8  # simulator/__init__.py and __main__.py: the public face may import anything
 

@@ -1,5 +1,5 @@
-"""What sweep points share is memoised by value and changes nothing: a hit gives what the computation gives, and
-leaves every random stream where the computation leaves it."""
+"""What sweep points share is stored by value (simulator.cache) and changes nothing: a hit gives what the computation
+gives; random draws are not stored, so every stream is where the draws leave it."""
 from __future__ import annotations
 
 import math
@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import scenario_path
+from simulator.cache import Store, current, held
 from simulator.timing.machine import Machine
-from simulator.timing import streams
-from simulator.serving import walking
 from simulator.serving.requests import Request
 from simulator.serving.walking import Walks
 from simulator.hardware.interconnect import Fabric
@@ -26,23 +25,22 @@ def _walks(setup, seed: int, prompt: int):
     return Walks(setup.slots, setup.policy, np.random.default_rng(seed)), request
 
 
-def test_a_memoised_walk_is_the_walk():
+def test_a_lone_walk_is_walked_again_by_another_run():
+    """Walks read the acceptance stream: another run's equal walk draws its own uniforms (nothing is looked up by
+    a generator's state) and gives the same records and leaves the stream alike."""
     scenario = resolve(scenario_path("pcie8_ngram_long_fitted.yaml"), {})
-    walking._ALONE.clear()
     setup = build_speculation(scenario)
-    decision = setup.policy.decision
     a, request_a = _walks(setup, 5, 1000)
-    emitted = a.walk_alone(request_a, decision)  # walked and stored
+    emitted = a.walk_alone(request_a, setup.policy.decision)
     other = build_speculation(scenario)  # another run's objects, equal by value
     b, request_b = _walks(other, 5, 1000)
-    assert b.walk_alone(request_b, other.policy.decision) == emitted and len(walking._ALONE) == 1
-    assert (a.lengths, a.positions) == (b.lengths, b.positions) and sum(emitted) == 300
+    assert b.walk_alone(request_b, other.policy.decision) == emitted and sum(emitted) == 300
+    assert (a.lengths, a.positions) == (b.lengths, b.positions)
     assert (request_a.acceptance_state, request_a.generated) == (request_b.acceptance_state, request_b.generated)
     assert a._rng.bit_generator.state == b._rng.bit_generator.state
     assert a.uniform_row(40) == b.uniform_row(40)  # the stream goes on alike
-    c, request_c = _walks(setup, 5, 1200)  # another request state: walked, not looked up
-    c.walk_alone(request_c, decision)
-    assert len(walking._ALONE) == 2
+    c, request_c = _walks(setup, 6, 1000)  # another stream: other walks
+    assert c.walk_alone(request_c, setup.policy.decision) != emitted
 
 
 def test_only_a_model_that_reads_its_parameters_alone_is_memoised():
@@ -56,22 +54,12 @@ def test_only_a_model_that_reads_its_parameters_alone_is_memoised():
     assert computed.slots[0].acceptance.value_key is None
 
 
-def test_a_memoised_block_leaves_the_generator_as_the_draw():
-    streams._BLOCKS.clear()
-    a, b = np.random.default_rng(3), np.random.default_rng(3)
-    first = streams.block(a, ("test",), lambda rng: rng.random(100).tolist())
-    second = streams.block(b, ("test",), lambda rng: pytest.fail("drawn again"))
-    assert first == second and a.bit_generator.state == b.bit_generator.state
-    assert a.random(5).tolist() == b.random(5).tolist()
-    assert streams.block(np.random.default_rng(4), ("test",), lambda rng: rng.random(100).tolist()) != first
-
-
 def test_prefill_rows_are_looked_up_by_value(monkeypatch):
     from simulator.timing import sampling
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     shape = PassShape(1024, 1, 0)
-    sampling._ROWS.clear()
+    current().clear("sampling.rows", "sampling.samples")
     first = machine.sample_rows("target", shape, False, 21, [5])
     monkeypatch.setattr(sampling, "sample_passes", lambda *a, **k: pytest.fail("evaluated again"))
     again = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {})).sample_rows("target", shape, False, 21, [5])
@@ -110,28 +98,26 @@ def test_percentiles_are_numpys(seed):
 
 
 def test_nccl_graphs_are_searched_once_per_graph_and_costed_per_latency():
-    from simulator.hardware import collectives
     from simulator.hardware.collectives import AllReduce
 
     topology = resolve(scenario_path("pcie8_ngram.yaml"), {}).topology
     slower = topology.model_copy(update={"fabric": topology.fabric.model_copy(update={"shm_hop_latency_us": 9.0})})
-    collectives._GRAPHS.clear()
-    a = AllReduce(Fabric(topology), 8)
-    b = AllReduce(Fabric(slower), 8)
-    assert len(collectives._GRAPHS) == 1 and a.graphs == b.graphs
+    with held(Store()) as store:
+        a = AllReduce(Fabric(topology), 8)
+        b = AllReduce(Fabric(slower), 8)
+    assert store.computed["collectives.nccl_graphs"] == 1 and a.graphs == b.graphs
     assert b.cost(1 << 20).time_us > a.cost(1 << 20).time_us  # the latency still reaches the cost
 
 
 def test_memoised_duration_columns_own_their_floats():
     """A cached column is a copy, not a view that keeps the samples' every collective end alive (a sweep caches a
     few per point: views grew a 1,000-point sweep's memory by ~250 MB)."""
-    from simulator.timing import sampling
 
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
-    sampling._DURATIONS.clear()
-    machine.sample_durations("target", PassShape(1, 1, 512), True, 9)
-    machine.sample_durations("target", PassShape(9, 1, 512, True, True), False, 9)
-    assert len(sampling._DURATIONS) == 2 and all(v.base is None for v in sampling._DURATIONS.values())
+    with held(Store()) as store:
+        columns = [machine.sample_durations("target", PassShape(1, 1, 512), True, 9),
+                   machine.sample_durations("target", PassShape(9, 1, 512, True, True), False, 9)]
+    assert store.count("sampling.durations") == 2 and all(v.base is None for v in columns)
 
 
 def _anchor_plans(machine, shape, graph):
@@ -176,7 +162,7 @@ def test_anchors_that_share_a_table_sample_what_each_samples_alone(shape, graph)
     clear_sample_caches()  # the duration columns alone, each anchor after the last (an eager one patches its h)
     shared_durations = [machine.sample_durations("target", replace(shape, context=c), graph, 5).copy()
                         for c in contexts]
-    assert len(sampling._BY_PLAN) < len(contexts)
+    assert current().count("sampling.by_plan") < len(contexts)
     for c, table, durations in zip(contexts, shared, shared_durations):
         clear_sample_caches()
         assert np.array_equal(machine.samples("target", replace(shape, context=c), graph, 4), table)

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from simulator.config.loader import read_yaml
 from simulator.config.topology import Topology
-from simulator.hardware import interconnect, routes
+from simulator.cache import Store, held
+from simulator.hardware import routes
 from simulator.hardware.interconnect import Fabric
 
 
@@ -96,16 +97,16 @@ def test_routes_found_once_per_graph(monkeypatch):
     calls = []
     real = routes.shortest_paths
     monkeypatch.setattr(routes, "shortest_paths", lambda *a: calls.append(1) or real(*a))
-    monkeypatch.setattr(interconnect, "_ROUTES", {})
     topology = Topology.model_validate(read_yaml("topologies/two_node_h100.yaml"))
     gpus = topology.gpu_names
-    fabrics = [Fabric(topology, gpus[i:i + 2]) for i in range(0, len(gpus), 2)]
-    assert all(f.hop(0, 1).over_nvlink for f in fabrics) and len(calls) == 1
-    across = Fabric(topology, [gpus[0], gpus[8]]).hop(0, 1)
-    assert across.net and [fabrics[0].names[i] for i, _ in across.links][:3] == ["n0_gpu0", "n0_pcie0", "n0_nic0"]
-    assert len(calls) == 1
-    Fabric(topology.model_copy(update={"fabric": topology.fabric.model_copy(update={"nvls": False})}))
-    assert len(calls) == 2
+    with held(Store()):  # a cold store: the run's (or a sweep worker's)
+        fabrics = [Fabric(topology, gpus[i:i + 2]) for i in range(0, len(gpus), 2)]
+        assert all(f.hop(0, 1).over_nvlink for f in fabrics) and len(calls) == 1
+        across = Fabric(topology, [gpus[0], gpus[8]]).hop(0, 1)
+        assert across.net and [fabrics[0].names[i] for i, _ in across.links][:3] == ["n0_gpu0", "n0_pcie0", "n0_nic0"]
+        assert len(calls) == 1
+        Fabric(topology.model_copy(update={"fabric": topology.fabric.model_copy(update={"nvls": False})}))
+        assert len(calls) == 2
 
 
 def test_one_gpu_replicas_share_their_costs_and_keep_their_own_gpus():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import clear_sample_caches, scenario_path
+from simulator.cache import current
 from simulator.timing.machine import Machine
 from simulator.timing.kernellines import binding_lines
 from simulator.timing.timeline import PassPlan, blend, eager_launch, host_ready
@@ -155,7 +156,7 @@ def test_shared_launches_give_the_same_tables():
         machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
         for context in first_anchors:
             machine.samples("target", PassShape(9, 1, context, True, True), False, 99)
-        shared = len(module._LAUNCHES)
+        shared = current().count("sampling.launch")
         return machine.samples("target", PassShape(9, 1, 2048, True, True), False, 99), shared
 
     alone, _ = table_at_2048(())
@@ -242,7 +243,7 @@ def test_a_few_sample_rows_are_those_of_the_whole_table(shape, graph):
     whole = machine.samples("target", shape, graph, 77)
     rng = np.random.default_rng(0)
     for n in [1, 1, 2, 3, 7, 8, 9, 33, 64]:  # one row, a few, more than the pruning threshold, all (with repeats)
-        sampling._SAMPLE_CACHE.clear()
+        current().clear("sampling.samples")
         rows = rng.choice(64, n, replace=bool(n % 2)).tolist()
         assert np.array_equal(machine.sample_rows("target", shape, graph, 77, rows), whole[rows]), rows
 
@@ -272,7 +273,7 @@ def test_sample_durations_are_the_tables_duration_column(shape, graph):
     machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
     clear_sample_caches()
     alone = sampling.sample_durations(machine, "target", shape, graph, 5).copy()  # without the whole table
-    assert not sampling._SAMPLE_CACHE
+    assert not current().count("sampling.samples")
     clear_sample_caches()
     whole = sampling.samples(machine, "target", shape, graph, 5)
     assert sampling.SAMPLE_FIELDS[0] == "duration" and np.array_equal(alone, whole[:, 0])

@@ -7,6 +7,7 @@ from dataclasses import replace
 from functools import cached_property
 from typing import Any, Callable, Iterable
 
+from ..cache import holding
 from ..config import Scenario, load_scenario
 from ..config.errors import ConfigError
 from ..timing.machine import Machine
@@ -50,6 +51,7 @@ def _dotted(key: str) -> str:
     return path
 
 
+@holding  # the run's store, unless its caller holds one (a sweep worker, bench)
 def run(scenario_or_path: Scenario | str, *, set_args: list[str] | str | None = None, baseline: bool = True,
         max_work: float | None = None, max_memory_GB: float | None = None, steps_log: str | None = None,
         **overrides: Any) -> Result:
@@ -75,6 +77,7 @@ def runs_kept(scenario: Scenario, baseline: bool = True) -> int:
     return 2 if baseline and scenario.spec.speculation.method != "none" else 1
 
 
+@holding
 def run_figures(scenario: Scenario, names: Iterable[str]) -> dict[str, Any]:
     """The named top-level figures of run(scenario).to_dict() (the same values), computing only those: the
     simulation evaluates its breakdown only where a figure reads it. Unknown names are left out."""

@@ -165,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "command", None):
             build_parser().print_help(sys.stderr)
             return 2
-        return int(args.handler(args) or 0)
+        from ..cache import held  # here: --help and --version import no numerics
+
+        with held():  # the command's store (simulator.cache): what its runs share (bench's repetitions, a compare)
+            return int(args.handler(args) or 0)
     except ConfigError as exc:
         print(exc.line(), file=sys.stderr)
         return 2

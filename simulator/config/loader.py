@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import functools
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -10,6 +9,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from ..cache import stored
 from .catalog import read_kind
 from .errors import ConfigError
 from .paths import set_path, split_path  # noqa: F401  (re-exported: the one reading of a dotted path)
@@ -108,7 +108,6 @@ class _SAFE_LOADER(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # noqa: N801
 _SAFE_LOADER.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"))
-_FILE_CACHE_SIZE = 256  # parsed files kept (by path, modification time and size); a run reads a handful
 MAX_FILE_BYTES = 10_000_000
 MAX_VALUES = 100_000  # values a document may expand to through aliases (shipped files hold a few hundred)
 
@@ -192,7 +191,7 @@ def check_expansion(data: Any, file: str, limit: int = MAX_VALUES) -> None:
         stack.extend((c, False) for c in children if isinstance(c, (dict, list)))
 
 
-@functools.lru_cache(maxsize=_FILE_CACHE_SIZE)
+@stored
 def _parsed(path: str, mtime_ns: int, size: int, name: str) -> Any:
     """A file's YAML, parsed once per (path, modification time, size)."""
     with open(path, encoding="utf-8") as handle:

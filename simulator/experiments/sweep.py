@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from ..config import load_scenario
+from ..cache import holding
 from ..config.errors import ConfigError
 from ..results.files import check_output_file
 from ..results.limits import cap_workers, check_points, check_work
@@ -31,7 +31,7 @@ from .identity import base_id
 from .metrics import PROVENANCE_COLUMNS, check_metrics
 from .memory import sweep_gc, tune_malloc
 from .pool import Died, Done, ForkPool
-from .worker import _BASES, POINT_DEADLINE_FLOOR_S, ChunkTask, _one_line, run_chunk  # noqa: F401
+from .worker import POINT_DEADLINE_FLOOR_S, ChunkTask, _one_line, base_scenario, run_chunk  # noqa: F401
 from .store import Store, read_results  # noqa: F401  (read_results re-exported for callers)
 from .sweepfile import (Point, Sweep, check_axes, iter_points, load_sweep, num_points, point_id,  # noqa: F401
                         points)
@@ -69,6 +69,7 @@ class Terminated(KeyboardInterrupt):
 
 
 # -- running ---------------------------------------------------------------------------------------------------------
+@holding  # the sweep's store: forked workers inherit it, and keep it across their points
 def run_sweep(sweep: Sweep | str, *, workers: int | None = None, dask_address: str | None = None,
               out: str | None = None, fidelity: str | None = None, progress: bool | None = None,
               chunk_size: int | None = None, max_points: float | None = None, max_work: float | None = None,
@@ -92,13 +93,13 @@ def run_sweep(sweep: Sweep | str, *, workers: int | None = None, dask_address: s
     check_output_file(out, "--out")
     total = num_points(sweep)
     check_points(total, sweep.file, max_points)
-    base = load_scenario(sweep.scenario_path, list(fixed.items()))  # a bad base or `set` stops here, exit 2
+    token = uuid.uuid4().hex
+    # a bad base or `set` stops here, exit 2; held in this process's store, which forked workers inherit
+    base = base_scenario(token, sweep.scenario_path, tuple(fixed.items()))
     check_axes(sweep, base)
     check_work(base, max_work)
     check_metrics(base, spec.metrics, sweep.file)  # a misspelled metric stops here, before any point runs
     client = cluster.connect(dask_address) if dask_address is not None else None
-    token = uuid.uuid4().hex
-    _BASES[token] = base  # forked workers and this process start with the base scenario loaded
     metrics = [*spec.metrics, *PROVENANCE_COLUMNS]  # every row says what produced it
     identity = {"provenance.fidelity": base.spec.fidelity, "base_id": base_id(base)}
     header = ["point_id", "point", "base_id", *spec.axes, *metrics, "status", "error"]
@@ -128,7 +129,6 @@ def run_sweep(sweep: Sweep | str, *, workers: int | None = None, dask_address: s
                 bar.close()
             store.finish(found, store.done - found.keys())  # complete: point order, rows of other points aside
     finally:
-        _BASES.pop(token, None)
         if client is not None:
             client.close()
     counts, filled = recorder.counts, recorder.filled

@@ -1,15 +1,16 @@
 """A sweep's worker side: what a worker gets (ChunkTask) and does with it (run_chunk), and each point's deadline.
 
-Workers get the scenario path and each point's override dict, never a Scenario, and keep the base scenario per
-process (_BASES, at most a few sweeps), so a point costs one `with_overrides` plus the run. A forked worker sends a
+Workers get the scenario path and each point's override dict, never a Scenario, and keep the base scenario in the
+store they hold (simulator.cache: a forked worker inherits the sweep's, which lives across its points; a Dask task
+holds one for its chunk), so a point costs one `with_overrides` plus the run. A forked worker sends a
 Deadline for each point from the point's own work estimate (pool.py kills a worker past it) and each row as its
 point ends, so a worker killed mid-chunk loses only the point it was running.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any, Callable, NamedTuple
 
+from ..cache import held, stored
 from ..config import Scenario, load_scenario
 from ..config.errors import ConfigError
 from ..results.limits import check_work, estimated_seconds
@@ -36,23 +37,27 @@ class ChunkTask(NamedTuple):
     point_timeout_s: float | None = None  # each point's deadline (default: from its estimate)
 
 
-_BASES: "OrderedDict[str, Scenario]" = OrderedDict()  # sweep token -> base scenario, per process
+@stored
+def base_scenario(token: str, scenario_path: str, fixed: tuple) -> Scenario:
+    """The base scenario of the sweep named `token`: its file with the fixed overrides ((path, value) pairs)."""
+    return load_scenario(scenario_path, list(fixed))
 
 
 def run_chunk(task: ChunkTask, send: Callable[[Any], None] | None = None) -> list[tuple[str, str, str, list[Any]]]:
     """Run a chunk of points; each gives (point id, 'ok' or 'error', error message, metric values). With `send`
     (a forked worker's pipe) each row is sent as its point ends, after a Deadline for the point, and none returned."""
+    with held():  # the worker's store if it holds one (forked from the sweep), else one for this chunk
+        return _run_chunk(task, send)
+
+
+def _run_chunk(task: ChunkTask, send: Callable[[Any], None] | None) -> list[tuple[str, str, str, list[Any]]]:
     from ..api.run import run_figures
 
     names = [metric.split(".", 1)[0] for metric in task.metrics]  # the top-level figures the rows keep
     out = []
     for point in task.points:
         try:
-            base = _BASES.get(task.token)
-            if base is None:
-                base = _BASES[task.token] = load_scenario(task.scenario_path, list(task.fixed.items()))
-                while len(_BASES) > 4:
-                    _BASES.popitem(last=False)
+            base = base_scenario(task.token, task.scenario_path, tuple(task.fixed.items()))
             scenario = base.with_overrides(point.values)
             work = check_work(scenario, task.max_work)
             if send is not None:

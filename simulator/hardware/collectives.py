@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, asdict
 from functools import wraps
 
+from ..cache import current
 from . import nccl
 from . import nccl_tables as T
 from .interconnect import Fabric
@@ -34,8 +35,6 @@ def _memo(maxsize: int):
         return cached
     return wrap
 
-
-_GRAPHS: dict[tuple, dict] = {}  # (fabric routing key, ranks, sm_version) -> AllReduce._nccl_graphs' graphs
 
 # Custom (vLLM/SGLang) all-reduce: one-shot below 256 KB at 8 ranks, two-shot up to 8 MB buffers
 # (vllm/distributed/device_communicators/custom_all_reduce.py; docs/sources.md).
@@ -146,12 +145,7 @@ class AllReduce:
         per process for a fabric's graph (its routes' key: every field but the host-memory hop's latency, which
         the search does not read), ranks and GPU generation."""
         key = (self.fabric.routing_key, self.ranks, self.fabric.topology.gpu.sm_version)
-        graphs = _GRAPHS.get(key)
-        if graphs is None:
-            if len(_GRAPHS) >= 256:
-                _GRAPHS.clear()
-            graphs = _GRAPHS[key] = self._search_graphs()
-        return dict(graphs)
+        return dict(current().get(("collectives.nccl_graphs", *key), self._search_graphs))
 
     def _search_graphs(self) -> dict[str, nccl.Graph]:
         n, sm = self.ranks, self.fabric.topology.gpu.sm_version

@@ -7,10 +7,10 @@ gap per kernel node.
 """
 from __future__ import annotations
 
-from functools import lru_cache
 
 import numpy as np
 
+from ..cache import stored
 from ..config.topology import GPUSpec, HostSpec
 from .normal import normal_quantile
 
@@ -46,7 +46,7 @@ class GPU:
 MIN_LAUNCH_FRACTION = 0.1
 
 
-@lru_cache(maxsize=16)
+@stored
 def _strata(samples: int, dims: int) -> np.ndarray:
     """0..samples-1 in every row (read-only): what a Latin hypercube permutes, copied from here (a contiguous copy
     is a memcpy, a broadcast one is not)."""

@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+from ..cache import current
 from ..config.topology import Topology
 from .routes import Routes, routes_of
 
@@ -28,9 +29,6 @@ class Hop:
         return self.path_class == "nvlink"
 
 
-_ROUTES: dict[str, Routes] = {}  # the fabric's graph by value -> its routes (hardware/routes.py)
-_ROUTES_SIZE = 64
-
 
 class Fabric:
     """Routes over the topology's node/link graph: the best path class first (NVLink, then PCIe, then the socket
@@ -42,14 +40,10 @@ class Fabric:
         fabric = topology.fabric
         self.gpu_names = list(topology.gpu_names if gpu_names is None else gpu_names)
         # the routes depend on the graph alone (not on the ranks' GPUs, nor on the host-memory hop's latency, read when
-        # a step is costed): found once per process for a graph, shared by every replica and sweep point on it
+        # a step is costed): found once per store for a graph, shared by every replica and sweep point on it
         graph = fabric.model_dump_json(exclude={"shm_hop_latency_us"})
         self.routing_key = (graph, tuple(self.gpu_names))  # what NCCL's graph search over these ranks reads
-        routes = _ROUTES.get(graph)
-        if routes is None:
-            if len(_ROUTES) >= _ROUTES_SIZE:
-                _ROUTES.pop(next(iter(_ROUTES)))
-            routes = _ROUTES[graph] = routes_of(fabric)
+        routes: Routes = current().get(("interconnect.routes", graph), lambda: routes_of(fabric))
         self._routes = routes
         self.names, self.kinds, self.index, self.link_of = routes.names, routes.kinds, routes.index, routes.link_of
         self.gpus = [self.index[name] for name in self.gpu_names]

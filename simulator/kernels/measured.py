@@ -35,8 +35,8 @@ from __future__ import annotations
 import importlib.util
 import math
 import pathlib
-from functools import lru_cache
 
+from ..cache import stored
 from . import gridcache
 from .grid import Grid
 from .shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
@@ -83,7 +83,7 @@ def _version_key(text: str) -> tuple:
     return tuple(parts)
 
 
-@lru_cache(maxsize=None)
+@stored
 def table_path(system: str, family: str, table: str, engine: str = ENGINE) -> pathlib.Path | None:
     """The newest version <= ENGINE_VERSION of SGLang that holds this table (the database fills a version's missing
     tables from older ones the same way); for another engine (a fill), its newest version."""
@@ -101,7 +101,7 @@ def table_path(system: str, family: str, table: str, engine: str = ENGINE) -> pa
     return None
 
 
-@lru_cache(maxsize=None)
+@stored
 def read_table(system: str, family: str, table: str, engine: str = ENGINE):
     """The table as a pandas frame (memoised per process), or None where this GPU has none."""
     path = table_path(system, family, table, engine)
@@ -118,7 +118,7 @@ def read_table(system: str, family: str, table: str, engine: str = ENGINE):
     return frame
 
 
-@lru_cache(maxsize=None)
+@stored
 def covered_systems() -> tuple[str, ...]:
     root = data_root()
     if root is None:
@@ -242,20 +242,20 @@ def _chunk(full, cached: int, new: int) -> float | None:
     return max(whole - before, fresh)
 
 
-@lru_cache(maxsize=512)
+@stored
 def _grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple,
           padded_axis: int | None = None, engine: str = ENGINE) -> Grid | None:
-    """The measured points of `table` matching `where` (column, value pairs) as a grid over `axes` (memoised, and
+    """The measured points of `table` matching `where` (column, value pairs) as a grid over `axes` (in the run's store, and
     kept on disk per installed version: kernels/gridcache.py)."""
     path = table_path(system, family, table, engine)
     if path is None:
         return None
-    stored = gridcache.entry(package_version(), path, (system, family, table, where, axes, log_axes, padded_axis,
-                                                       engine))
-    grid = gridcache.load(stored)
+    entry = gridcache.entry(package_version(), path, (system, family, table, where, axes, log_axes, padded_axis,
+                                                      engine))
+    grid = gridcache.load(entry)
     if grid is gridcache.MISSING:
         grid = grid_of_table(system, family, table, where, axes, log_axes, padded_axis, engine)
-        gridcache.save(stored, grid)
+        gridcache.save(entry, grid)
     return grid
 
 

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
+from ..cache import stored
 from ..config.model_card import GQAAttention, MLAAttention, ModelCard
 
 BYTES_PER_VALUE = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
@@ -89,7 +89,7 @@ def independent_tokens(tokens: int, batch: int = 1, locality: float = 0.0) -> fl
     return batch * (1.0 + (tokens - 1) * (1.0 - locality))
 
 
-@lru_cache(maxsize=4096)
+@stored
 def busiest_expert_group(num_experts: int, experts_per_token: int, independent: float, groups: int) -> float:
     """Under expert parallelism the experts sit in `groups` equal groups (each ep rank's, SGLang's contiguous
     num_experts / ep), and the pass waits for the rank whose group the batch loads most: the expected distinct experts

@@ -6,14 +6,8 @@ from array import array
 
 import numpy as np
 
-from ..timing.streams import block, stream_key
-
 UNIFORM_BLOCK = 1 << 14
 WALK_UNIFORMS = 16  # uniforms a tree walk takes (at least its depth): runs with different draft lengths stay aligned
-# a lone request's walks, per process by value (Walks.walk_alone): what they read -> what they did (each entry holds
-# its last uniform block, ~0.5 MB as a list)
-_ALONE: dict[tuple, tuple] = {}
-_ALONE_SIZE = 8
 
 
 class Walks:
@@ -43,8 +37,8 @@ class Walks:
         return tree, depth, walk_uniforms, need, model.step, primary
 
     def _next_block(self) -> list[float]:
-        """The acceptance stream's next block (memoised by the stream's state, timing.streams: only read)."""
-        return block(self._rng, ("uniforms", UNIFORM_BLOCK), _uniform_block)
+        """The acceptance stream's next block (drawn every time: random draws are not stored)."""
+        return self._rng.random(UNIFORM_BLOCK).tolist()
 
     def uniform_row(self, n: int) -> list[float]:
         """n acceptance uniforms, drawn in numpy blocks."""
@@ -90,37 +84,14 @@ class Walks:
     def walk_alone(self, request, decision) -> list[int]:
         """A lone request's walks, step after step until it completes: the tokens each step emits. The same draws
         and records as walk() step by step, for a batch that cannot change before then (nothing else reads the
-        acceptance stream in between); the caller sets completed_at when it knows the last step's time.
-
-        Memoised per process by value where the walks read nothing but the model (its value_key), the tree, the
-        request's state and a fresh block of the acceptance stream (its generator's state): a sweep over machines
-        walks the same request at every point, and a hit leaves every record and the stream as the walks would."""
+        acceptance stream in between); the caller sets completed_at when it knows the last step's time. Walked
+        every time: the walks read the acceptance stream, and random draws are not stored."""
         if decision is not self._decided:
             self._decided, self._setup = decision, self._setup_for(decision)
         tree, _, walk_uniforms, need, step, primary = self._setup
         # a fixed policy drafts with slot 0, whose own model carries any regime: no primary to advance
         assert primary is None, "walk_alone serves drafter 0 (a static policy); walk() advances a primary model"
-        model_key = self.slots[decision.drafter].acceptance.value_key
-        key = None
-        if model_key is not None and self._at + need > len(self._uniforms):  # the first walk draws a fresh block
-            key = (model_key, tree.parents, walk_uniforms, need, request.acceptance_state, request.generated,
-                   request.output_tokens, stream_key(self._rng))
-            hit = _ALONE.get(key)
-            if hit is not None:
-                emitted_per_step, positions, request.acceptance_state, request.generated, stream, \
-                    self._uniforms, self._at = hit
-                self._rng.bit_generator.state = stream
-                self.positions.extend(positions)
-                self.lengths.extend(emitted_per_step)
-                return list(emitted_per_step)
-        first = len(self.positions)
-        emitted_per_step = self._walk_alone(request, tree, walk_uniforms, need, step)
-        if key is not None:
-            if len(_ALONE) >= _ALONE_SIZE:
-                _ALONE.pop(next(iter(_ALONE)))
-            _ALONE[key] = (tuple(emitted_per_step), self.positions[first:], request.acceptance_state,
-                           request.generated, self._rng.bit_generator.state, self._uniforms, self._at)
-        return emitted_per_step
+        return self._walk_alone(request, tree, walk_uniforms, need, step)
 
     def _walk_alone(self, request, tree, walk_uniforms: int, need: int, step) -> list[int]:
         """walk_alone's walks (see there)."""
@@ -166,6 +137,3 @@ class Walks:
                 done = True
         return len(active), done
 
-
-def _uniform_block(rng: np.random.Generator) -> list[float]:
-    return rng.random(UNIFORM_BLOCK).tolist()

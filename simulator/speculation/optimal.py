@@ -15,13 +15,11 @@ Cost O(depth x nonzero ranks x size^2), under a second at size 256; results memo
 """
 from __future__ import annotations
 
-from functools import lru_cache
 
 import numpy as np
 
+from ..cache import stored
 from .trees import Tree, positional_rows
-
-_MEMO_SIZE = 256
 
 
 def optimal_tree_and_value(P, size: int, max_depth: int | None = None) -> tuple[Tree, float]:
@@ -34,7 +32,7 @@ def optimal_tree_and_value(P, size: int, max_depth: int | None = None) -> tuple[
     return _solve(positional_rows(P, depth), size, depth)
 
 
-@lru_cache(maxsize=_MEMO_SIZE)
+@stored
 def _solve(rows: tuple[tuple[float, ...], ...], size: int, depth: int) -> tuple[Tree, float]:
     """Memoised by value: rows is the validated per-depth table (a tuple of tuples of floats)."""
     ranks = size - 1

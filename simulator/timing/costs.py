@@ -11,19 +11,15 @@ import hashlib
 
 import numpy as np
 
+from ..cache import current, key_of
 from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors, context_anchors_many
 from .costtable import STEP_COST, CostTable, StepCost, StepCosts
 from .sampling import FAST_SAMPLES
 from .stepspec import StepSpec
-from .streams import block
 
 INDEX_BLOCK = 1 << 14
 _new = tuple.__new__  # step() builds its StepCost without NamedTuple's keyword wrapper: half the cost (hot path)
 TABLE_CACHE_SIZE = 4096  # (step, anchor) tables a run keeps; the anchors double, so a run needs a few per step kind
-# step tables shared by every run in this process (a sweep point, a baseline, a break-even planner), keyed by value:
-# the machine's physical key, the seed, the step and the anchor
-_STEP_TABLES: dict[tuple, np.ndarray] = {}
-SHARED_TABLES = 512  # bound (each ~64 rows x 11 floats): emptied when full
 
 
 def _cost_rows(step: StepSpec, main: np.ndarray, draft: np.ndarray) -> np.ndarray:
@@ -36,7 +32,7 @@ def _cost_rows(step: StepSpec, main: np.ndarray, draft: np.ndarray) -> np.ndarra
 
 
 def _index_block(rng: np.random.Generator) -> list[int]:
-    """A block of the row-index stream (memoised by the stream's state, timing.streams: only read)."""
+    """A block of the row-index stream (drawn every time: random draws are not stored)."""
     return rng.integers(0, 1 << 30, INDEX_BLOCK).tolist()
 
 
@@ -71,13 +67,13 @@ class FastStepCosts:
         table = self._tables.get(key)
         if table is not None:
             return table
-        shared = (self.machine.key, self.seed, step, context)  # every value the table depends on
-        table = _STEP_TABLES.get(shared)
-        if table is None:
-            if len(_STEP_TABLES) >= SHARED_TABLES:
-                _STEP_TABLES.clear()
-            table = _STEP_TABLES[shared] = self._build_table(step, context)
+        # shared by every run of the store (a sweep point, a baseline, a break-even planner), keyed by value
+        table = current().get(self._shared_key(step, context), lambda: self._build_table(step, context))
         return _bounded_put(self._tables, key, table)
+
+    def _shared_key(self, step: StepSpec, context: int) -> tuple:
+        """The store's key of a step table: every value it is built from (the machine's, the seed, step, anchor)."""
+        return ("costs.step_table", key_of(self.machine), self.seed, key_of(step), context)
 
     def _build_table(self, step: StepSpec, context: int) -> np.ndarray:
         """The step's STEP_COST rows at an anchor context (read-only): the main pass's samples, drafts paired at
@@ -106,7 +102,7 @@ class FastStepCosts:
         unless the table is built already (a mean needs no breakdown)."""
         table = self._tables.get((step, context))
         if table is None:
-            table = _STEP_TABLES.get((self.machine.key, self.seed, step, context))
+            table = current().peek(self._shared_key(step, context))
         if table is not None:
             return table[:, 0].tolist()
         m = self.machine
@@ -154,7 +150,7 @@ class FastStepCosts:
 
     def _built(self, step: StepSpec, context: int) -> bool:
         """Whether the step's whole table at an anchor is at hand (in this run or shared by value)."""
-        return (step, context) in self._tables or (self.machine.key, self.seed, step, context) in _STEP_TABLES
+        return (step, context) in self._tables or current().peek(self._shared_key(step, context)) is not None
 
     def sparse_step(self, step: StepSpec, context: int) -> StepCost:
         """step() for a step drawn rarely (a prefill: one or a few per request): the row it draws is evaluated
@@ -186,7 +182,7 @@ class FastStepCosts:
 
     def next_index_block(self) -> list[int]:
         """The next block of the row-index stream (position 0)."""
-        self.indices, self.index_at = block(self._rng, ("indices", INDEX_BLOCK), _index_block), 0
+        self.indices, self.index_at = _index_block(self._rng), 0
         return self.indices
 
     def take_indices(self, n: int) -> np.ndarray:

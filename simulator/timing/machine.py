@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections import OrderedDict
 from dataclasses import replace
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
 
+from ..cache import current, key_of
 from ..config import Scenario
 from ..config.errors import ConfigError
 from ..hardware.collectives import NotPermitted
@@ -35,14 +35,7 @@ from .sampling import FAST_SAMPLES, SAMPLE_FIELDS  # noqa: F401  (re-exported)
 from .kernellines import kernel_lines
 from .passplan import PassPlan, blend
 
-_PLAN_CACHE: "OrderedDict[tuple, PassPlan]" = OrderedDict()  # (machine key, part, shape, graph) -> anchor plan
-_PLAN_CACHE_SIZE = 2048
-_HARDWARE: dict[tuple, tuple] = {}  # (machine key, scenario file) -> Machine._hardware's objects (they hold no run state)
-_HARDWARE_SIZE = 64
-_LAYOUT_CACHE: "OrderedDict[tuple, object]" = OrderedDict()  # (model key, part, tp, shape, fused, split) -> layout
 
-
-@lru_cache(maxsize=1 << 16)
 def context_anchors(context: int) -> tuple[int, int, float]:
     """The grid contexts below and above `context` (0, 256, 512, 1024, ... doubling) and the weight of the upper."""
     if context <= 0:
@@ -130,12 +123,9 @@ class Machine:
         physical = [*self._physical, "one GPU" if gpus is not None and len(gpus) == 1 else placed,
                     loaded.model_dump_json() if loaded is not None else ""]
         self.key = hashlib.sha1("\0".join(physical).encode()).hexdigest()
-        hardware_key = (self.key, placed, scenario.source)  # every value it depends on (the file: its errors)
-        hardware = _HARDWARE.get(hardware_key)
-        if hardware is None:
-            hardware = _HARDWARE[hardware_key] = self._hardware(scenario, gpus)
-            if len(_HARDWARE) > _HARDWARE_SIZE:
-                _HARDWARE.pop(next(iter(_HARDWARE)))
+        # Machine._hardware's objects (they hold no run state), by every value they depend on (the file: its errors)
+        hardware = current().get(("machine.hardware", self.key, placed, scenario.source),
+                                 lambda: self._hardware(scenario, gpus))
         self.fabric, self.allreduce, self.allgather, self.collectives = hardware
         if like is not None and like.scenario is scenario and like.key == self.key:
             self._plans, self._anchors = like._plans, like._anchors  # the same key: the same plans
@@ -177,6 +167,11 @@ class Machine:
         # change only the machine share layouts)
         self.model_key = hashlib.sha1("\0".join(cards).encode()).hexdigest()
 
+    @property
+    def value_key(self) -> str:
+        """What the machine's figures are computed from, as a digest (cache.key_of keys stored results by it)."""
+        return self.key
+
     def _hardware(self, scenario: Scenario, gpus: list[str] | None) -> tuple:
         """(fabric, all-reduce, all-gather, the split's collectives): NCCL's graphs over the routes, built once per
         process for a physical key (a sweep point or another seed on the same machine reuses them)."""
@@ -203,12 +198,8 @@ class Machine:
         key = (part, shape, graph)
         plan = self._plans.get(key)
         if plan is None:
-            shared = (self.key, part, shape, graph)  # every value a plan depends on
-            plan = _PLAN_CACHE.get(shared)
-            if plan is None:
-                plan = _PLAN_CACHE[shared] = self._build(part, shape, graph)
-                if len(_PLAN_CACHE) > _PLAN_CACHE_SIZE:
-                    _PLAN_CACHE.popitem(last=False)
+            plan = current().get(("machine.anchor_plan", self.key, part, key_of(shape), graph),
+                                 lambda: self._build(part, shape, graph))  # every value a plan depends on
             self._plans[key] = plan
         return plan
 
@@ -262,15 +253,11 @@ class Machine:
         )
 
     def layout(self, part: str, shape: PassShape, split=None):
-        """pass_layout of a part's card, memoised per process by value (the layout is only read)."""
+        """pass_layout of a part's card, stored by value (the layout is only read; sweep points that change only the
+        machine share it)."""
         fused = self.runtime.fuse_allreduce_rmsnorm
-        key = (self.model_key, part, self.tp, shape, fused, split)
-        layout = _LAYOUT_CACHE.get(key)
-        if layout is None:
-            layout = _LAYOUT_CACHE[key] = pass_layout(self.cards[part], self.tp, shape, fused, split)
-            if len(_LAYOUT_CACHE) > _PLAN_CACHE_SIZE:
-                _LAYOUT_CACHE.popitem(last=False)
-        return layout
+        return current().get(("machine.layout", self.model_key, part, self.tp, key_of(shape), fused, key_of(split)),
+                             lambda: pass_layout(self.cards[part], self.tp, shape, fused, split))
 
     # -- fast fidelity ----------------------------------------------------------------------------------------
     def samples(self, part: str, shape: PassShape, graph: bool, seed: int) -> np.ndarray:

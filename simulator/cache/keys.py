@@ -1,0 +1,96 @@
+"""What a stored value is keyed by and what it weighs: a computation's inputs by value, its result in bytes.
+
+key_of turns an input into a hashable value that two inputs share exactly when they are equal as values: numbers,
+strings, tuples and dicts of them as they are; a frozen pydantic model by its JSON (every field, in declared order);
+a frozen dataclass of hashable fields as itself (its equality and hash are its fields'), another dataclass by its
+fields; an array by its dtype, shape and a digest of its bytes; an object that is not a value
+(a Machine, an acceptance model) by its `value_key` (the digest of everything it computes from). Anything else is
+refused: a key by identity would hand one run's result to another object that merely lives at the same address.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import sys
+from typing import Any
+
+import numpy as np
+
+_PLAIN = (str, int, float, bool, bytes, type(None))
+
+
+def key_of(value: Any) -> Any:
+    """`value` as a hashable key, equal for equal values (see the module's docstring); TypeError for a value that
+    has none."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    params = getattr(kind, "__dataclass_params__", None)
+    if params is not None and params.frozen and params.eq:
+        try:
+            hash(value)  # every field hashable: the value itself is its key (fields compared, with their type)
+            return (kind.__qualname__, value)
+        except TypeError:
+            pass
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, *(key_of(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", *sorted((key_of(k), key_of(v)) for k, v in value.items()))
+    if isinstance(value, (set, frozenset)):
+        return ("set", *sorted(key_of(v) for v in value))
+    if isinstance(value, np.ndarray):
+        data = np.ascontiguousarray(value)
+        return ("ndarray", data.dtype.str, data.shape, hashlib.sha1(data.view(np.uint8).reshape(-1)).digest())
+    if isinstance(value, np.generic):
+        return (value.dtype.str, value.item())
+    if isinstance(value, enum.Enum):
+        return (type(value).__qualname__, value.value)
+    own = getattr(value, "value_key", None)
+    if own is not None:
+        return (type(value).__qualname__, own)
+    dump = getattr(value, "model_dump_json", None)  # a pydantic model
+    if dump is not None:
+        return (type(value).__qualname__, hashlib.sha1(dump().encode()).digest())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__qualname__, *(key_of(getattr(value, f.name)) for f in dataclasses.fields(value)))
+    raise TypeError(f"{type(value).__qualname__} has no value to key a stored result by: give it a value_key "
+                    "(a digest of what it computes from) or pass the values it reads")
+
+
+def freeze_and_weigh(value: Any) -> int:
+    """The bytes `value` holds (arrays by their buffers, frames by their columns, other objects by sys.getsizeof,
+    each object once), making every numpy array in it read-only on the way: a stored value is only read."""
+    seen: set[int] = set()
+    total = 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen or v is None or isinstance(v, (bool, int, float)):
+            continue
+        seen.add(id(v))
+        if isinstance(v, np.ndarray):
+            if v.flags.writeable:
+                v.setflags(write=False)
+            total += v.nbytes  # a view: the bytes it shows (an estimate)
+            continue
+        usage = getattr(v, "memory_usage", None)  # a pandas frame: its columns' buffers
+        if usage is not None and callable(usage) and hasattr(v, "columns"):
+            total += int(usage(index=True, deep=False).sum())
+            continue
+        total += sys.getsizeof(v)
+        if isinstance(v, (str, bytes, type)) or callable(v) and not hasattr(v, "__dict__"):
+            continue
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, (tuple, list, set, frozenset)):
+            stack.extend(v)
+        else:
+            if hasattr(v, "__dict__"):
+                stack.extend(vars(v).values())
+            for slot in getattr(type(v), "__slots__", ()):
+                stack.append(getattr(v, slot, None))
+    return total

@@ -1,0 +1,174 @@
+"""One cache, owned: no module outside simulator/cache keeps results of its own across runs.
+
+What counts as a process-wide cache here (read from each module's syntax tree):
+- `functools.lru_cache` / `functools.cache` (imported or called, by any name it is imported under);
+- a module-level or class-level name bound to a mutable container (a dict, list or set display or comprehension,
+  or dict() / list() / set() / OrderedDict() / defaultdict() / deque() / Counter() / ChainMap() /
+  WeakKeyDictionary() / WeakValueDictionary()) that is empty (it exists to be filled while the process runs, by
+  whatever function it is handed to), or that a function writes: an item assigned or deleted, an augmented
+  assignment, or a mutating method (setdefault, update, pop, popitem, clear, append, extend, insert, remove,
+  discard, add, move_to_end, appendleft);
+- a `global` statement (a function rebinding module state: a lazily filled singleton);
+- a mutable default argument (a dict, list or set display or constructor call), the classic memo in disguise.
+Containers that no function writes (tables of constants) and per-object memos (an instance's dict, a
+cached_property: they die with their object) are not process-wide and are allowed.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "simulator"
+OWNER = PACKAGE / "cache"  # the one store
+
+CONTAINER_CALLS = {"dict", "list", "set", "OrderedDict", "defaultdict", "deque", "Counter", "ChainMap",
+                   "WeakKeyDictionary", "WeakValueDictionary"}
+MUTATORS = {"setdefault", "update", "pop", "popitem", "clear", "append", "extend", "insert", "remove", "discard",
+            "add", "move_to_end", "appendleft", "__setitem__"}
+MEMO_DECORATORS = {"lru_cache", "cache"}
+
+
+def _is_empty(node: ast.AST | None) -> bool:
+    """An empty container display or a container constructor called without arguments."""
+    if isinstance(node, (ast.Dict, ast.List, ast.Set)):
+        return not (node.keys if isinstance(node, ast.Dict) else node.elts)
+    return isinstance(node, ast.Call) and _is_container(node) and not node.args and not node.keywords
+
+
+def _is_container(node: ast.AST | None) -> bool:
+    if isinstance(node, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)):
+        return True
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        return name in CONTAINER_CALLS
+    return False
+
+
+def _targets(statement: ast.stmt) -> list[tuple[str, ast.AST | None]]:
+    if isinstance(statement, ast.Assign):
+        return [(t.id, statement.value) for t in statement.targets if isinstance(t, ast.Name)]
+    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+        return [(statement.target.id, statement.value)]
+    return []
+
+
+def _written_name(node: ast.AST) -> str | None:
+    """The name (or attribute) a write inside a function goes to: X[...] = / del X[...] / X += / X.pop(...)."""
+    def base(target: ast.AST) -> str | None:
+        if isinstance(target, ast.Subscript):
+            target = target.value
+        if isinstance(target, ast.Name):
+            return target.id
+        if isinstance(target, ast.Attribute):
+            return target.attr
+        return None
+
+    if isinstance(node, ast.Assign):
+        for t in node.targets:
+            if isinstance(t, ast.Subscript):
+                return base(t)
+    if isinstance(node, ast.Delete):
+        for t in node.targets:
+            if isinstance(t, ast.Subscript):
+                return base(t)
+    if isinstance(node, ast.AugAssign):
+        return base(node.target)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+        return base(node.func.value)
+    return None
+
+
+def offences(source: str, where: str = "<module>") -> list[str]:
+    """Every process-wide cache in one module's source, as 'where:line: what'."""
+    tree = ast.parse(source)
+    found: list[str] = []
+    memo_names = set(MEMO_DECORATORS)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "functools":
+            for alias in node.names:
+                if alias.name in MEMO_DECORATORS:
+                    memo_names.add(alias.asname or alias.name)
+                    found.append(f"{where}:{node.lineno}: imports functools.{alias.name}")
+    shared: dict[str, int] = {}  # module- and class-level containers -> line
+    empty: set[str] = set()
+    for statement in tree.body:
+        inner = statement.body if isinstance(statement, ast.ClassDef) else [statement]
+        for s in inner:
+            for name, value in _targets(s):
+                if _is_container(value):
+                    shared[name] = s.lineno
+                    if _is_empty(value):
+                        empty.add(name)
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
+    written: set[str] = set()
+    for function in functions:
+        for node in ast.walk(function):
+            if isinstance(node, ast.Global):
+                found.append(f"{where}:{node.lineno}: global {', '.join(node.names)}")
+            name = _written_name(node)
+            if name is not None:
+                written.add(name)
+        if not isinstance(function, ast.Lambda):
+            for default in function.args.defaults + [d for d in function.args.kw_defaults if d is not None]:
+                if _is_container(default):
+                    found.append(f"{where}:{default.lineno}: mutable default argument of {function.name}")
+            for decorator in function.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)
+                if name in memo_names:
+                    found.append(f"{where}:{decorator.lineno}: @{name} on {function.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "functools" \
+                and node.attr in MEMO_DECORATORS and not any(f"@{node.attr}" in line and f":{node.lineno}:" in line
+                                                              for line in found):
+            found.append(f"{where}:{node.lineno}: functools.{node.attr}")
+    found += [f"{where}:{line}: {name}, a shared container {'filled at run time' if name in empty else 'a function writes'}"
+              for name, line in shared.items() if name in written or name in empty]
+    return sorted(set(found))
+
+
+# Module state that is not a result kept for reuse, each with why.
+NOT_CACHES = {("simulator/experiments/memory.py", "_sweeping"): "a count of the sweep_gc contexts open in the process",
+              ("simulator/serving/simulate.py", "ON_START"): "hooks a progress display registers while it is shown"}
+
+
+def package_offences(package: pathlib.Path = PACKAGE) -> list[str]:
+    """Every process-wide cache in the package outside simulator/cache (the one store), NOT_CACHES aside."""
+    owner = package / "cache"
+    return [o for path in sorted(package.rglob("*.py")) if owner not in path.parents
+            for o in offences(path.read_text(), str(path.relative_to(package.parent)))
+            if _file_and_name(o) not in NOT_CACHES]
+
+
+def _file_and_name(offence: str) -> tuple[str, str]:
+    """('simulator/x.py', 'NAME') of an offence 'simulator/x.py:LINE: NAME, ...'."""
+    where, _, what = offence.split(":", 2)
+    return where, what.strip().split(",")[0]
+
+
+def test_no_cache_outside_the_one_store():
+    assert package_offences() == []
+
+
+def test_the_check_sees_every_kind_of_cache():
+    """Each kind is caught (the test can fail); a constant table and a per-object memo are not."""
+    cases = {
+        "from functools import lru_cache\n@lru_cache(maxsize=8)\ndef f(x):\n    return x\n": 2,
+        "import functools\n@functools.cache\ndef f(x):\n    return x\n": 1,
+        "_SEEN = {}\ndef f(k):\n    _SEEN[k] = 1\n": 1,
+        "_SEEN = {}\ndef f(k):\n    return remember(_SEEN, k)\n": 1,
+        "from collections import OrderedDict\n_C: 'OrderedDict' = OrderedDict()\ndef f(k):\n    _C.move_to_end(k)\n": 1,
+        "_C = dict()\ndef f(k):\n    return _C.setdefault(k, 2)\n": 1,
+        "class A:\n    _memo = {}\n    def f(self, k):\n        self._memo[k] = 1\n": 1,
+        "_X = None\ndef f():\n    global _X\n    _X = 1\n": 1,
+        "def f(k, _memo={}):\n    return _memo.get(k)\n": 1,
+    }
+    for source, count in cases.items():
+        assert len(offences(source)) == count, (source, offences(source))
+    allowed = ("TABLE = {'a': 1}\ndef f(k):\n    return TABLE[k]\n"
+               "class B:\n    def __init__(self):\n        self._memo = {}\n    def f(self, k):\n"
+               "        self._memo[k] = 1\n"
+               "from functools import cached_property\nclass C:\n    @cached_property\n    def x(self):\n"
+               "        return 1\n")
+    assert offences(allowed) == []

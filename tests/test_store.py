@@ -1,0 +1,89 @@
+"""The one store (simulator.cache): keyed by value, bounded in bytes, read-only, owned by whoever holds it; a sweep
+worker's store lives across its points, so a fabric's routes are found once for every point on it."""
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from conftest import scenario_path
+from simulator.cache import Store, current, held, key_of, stored
+from simulator.config.loader import read_yaml
+from simulator.config.topology import Topology
+
+
+@dataclass(frozen=True)
+class Shape:
+    tokens: int
+    context: int
+
+
+def test_keys_are_values():
+    a = Topology.model_validate(read_yaml("topologies/pcie8_rtx_pro_6000.yaml"))
+    b = Topology.model_validate(read_yaml("topologies/pcie8_rtx_pro_6000.yaml"))
+    assert a is not b and key_of(a) == key_of(b)
+    assert key_of(a) != key_of(a.model_copy(update={"name": "other"}))
+    assert key_of(Shape(1, 2)) == key_of(Shape(1, 2)) != key_of(Shape(2, 1))
+    x = np.arange(6.0)
+    assert key_of(x) == key_of(x.copy()) != key_of(x.reshape(2, 3)) != key_of(x.astype(np.float32))
+    assert key_of([1, 2]) != key_of((1, 2))
+    with pytest.raises(TypeError, match="value_key"):
+        key_of(object())  # never by identity
+
+
+def test_bounded_in_bytes_least_recently_used_first():
+    store = Store(max_bytes=3 * 8_000 + 2_000)  # three 8 KB arrays and their headers
+    for i in range(3):
+        store.get(("a", i), lambda: np.zeros(1000))
+    store.get(("a", 0), pytest.fail)  # a hit: 0 is now the most recently used
+    store.get(("a", 3), lambda: np.zeros(1000))  # 1, the least recently used, goes
+    assert store.peek(("a", 1)) is None and all(store.peek(("a", i)) is not None for i in (0, 2, 3))
+    assert store.nbytes <= store.max_bytes and store.computed["a"] == 4
+    store.get(("big",), lambda: np.zeros(10_000))  # larger than the bound: returned, not kept
+    assert store.peek(("big",)) is None and len(store) == 3
+
+
+def test_stored_arrays_are_read_only():
+    store = Store()
+    value = store.get(("t",), lambda: (np.ones(3), {"x": np.zeros(2)}))
+    with pytest.raises(ValueError):
+        value[0][0] = 2.0
+    with pytest.raises(ValueError):
+        value[1]["x"][0] = 2.0
+
+
+def test_a_run_uses_the_store_its_caller_holds_and_keeps_nothing_without_one():
+    calls = []
+
+    @stored
+    def square(x: int) -> int:
+        calls.append(x)
+        return x * x
+
+    with held(Store()) as outer:
+        with held() as inner:  # a run inside a sweep worker: the worker's store
+            assert inner is outer and square(3) == 9
+        assert square(3) == 9 and calls == [3]
+
+    def outside() -> None:  # no store held (a bare context, not the test session's)
+        assert current() is not current() and square(4) == square(4) and calls == [3, 4, 4]
+    contextvars.Context().run(outside)
+
+
+def test_sweep_points_on_one_fabric_find_its_routes_once(tmp_path, monkeypatch):
+    """Issue 27: routes once per fabric graph, shared by every replica and every sweep point on that graph."""
+    from simulator.experiments.sweep import run_sweep
+    from simulator.hardware import routes
+
+    calls = []
+    real = routes.shortest_paths
+    monkeypatch.setattr(routes, "shortest_paths", lambda *a: calls.append(1) or real(*a))
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"name: routes_once\nscenario: {scenario_path('pcie8_eagle3.yaml')}\n"
+                     "set: {workload.requests: 1, workload.output_tokens: 16}\n"
+                     "axes: {speculation.draft_tokens: [1, 2, 3]}\nmetrics: [throughput_tok_s]\n")
+    with held(Store()):  # a cold store for the sweep (not the test session's)
+        report = run_sweep(str(sweep), workers=1, out=str(tmp_path / "out.csv"), progress=False)
+    assert report.num_ok == 3 and len(calls) == 1
