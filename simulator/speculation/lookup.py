@@ -29,6 +29,19 @@ def accepted(children: list[dict], continuation) -> int:
     return count
 
 
+
+def _descend(kids_of: list[dict], node: int, tokens) -> int:
+    """Walk `tokens` down from `node`, adding missing children; each child touched moves to its parent's end (the
+    most recently used order SGLang's trie keeps). Returns the last node."""
+    for token in tokens:
+        kids = kids_of[node]
+        node = kids.pop(token, None)
+        if node is None:
+            node = len(kids_of)
+            kids_of.append({})
+        kids[token] = node
+    return node
+
 class SglangTrie:
     """SGLang's n-gram trie (BFS / recency match type): one per server, shared by all requests.
 
@@ -65,25 +78,10 @@ class SglangTrie:
                 tails = prev_tails[lo - prev_lo:]
                 new = tokens[prev_end:end]
                 for k, node in enumerate(tails):  # a suffix of the insert before: its new tokens only
-                    for token in new:
-                        kids = kids_of[node]
-                        node = kids.pop(token, None)
-                        if node is None:
-                            node = len(kids_of)
-                            kids_of.append({})
-                        kids[token] = node
-                    tails[k] = node
+                    tails[k] = _descend(kids_of, node, new)
                 first = lo + len(tails)
         for i in range(first, last):  # a new start: its whole suffix from the root
-            node = 0
-            for token in tokens[i:end]:
-                kids = kids_of[node]
-                node = kids.pop(token, None)
-                if node is None:
-                    node = len(kids_of)
-                    kids_of.append({})
-                kids[token] = node
-            tails.append(node)
+            tails.append(_descend(kids_of, 0, tokens[i:end]))
         self.run = (request, end, lo, tails)
 
     def propose(self, tokens, length: int, drafts: int, request=None) -> list[dict]:
