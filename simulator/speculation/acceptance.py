@@ -58,8 +58,8 @@ class AcceptanceModel:
     @property
     def value_key(self):
         """Everything step() reads besides its arguments, by value: two models with the same key walk the same
-        uniforms alike (a lone request's walks are memoised per process by it, serving.walking); None where step()
-        keeps state of its own."""
+        uniforms alike (the run's store keys what it computes from the model by it, cache.keys.key_of); None where
+        step() keeps state of its own."""
         return (type(self).__name__, tuple(self.probs), self.sibling_decay, self.repeat_last)
 
     def start(self, prompt_tokens: int):
