@@ -6,7 +6,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from simulator.cache import Store, held
 from simulator.config.speculation import NgramDrafter, SuffixDrafter
+from simulator.serving import walking
 from simulator.speculation.textual import TextAcceptance
 from simulator.speculation.trees import Tree
 
@@ -312,3 +314,64 @@ def test_sglang_trie_matches_the_retouching_trie_on_random_batches(seed):
             if remaining[rid] <= 0:
                 del remaining[rid]
     assert steps > 10
+
+
+class KeyedText(Text):
+    """Text with a value to key a stored walk by (as a corpus file's)."""
+
+    value_key = ("test stream",)
+
+
+def lone_walks(model, drafts_each: list[int], stepwise: bool) -> list[int]:
+    """Requests one after another, request i drafting drafts_each[i]: each walked alone at once (taken_alone) or
+    step by step (step)."""
+    out = []
+    for rid, drafts in enumerate(drafts_each):
+        request = SimpleNamespace(request_id=rid, prompt_tokens=PROMPT, output_tokens=len(STREAM) - PROMPT)
+        state, remaining, tree = model.start_request(request), request.output_tokens - 1, Tree.chain(drafts)
+        if not stepwise:
+            out += model.taken_alone(tree, state, remaining).tolist()
+            continue
+        while remaining > 0:
+            taken, emitted, state = model.step(tree, state, None, 0, 0, remaining)
+            out.append(taken)
+            remaining -= emitted
+    return out
+
+
+def test_sglang_lone_walks_found_in_the_store_are_the_steps():
+    """A lone walk is stored by what it reads: another model over the same text finds the first walks and computes
+    the next (other drafts) on the trie the found walks left, exactly as the steps (and the brute force) give."""
+    config = NgramDrafter(branch_length=6, max_match_window=4, max_bfs_breadth=4)
+    name = "speculation.textual.taken_alone"
+    with held(Store()) as store:
+        first = lone_walks(TextAcceptance("ngram", config, KeyedText()), [8, 8, 8], stepwise=False)
+        assert store.count(name) == 3 and store.computed[name] == 3
+        again = lone_walks(TextAcceptance("ngram", config, KeyedText()), [8, 8, 3], stepwise=False)
+        assert store.computed[name] == 4  # two found, the third computed
+    assert first == sglang_reference(config, 3, 8)
+    assert again == lone_walks(TextAcceptance("ngram", config, Text()), [8, 8, 3], stepwise=True)
+    assert again[:len(again) * 2 // 3] != first[:len(again) * 2 // 3] or again[-50:] != first[-50:]
+
+
+def test_a_lone_text_walk_at_once_draws_and_records_as_its_steps(monkeypatch):
+    """Walks.walk_alone over a text model's walk taken at once: the same emitted tokens, records and acceptance stream
+    (blocks drawn where the steps draw them, small blocks so that the walk crosses several) as step by step."""
+    monkeypatch.setattr(walking, "UNIFORM_BLOCK", 40)
+    config = NgramDrafter(branch_length=6, max_match_window=4, max_bfs_breadth=4)
+    decision = SimpleNamespace(tree=Tree.chain(5), drafter=0)
+    seen = []
+    for at_once in (True, False):
+        model = TextAcceptance("ngram", config, Text())
+        walks = walking.Walks([SimpleNamespace(acceptance=model)], SimpleNamespace(), np.random.default_rng(3))
+        walks.uniform_row(31)  # the stream part-way through a block
+        request = SimpleNamespace(request_id=0, prompt_tokens=PROMPT, output_tokens=len(STREAM) - PROMPT, generated=1)
+        request.acceptance_state = model.start_request(request)
+        if at_once:
+            emitted = walks.walk_alone(request, decision)
+        else:
+            tree, _, walk_uniforms, need, step, _ = walks._setup_for(decision)
+            emitted = walks._walk_alone(request, tree, walk_uniforms, need, lambda *a: model.step(*a))
+        seen.append((emitted, walks.lengths.tolist(), walks.positions.tolist(), request.generated,
+                     walks._rng.bit_generator.state, walks.uniform_row(7)))
+    assert seen[0] == seen[1] and len(seen[0][0]) > 20 and seen[0][3] == len(STREAM) - PROMPT

@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 
+from ..cache import stored
+
 DATA_DIR = os.path.join(os.path.dirname(__file__), "data")
 NAMES = ("chat", "code")
 
@@ -17,9 +19,11 @@ class Corpus:
     def __init__(self, name: str):
         if name not in NAMES:
             raise ValueError(f"unknown corpus {name!r} (one of {', '.join(NAMES)})")
-        with np.load(os.path.join(DATA_DIR, f"{name}.npz")) as data:
-            self.ids, self.offsets = data["tokens"], data["offsets"]
+        path = os.path.join(DATA_DIR, f"{name}.npz")
+        stat = os.stat(path)
+        self.ids, self.offsets = _loaded(path, stat.st_mtime_ns, stat.st_size)
         self.name = name
+        self.value_key = (name, stat.st_mtime_ns, stat.st_size)  # what its streams are read from (as a YAML file's)
 
     @property
     def streams(self) -> int:
@@ -44,3 +48,10 @@ class Corpus:
             total += len(part)
             index += 1
         return np.concatenate(parts).astype(np.int64).tolist()
+
+
+@stored
+def _loaded(path: str, mtime_ns: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A corpus file's (token ids, stream offsets), read once per (path, modification time, size)."""
+    with np.load(path) as data:
+        return data["tokens"], data["offsets"]

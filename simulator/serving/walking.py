@@ -6,6 +6,8 @@ from array import array
 
 import numpy as np
 
+from ..speculation.acceptance import emitted_of
+
 UNIFORM_BLOCK = 1 << 14
 WALK_UNIFORMS = 16  # uniforms a tree walk takes (at least its depth): runs with different draft lengths stay aligned
 
@@ -91,7 +93,33 @@ class Walks:
         tree, _, walk_uniforms, need, step, primary = self._setup
         # a fixed policy drafts with slot 0, whose own model carries any regime: no primary to advance
         assert primary is None, "walk_alone serves drafter 0 (a static policy); walk() advances a primary model"
-        return self._walk_alone(request, tree, walk_uniforms, need, step)
+        alone = getattr(self.slots[decision.drafter].acceptance, "taken_alone", None)
+        remaining = request.output_tokens - request.generated
+        taken = alone(tree, request.acceptance_state, remaining) if alone is not None and remaining > 0 else None
+        if taken is None:
+            return self._walk_alone(request, tree, walk_uniforms, need, step)
+        return self._taken_alone(request, emitted_of(taken, remaining), need)
+
+    def _taken_alone(self, request, emitted: np.ndarray, need: int) -> list[int]:
+        """walk_alone's records and draws for a model that accepted a whole walk at once (taken_alone): the steps'
+        positions, and the acceptance stream moved by `need` uniforms a step, its blocks drawn as the step-by-step
+        walk draws them (the uniforms go unread: only the last block is kept)."""
+        steps, generated = len(emitted), request.generated
+        ends = np.cumsum(emitted)
+        self.positions.frombytes((generated + ends - emitted).astype(np.int32).tobytes())  # array("i"): 4 bytes
+        self.lengths.frombytes(emitted.astype(np.int32).tobytes())
+        room = (len(self._uniforms) - self._at) // need  # steps the current block still serves
+        if steps <= room:
+            self._at += steps * need
+        else:
+            per_block = UNIFORM_BLOCK // need
+            blocks = -(-(steps - room) // per_block)
+            for _ in range(blocks - 1):
+                self._rng.random(UNIFORM_BLOCK)  # a block the walks would have drawn and not read
+            self._uniforms = self._next_block()
+            self._at = (steps - room - (blocks - 1) * per_block) * need
+        request.generated = generated + int(ends[-1])
+        return emitted.tolist()
 
     def _walk_alone(self, request, tree, walk_uniforms: int, need: int, step) -> list[int]:
         """walk_alone's walks (see there)."""

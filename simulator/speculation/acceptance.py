@@ -9,6 +9,8 @@ lengths from CSV; models.py builds a model from its configuration.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .trees import Tree, Walker
 
 MAX_RANKS = 16  # siblings per node the tables cover
@@ -122,3 +124,12 @@ class TraceModel(AcceptanceModel):
 
     def expected_tokens(self, tree: Tree) -> float:
         return sum(min(v - 1, tree.depth) + 1 for v in self.lengths) / len(self.lengths)
+
+
+def emitted_of(taken: np.ndarray, remaining: int) -> np.ndarray:
+    """Tokens each step emits (its accepted drafts and the bonus token) when `taken` are a request's accepted drafts
+    from `remaining` tokens to its end: the last step emits what was left."""
+    emitted = taken + 1
+    if len(emitted):
+        emitted[-1] = remaining - int(emitted[:-1].sum())
+    return emitted

@@ -8,8 +8,13 @@ its remaining tokens, so a preempted request resumes where it was; the drafter's
 """
 from __future__ import annotations
 
+import hashlib
+
+import numpy as np
+
+from ..cache import current, key_of
 from ..corpora import Corpus
-from .acceptance import AcceptanceModel, positional_table
+from .acceptance import AcceptanceModel, emitted_of, positional_table
 from .lookup import CountedTrie, PromptLookup, SglangTrie, SuffixDrafter, accepted
 from .trees import Tree
 
@@ -30,6 +35,11 @@ class TextAcceptance(AcceptanceModel):
         self._pending: dict[int, int] = {}  # SGLang inserts after the whole batch verified: request -> its end
         self._positions: dict[int, int] = {}  # request id -> tokens it holds (kept for match_tokens)
         self._replays: dict[int, list[int]] = {}
+        # lone walks (taken_alone): the digest of those so far (None once another step moved the caches), and the
+        # stored ones whose inserts the trie has not taken yet
+        self._history: bytes | None = b""
+        self._unapplied: list[tuple[int, np.ndarray]] = []
+        self._key = None
 
     def _shared(self):
         c = self.config
@@ -61,6 +71,12 @@ class TextAcceptance(AcceptanceModel):
         raise TypeError("text acceptance starts from the request (start_request)")
 
     def step(self, tree: Tree, state, uniforms, at: int, switch_at: int, remaining: int):
+        self._history = None  # a step outside a lone walk: what the caches hold is no longer a digest's
+        return self._step(tree, state, remaining)
+
+    def _step(self, tree: Tree, state, remaining: int):
+        if self._unapplied:
+            self._materialize()
         tokens, prompt, output, own = self._requests[state]
         position = prompt + output - remaining
         trie = self._trie
@@ -78,6 +94,47 @@ class TextAcceptance(AcceptanceModel):
         elif self.method == "suffix" and trie is not None and emitted >= remaining:
             trie.add(tokens[prompt:])  # a completed request's output joins the shared tree
         return taken, emitted, state
+
+    def taken_alone(self, tree: Tree, state, remaining: int):
+        """Drafts accepted at each step of a lone request from where it is until it completes (step() step by step,
+        nothing else stepping meanwhile), as an array; None where the drafter is not SGLang's shared trie. Stored by
+        the value of what it reads (the drafter's parameters, the corpus, the digest of the lone walks before this one,
+        which made the trie, and this request's stream and position), so another run or sweep point over the same
+        text finds it; the trie takes a found walk's inserts when it is next read (_materialize)."""
+        tokens, prompt, output, own = self._requests[state]
+        if self.method != "ngram" or own is not None or self._pending:
+            return None
+        position = prompt + output - remaining
+        corpus_key = getattr(self.corpus, "value_key", None)
+        if self._history is None or corpus_key is None:
+            return self._walk(tree, state, remaining)
+        call = (state, self.first_stream + state, prompt, output, position, tree.num_drafts)
+        if self._key is None:
+            self._key = ("speculation.textual.taken_alone", self.method, key_of(self.config), corpus_key)
+        key = (*self._key, self._history, call)
+        walked = []
+        taken = current().get(key, lambda: walked.append(True) or self._walk(tree, state, remaining))
+        if not walked:  # found: the trie takes the walk's inserts (at every step's end) when it is next read
+            self._unapplied.append((state, position + np.cumsum(emitted_of(taken, remaining))))
+            self._positions[state] = position + remaining
+        self._history = hashlib.sha1(self._history + repr(call).encode()).digest()
+        return taken
+
+    def _walk(self, tree: Tree, state, remaining: int) -> np.ndarray:
+        taken_each = []
+        while remaining > 0:
+            taken, emitted, _ = self._step(tree, state, remaining)
+            taken_each.append(taken)
+            remaining -= emitted
+        return np.array(taken_each, dtype=np.int64)
+
+    def _materialize(self) -> None:
+        """The inserts of the stored walks found since the trie was last read, in their order."""
+        unapplied, self._unapplied = self._unapplied, []
+        for state, ends in unapplied:
+            tokens = self._requests[state][0]
+            for end in ends.tolist():
+                self._trie.insert(state, tokens, end)
 
     def _queue(self, state, end: int, completes: bool = False) -> None:
         """SGLang's insert after a step: the request's last branch_length tokens before `end`, landing when the next
@@ -98,6 +155,7 @@ class TextAcceptance(AcceptanceModel):
 
     def advance(self, state, emitted: int, u: float):
         """Another drafter's step or a plain one: only the position moves (step() reads it from the remaining)."""
+        self._history = None
         self._positions[state] += emitted
         if self.method == "ngram" and self._trie is not None:  # the cache sees every generated token
             self._queue(state, self._positions[state])
@@ -106,6 +164,8 @@ class TextAcceptance(AcceptanceModel):
     def match_tokens(self, state) -> int:
         """The longest suffix the drafter would match now (a lookup of one draft, its proposal unused)."""
         tokens, _, _, own = self._requests[state]
+        if self._unapplied:
+            self._materialize()
         if own is not None:
             own.propose(tokens, self._positions[state], 1)
             return own.match_len
@@ -122,6 +182,10 @@ class TextAcceptance(AcceptanceModel):
             for rid in range(REPLAY_REQUESTS):
                 request = _Replayed(rid, prompt_tokens, output_tokens)
                 state, remaining = fresh.start_request(request), output_tokens - 1
+                taken = fresh.taken_alone(tree, state, remaining)
+                if taken is not None:
+                    lengths += taken.tolist()
+                    continue
                 while remaining > 0:
                     taken, emitted, _ = fresh.step(tree, state, (), 0, 0, remaining)
                     lengths.append(taken)
