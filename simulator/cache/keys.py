@@ -60,15 +60,21 @@ def key_of(value: Any) -> Any:
                     "(a digest of what it computes from) or pass the values it reads")
 
 
-def freeze_and_weigh(value: Any) -> int:
+def freeze_and_weigh(value: Any, held: Any = ()) -> int:
     """The bytes `value` holds (arrays by their buffers, frames by their columns, other objects by sys.getsizeof,
-    each object once), making every numpy array in it read-only on the way: a stored value is only read."""
-    seen: set[int] = set()
+    each object once; configuration models not counted), making every numpy array in it read-only on the way: a stored value is only read. Objects
+    whose id is in `held` (other stored values, weighed when they were stored) are neither weighed nor walked again."""
+    seen: set[int] = {id(value)}
     total = 0
     stack = [value]
+    first = True
     while stack:
         v = stack.pop()
-        if id(v) in seen or v is None or isinstance(v, (bool, int, float)):
+        if v is None or isinstance(v, (bool, int, float)):
+            continue
+        if first:
+            first = False
+        elif id(v) in seen or id(v) in held:
             continue
         seen.add(id(v))
         if isinstance(v, np.ndarray):
@@ -76,6 +82,8 @@ def freeze_and_weigh(value: Any) -> int:
                 v.setflags(write=False)
             total += v.nbytes  # a view: the bytes it shows (an estimate)
             continue
+        if getattr(type(v), "model_dump_json", None) is not None:  # a configuration model: the scenario's, not
+            continue  # the stored value's (a generated cluster's topology is thousands of objects, walked per put)
         usage = getattr(v, "memory_usage", None)  # a pandas frame: its columns' buffers
         if usage is not None and callable(usage) and hasattr(v, "columns"):
             total += int(usage(index=True, deep=False).sum())

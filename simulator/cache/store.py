@@ -40,6 +40,7 @@ class Store:
         self.nbytes = 0
         self._entries: OrderedDict[Any, tuple[Any, int]] = OrderedDict()  # key -> (value, its bytes)
         self.computed: Counter = Counter()  # computations run, by name (the key's first element)
+        self._held: Counter = Counter()  # id of each stored value (held alive here, so no other object has it)
 
     def get(self, key: tuple, compute: Callable[[], T]) -> T:
         """The value stored under `key` (its first element names the computation), else compute() stored."""
@@ -57,17 +58,24 @@ class Store:
 
     def put(self, key: tuple, value: T) -> T:
         """Store `value` (made read-only) under `key`, replacing what was there; returned."""
-        size = freeze_and_weigh(value)
+        size = freeze_and_weigh(value, self._held)  # a part stored already (a fabric's routes) weighed there
         old = self._entries.pop(key, None)
         if old is not None:
-            self.nbytes -= old[1]
+            self._forget(old)
         if size <= self.max_bytes:
             self._entries[key] = (value, size)
+            self._held[id(value)] += 1
             self.nbytes += size
             while self.nbytes > self.max_bytes:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self.nbytes -= dropped
+                self._forget(self._entries.popitem(last=False)[1])
         return value
+
+    def _forget(self, entry: tuple) -> None:
+        value, size = entry
+        self.nbytes -= size
+        self._held[id(value)] -= 1
+        if not self._held[id(value)]:
+            del self._held[id(value)]
 
     def count(self, name: str) -> int:
         """Entries held of the computation `name`."""
@@ -76,7 +84,7 @@ class Store:
     def clear(self, *names: str) -> None:
         """Forget the entries of the named computations (every entry where none is named)."""
         for key in [k for k in self._entries if not names or k[0] in names]:
-            self.nbytes -= self._entries.pop(key)[1]
+            self._forget(self._entries.pop(key))
 
     def __len__(self) -> int:
         return len(self._entries)
