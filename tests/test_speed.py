@@ -175,13 +175,16 @@ def test_shared_launches_give_the_same_tables():
     ("pcie8_tp4_dp2.yaml", {"workload__requests": 6, "workload__output_tokens": 64, "workload__concurrency": 1,
                             "deployment__router": "least_loaded"}, True, "decode_alone"),  # two instances, one clock
     ("nvlink8_h100_llama8b_trace.yaml", {"workload__concurrency": 1}, True, "decode_alone"),  # replayed arrivals
+    ("pcie8_tp4_dp2.yaml", {"workload__requests": 40, "workload__output_tokens": 64, "workload__concurrency": 8,
+                            "deployment__router": "least_loaded",  # plain decode in runs, some cut by arrivals
+                            "workload__arrival": {"kind": "poisson", "rate_per_s": 10.0}}, False, "decode_plain"),
 ])
 def test_fixed_decision_loop_is_the_general_loop(monkeypatch, name, overrides, speculate, shortcut):
     from simulator.serving import fixeddecode, server as module
     from simulator.serving.deployment import simulate_deployment
 
     scenario = resolve(scenario_path(name), overrides)
-    calls = {"decode_alone": 0, "decode_fixed": 0}
+    calls = {"decode_alone": 0, "decode_fixed": 0, "decode_plain": 0}
     for function in calls:
         def counted(server, original=getattr(fixeddecode, function), function=function):
             calls[function] += 1

@@ -67,6 +67,16 @@ class Admission:
             request.prefilled = 0
             self.prefilling.append(request)
 
+    def would_admit(self) -> bool:
+        """Whether admit() would take the first waiting request now (queue mode: a free slot and room to reserve)."""
+        if not self.waiting or len(self.active) + len(self.prefilling) >= self.concurrency:
+            return False
+        request = self.waiting[0]
+        if self.queue_mode:
+            return self.kv_reserved + request.prompt_tokens + request.output_tokens + self.lookahead <= self.kv_capacity
+        return self.kv_in_use() + self.lookahead * len(self.active) + request.prompt_tokens + request.generated + \
+            self.lookahead <= self.kv_capacity
+
     def release(self, request) -> None:
         if self.queue_mode:
             self.kv_reserved -= request.prompt_tokens + request.output_tokens + self.lookahead

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..timing.clock import delay_to
 from ..timing.machine import context_anchors
+from .plainrun import decode_plain, runs_plain
 from .records import KIND_DECODE, KIND_SPEC
 
 
@@ -34,7 +35,9 @@ def decode(server):
     adm, decision = server.admission, server.policy.decision
     if len(adm.active) == adm.concurrency == 1 and (decision is not None or server.walks.primary is None):
         return decode_alone(server)
-    return decode_fixed(server) if decision is not None else server._decode()
+    if decision is not None:
+        return decode_fixed(server)
+    return decode_plain(server) if runs_plain(server) else server._decode()
 
 
 def decode_fixed(server):

@@ -93,6 +93,7 @@ class Server:
         self.accept_positions = self.walks.positions  # tokens the request had generated before that step
         self._arrived_all = False
         self._wake = env.event()
+        self.run_in_flight = None  # a run of plain decode steps the server sleeps in (serving.plainrun)
 
     @property
     def kv_peak(self) -> int:
@@ -176,6 +177,8 @@ class Server:
         """A request the router sends here arrives now (routed servers)."""
         self.requests.append(request)
         self.admission.waiting.append(request)
+        if self.run_in_flight is not None:  # a run of plain decode steps may end sooner (serving.plainrun)
+            self.run_in_flight.arrived(self.env.now)
         if not self._wake.triggered:
             self._wake.succeed()
 
@@ -191,6 +194,8 @@ class Server:
             if request.arrived_at > env.now:
                 yield env.timeout(request.arrived_at - env.now)
             self.admission.waiting.append(request)
+            if self.run_in_flight is not None:
+                self.run_in_flight.arrived(env.now)
             if not self._wake.triggered:
                 self._wake.succeed()
         self._arrived_all = True

@@ -196,11 +196,37 @@ class FastStepCosts:
             self.index_at += take
         return np.array(taken, dtype=np.int64)
 
+    def peek_indices(self, n: int) -> np.ndarray:
+        """The next n values of the row-index stream, not consumed (index_at moves on by what is used of them): the
+        stream's blocks are drawn in the same order, the rest of the current one kept ahead of the next."""
+        while len(self.indices) - self.index_at < n:
+            self.indices, self.index_at = self.indices[self.index_at:] + _index_block(self._rng), 0
+        return np.array(self.indices[self.index_at:self.index_at + n], dtype=np.int64)
+
     def steps(self, step: StepSpec, contexts: np.ndarray) -> StepCosts:
         """step() at each of many contexts in turn, as arrays (the same rows and floats)."""
+        return self._steps(step, contexts, self.take_indices(len(contexts)))
+
+    def steps_ahead(self, step: StepSpec, contexts: np.ndarray) -> StepCosts:
+        """steps() without consuming the index stream: the caller adds to index_at the steps it takes."""
+        return self._steps(step, contexts, self.peek_indices(len(contexts)))
+
+    def _steps(self, step: StepSpec, contexts: np.ndarray, indices: np.ndarray) -> StepCosts:
+        """The steps at increasing contexts, reading those index values."""
         n = len(contexts)
+        low, high, _ = context_anchors(int(contexts[0])) if n else (0, 0, 0.0)
+        if low != high and int(contexts[-1]) < high:  # every context strictly between two anchors: one table
+            last = self._last
+            if last[0] is step and last[1] == low and last[2] == high:
+                table = last[3]
+            else:
+                table = self.pair(step, low, high)
+                self._last = (step, low, high, table)
+            weights = (contexts - low) / (high - low)  # context_anchors' division (ints below 2^53: the same floats)
+            rows = indices % len(table.durations)
+            durations = table.duration_column[rows] + table.duration_delta_column[rows] * weights
+            return StepCosts(durations, [(table, n)], rows, weights)
         lows, highs, weights = context_anchors_many(contexts)
-        indices = self.take_indices(n)
         rows, durations, tables = np.empty(n, dtype=np.int64), np.empty(n), []
         bounds = [0, *(np.flatnonzero((lows[1:] != lows[:-1]) | (highs[1:] != highs[:-1])) + 1).tolist(), n]
         for a, b in zip(bounds[:-1], bounds[1:]):  # runs of steps between the same anchors
