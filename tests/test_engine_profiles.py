@@ -24,8 +24,10 @@ def test_every_profile_loads_and_sources_every_input(path):
     name, version = os.path.basename(os.path.dirname(path)), os.path.splitext(os.path.basename(path))[0]
     profile, _ = load_profile(name, version)
     inputs = profile.inputs()
-    assert set(inputs) == {f for f, info in EngineProfile.model_fields.items()
-                           if getattr(info.annotation, "__pydantic_generic_metadata__", {}).get("origin") is Sourced}
+    required = {f for f, info in EngineProfile.model_fields.items()
+                if getattr(info.annotation, "__pydantic_generic_metadata__", {}).get("origin") is Sourced}
+    optional = {f for f, info in EngineProfile.model_fields.items() if not info.is_required()} - required
+    assert required <= set(inputs) <= required | optional
     for key, item in inputs.items():
         assert item.kind in ("counted", "measured", "fitted", "estimated"), key
         if item.kind == "measured":  # names the script in this repository that timed it
@@ -118,6 +120,27 @@ def test_changing_the_engine_by_override_resolves_its_profile_again():
     assert newer.spec.runtime == simulator.load_scenario(CASE, [("engine.version", "0.5.9")]).spec.runtime
     assert newer.spec.runtime.cuda_graph_draft_extend is True and base.spec.runtime.cuda_graph_draft_extend is False
     assert newer.spec.runtime.speculative_host != base.spec.runtime.speculative_host
+
+
+NGRAM_CASE = os.path.join(SCENARIOS, "validation", "cases", "b200_llama4_scout_ngram.yaml")
+
+
+def test_the_ngram_host_costs_come_from_the_engine_profile_unless_the_scenario_sets_them():
+    """TensorRT-LLM 1.0.0's profile times its n-gram pool; SGLang's profiles leave speculation.ngram's own costs."""
+    profile = yaml.safe_load(open(os.path.join(ROOT, "engines", "trtllm", "1.0.0.yaml")))["ngram_host"]["value"]
+    trt = simulator.load_scenario(NGRAM_CASE)
+    assert trt.spec.speculation.ngram.model_dump(include=set(profile)) == profile
+    assert "speculation.ngram.host_us_per_request" in trt.engine.keys
+    sglang = trt.with_overrides({"engine": {"name": "sglang", "version": "0.5.9"}})
+    default = type(trt.spec.speculation.ngram)()
+    assert sglang.spec.speculation.ngram.host_us_per_request == default.host_us_per_request != profile[
+        "host_us_per_request"]
+    own = simulator.load_scenario(NGRAM_CASE, [("speculation.ngram.host_us_per_request", 7.0)])
+    assert own.spec.speculation.ngram.host_us_per_request == 7.0
+    assert own.spec.speculation.ngram.host_us_per_step == profile["host_us_per_step"]
+    moved = trt.with_overrides({"topology.gpu.memory_GB": 96})  # a machine what-if keeps the profile's keys
+    assert moved.with_overrides({"engine": {"name": "sglang", "version": "0.5.9"}}).spec.speculation.ngram == \
+        sglang.spec.speculation.ngram
 
 
 def test_a_machine_with_less_memory_captures_fewer_graphs():

@@ -67,6 +67,17 @@ class CustomAllReduce(Strict):
     pcie_max_gpus: PositiveInt = Field(description="on a fabric without NVLink between all GPUs, at most this many")
 
 
+class NgramHost(Strict):
+    """The n-gram drafter's host time (speculation.ngram's keys of the same names), as this engine computes it."""
+
+    host_us_per_step: float = Field(ge=0)
+    host_us_per_request: float = Field(ge=0)
+    host_us_per_node: float = Field(ge=0)
+
+
+NGRAM_HOST_KEYS = tuple(f"speculation.ngram.{name}" for name in NgramHost.model_fields)
+
+
 class KernelDatabase(Strict):
     """The measured kernel tables (aiconfigurator-core) that stand for this engine's kernels."""
 
@@ -100,9 +111,25 @@ class EngineProfile(Strict):
     fuse_allreduce_rmsnorm: Sourced[bool]
     attention_backend: Sourced[dict[str, str]] = Field(description="GPU architecture (sm90, sm100, sm120, ...) -> backend")
     kernel_database: Sourced[KernelDatabase]
+    ngram_host: Optional[Sourced[NgramHost]] = Field(None, description=(
+        "the n-gram drafter's host time; absent: speculation.ngram's own (SGLang's trie costs)"))
 
     def inputs(self) -> dict[str, Sourced]:
         return {name: getattr(self, name) for name in type(self).model_fields if isinstance(getattr(self, name), Sourced)}
+
+
+def _with_ngram_host(spec, profile: EngineProfile) -> tuple:
+    """The spec with the profile's n-gram host costs where its speculation.ngram does not set them, and the keys
+    taken (dotted)."""
+    if profile.ngram_host is None:
+        return spec, ()
+    ngram = spec.speculation.ngram
+    taken = {name: value for name, value in profile.ngram_host.value.model_dump().items()
+             if name not in ngram.model_fields_set}
+    if not taken:
+        return spec, ()
+    speculation = spec.speculation.model_copy(update={"ngram": ngram.model_copy(update=taken)})
+    return spec.model_copy(update={"speculation": speculation}), tuple(f"speculation.ngram.{k}" for k in sorted(taken))
 
 
 def profile_path(name: str, version: str) -> str:
@@ -223,6 +250,6 @@ def apply_engine(spec, topology, file: str, user_keys=None):
     taken = {key: value for key, value in defaults.items() if key not in user}
     own = spec.runtime.model_dump(mode="json", include=user)
     runtime = validate(Runtime, {**own, **taken}, file, "runtime")
-    return spec.model_copy(update={"runtime": runtime}), EngineRun(engine.name, engine.version, path, named,
-                                                                   tuple(sorted(taken)))
+    spec, ngram_keys = _with_ngram_host(spec.model_copy(update={"runtime": runtime}), profile)
+    return spec, EngineRun(engine.name, engine.version, path, named, tuple(sorted(taken)) + ngram_keys)
 

@@ -61,7 +61,12 @@ class Scenario:
         if self.draft_model is not None:
             raw["speculation"]["draft_model"]["model"] = self.draft_model.model_dump(mode="json")
         for key in self.engine.keys if self.engine is not None else ():
-            raw["runtime"].pop(key, None)  # the engine profile's: resolved again (an override may change the engine)
+            # the engine profile's: resolved again (an override may change the engine)
+            *parents, leaf = key.split(".") if "." in key else ("runtime", key)
+            node = raw
+            for part in parents:
+                node = node.get(part) or {}
+            node.pop(leaf, None)
         # build() applies the overrides as --set does: a part replaced by a file, then a key inside it, reaches into
         # the new file (a sweep with a topology axis and a topology.gpu.* axis)
         rebuilt = build(raw, self.source, os.path.dirname(self.source) if os.path.isfile(self.source) else ".",
@@ -86,7 +91,9 @@ class Scenario:
         engine = self.engine
         if engine is not None and "topology" in parts:  # the profile's graph sizes depend on the GPU's memory
             own = set(type(spec.runtime).model_fields) - set(engine.keys)
+            previous = tuple(key for key in engine.keys if "." in key)  # the profile's speculation keys, kept
             spec, engine = apply_engine(spec, new["topology"], self.source, own)
+            engine = replace(engine, keys=tuple(sorted(set(engine.keys) | set(previous))))
         scenario = replace(self, **new, spec=spec, engine=engine, overrides=self.overrides + tuple(overrides.items()),
                            gpu_as_loaded=self._loaded_gpu(new.get("topology", self.topology)))
         check(scenario)
