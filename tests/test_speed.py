@@ -171,7 +171,7 @@ def test_shared_launches_give_the_same_tables():
     ("pcie8_ngram.yaml", {"workload__requests": 4, "workload__output_tokens": 700,  # the baseline: plain decode
                           "workload__arrival": {"kind": "poisson", "rate_per_s": 0.2}}, False, "decode_alone"),
     ("nvlink8_h100_llama8b_poisson.yaml", {"workload__requests": 24}, True,  # batches that change, arrivals mid-step
-     "decode_fixed"),
+     "fixed_decision"),
     ("pcie8_tp4_dp2.yaml", {"workload__requests": 6, "workload__output_tokens": 64, "workload__concurrency": 1,
                             "deployment__router": "least_loaded"}, True, "decode_alone"),  # two instances, one clock
     ("nvlink8_h100_llama8b_trace.yaml", {"workload__concurrency": 1}, True, "decode_alone"),  # replayed arrivals
@@ -179,17 +179,32 @@ def test_shared_launches_give_the_same_tables():
                             "deployment__router": "least_loaded",  # plain decode in runs, some cut by arrivals
                             "workload__arrival": {"kind": "poisson", "rate_per_s": 10.0}}, False, "decode_plain"),
 ])
-def test_fixed_decision_loop_is_the_general_loop(monkeypatch, name, overrides, speculate, shortcut):
-    from simulator.serving import fixeddecode, server as module
+def test_the_decode_loops_shortcuts_are_its_steps(monkeypatch, name, overrides, speculate, shortcut):
+    """The decode loop's shortcuts give its steps exactly: a lone request's steps as arrays (decode_alone) and a
+    plain batch's in runs (decode_plain) against the loop stepping them, and a fixed decision read once against the
+    policy asked and told every step."""
+    from simulator.serving import decoding
     from simulator.serving.deployment import simulate_deployment
 
     scenario = resolve(scenario_path(name), overrides)
-    calls = {"decode_alone": 0, "decode_fixed": 0, "decode_plain": 0}
-    for function in calls:
-        def counted(server, original=getattr(fixeddecode, function), function=function):
-            calls[function] += 1
-            return original(server)
-        monkeypatch.setattr(fixeddecode, function, counted)
+    taken = {"decode_alone": 0, "fixed_decision": 0, "decode_plain": 0}
+    alone, fixed, plain = decoding.decode_alone, decoding.fixed_decision, decoding.decode_plain
+
+    def counted_alone(server):
+        taken["decode_alone"] += 1
+        return alone(server)
+
+    def counted_plain(server):
+        taken["decode_plain"] += 1
+        return plain(server)
+
+    def counted_fixed(server):
+        result = fixed(server)
+        taken["fixed_decision"] += result[0]
+        return result
+    monkeypatch.setattr(decoding, "decode_alone", counted_alone)
+    monkeypatch.setattr(decoding, "decode_plain", counted_plain)
+    monkeypatch.setattr(decoding, "fixed_decision", counted_fixed)
 
     def run():
         servers = simulate_deployment(scenario, seed=3, fidelity="fast", speculate=speculate)
@@ -198,11 +213,16 @@ def test_fixed_decision_loop_is_the_general_loop(monkeypatch, name, overrides, s
                 [(s.kv_peak, s.env.now) for s in servers])
 
     fused = run()
-    assert calls[shortcut] > 0  # the shortcut under test ran
-    ran = dict(calls)
-    monkeypatch.setattr(module, "runs_fixed", lambda server: False)
+    assert taken[shortcut] > 0  # the shortcut under test ran
+    if shortcut == "decode_alone":
+        monkeypatch.setattr(decoding, "runs_alone", lambda server: False)
+    elif shortcut == "decode_plain":
+        monkeypatch.setattr(decoding, "runs_plain", lambda server: False)
+    else:
+        monkeypatch.setattr(decoding, "fixed_decision", lambda server: (False, None))
+    ran = dict(taken)
     general = run()
-    assert calls == ran  # the general loop alone
+    assert taken[shortcut] == ran[shortcut]  # the loop without it
     assert fused[1:] == general[1:]
     for got, want in zip(fused[0], general[0]):
         assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)

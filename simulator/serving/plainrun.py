@@ -4,14 +4,14 @@ Between two changes of its batch (a request completes, or an arrival is admitted
 known in advance: every request emits a token a step, so the contexts are an arithmetic series, and each step's cost
 is its row of the row-index stream (FastStepCosts.steps_ahead, read without being consumed) and the step ends are
 a running sum (numpy adds in the same order as the step-by-step loop: the same floats). The server then sleeps in
-one SimPy event until the run's last step ends, where the serving loop (Server._decode) has one event a step whenever
+one SimPy event until the run's last step ends, where the serving loop (decoding.decode_steps) has one event a step whenever
 another instance is due (in a deployment, always). What can end a run early is an arrival at this server that
 admission would take (a free batch slot and room for its KV cache: Admission.would_admit): the run then stops at the
 end of the step in progress at the arrival, as the step-by-step loop would (it looks at admission between steps),
 and the index stream is consumed only for the steps that ran. Nothing else a run's steps depend on can change meanwhile
 (queue mode: no preemption; a fixed decision; no regime that moves with each token). The router's view is the same
 (a request leaves the batch at its last step's end either way), and so is every logged step (the waiting count of a
-step is taken at its end, as the loop logs it). tests/test_speed.py compares it with Server._decode.
+step is taken at its end, as the loop logs it). tests/test_speed.py compares it with decoding.decode_steps.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ RUN_STEPS = 256  # steps costed ahead at once (a longer run continues in another
 
 
 def runs_plain(server) -> bool:
-    """Whether decode_plain serves the server's decode steps (given fixeddecode.runs_fixed): plain decode, no
+    """Whether decode_plain serves the server's decode steps (given decoding.runs_fixed): plain decode, no
     regime moved per token, a batch of more than one slot."""
     return server.policy.decision is None and server.walks.primary is None and server.admission.concurrency > 1
 
@@ -66,10 +66,10 @@ class _Run:
 
 def decode_plain(server):
     """Generator: the decode steps of the running batch until it changes (a request completes, or an arrival is
-    admitted), then back to Server.run (the same steps as Server._decode; see the module docstring)."""
+    admitted), then back to Server.run (the same steps as decoding.decode_steps; see the module docstring)."""
     env, adm, costs, log = server.env, server.admission, server.costs, server.log
     active = adm.active
-    if adm.waiting and len(active) + len(adm.prefilling) < adm.concurrency:  # Server._decode's first look
+    if adm.waiting and len(active) + len(adm.prefilling) < adm.concurrency:  # decoding.decode_steps's first look
         adm.admit(server.now, server._start_acceptance)
         if adm.prefilling:
             return

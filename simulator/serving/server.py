@@ -26,7 +26,7 @@ from .records import (KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FACTS, STEP_FIE
                       StepFacts, StepLog)
 from .requests import make_requests
 from .walking import Walks
-from .fixeddecode import decode as decode_fixed_policy, runs_fixed
+from .decoding import decode
 from ..timing.clock import delay_to
 
 STEP_SPEC_CACHE_SIZE = 1024  # step specs kept by (kind, decision, batch, tokens); a run uses a few per batch size
@@ -137,8 +137,8 @@ class Server:
 
     def _timed_cost(self, spec: StepSpec, context: int):
         """Generator: a prefill step's time passes; returns its StepCost for the log (fast
-        fidelity evaluates only the rows it draws, sparse_step; the decode loops, _decode and serving/fixeddecode.py,
-        draw their step costs inline)."""
+        fidelity evaluates only the rows it draws, sparse_step; the decode loop, serving/decoding.py, draws its step
+        costs inline)."""
         if self.fast:
             cost = self.costs.sparse_step(spec, context)  # a prefill: its few rows evaluated alone
             yield from self._advance(cost.duration_us)
@@ -153,7 +153,7 @@ class Server:
     # process is due by the step's end, a timeout brings the environment to exactly that time and SimPy orders the
     # two as before. The times are the same floats as with one timeout per step.
     def _advance(self, duration: float):
-        """Generator: the server's clock moves on by `duration` (see run for the inlined copy)."""
+        """Generator: the server's clock moves on by `duration` (inlined in the decode loop, serving/decoding.py)."""
         end = self.now + duration
         env = self.env
         if env.peek() <= end:
@@ -210,14 +210,14 @@ class Server:
         env, adm, log = self.env, self.admission, self.log
         if not self.routed:
             env.process(self._arrivals())
-        max_steps, fixed = self.max_steps, runs_fixed(self)
+        max_steps = self.max_steps
         while max_steps is None or len(log) < max_steps:
             if adm.waiting and len(adm.active) + len(adm.prefilling) < adm.concurrency:
                 adm.admit(self.now, self._start_acceptance)
             if adm.prefilling:
                 yield from self._prefill()
             elif adm.active:
-                yield from (decode_fixed_policy(self) if fixed else self._decode())
+                yield from decode(self)  # the decode loop (serving/decoding.py)
             elif self._arrived_all and not adm.waiting:
                 break
             else:
@@ -226,76 +226,6 @@ class Server:
                 yield self._wake  # idle until the next arrival
                 self.now = env.now
         yield from self._sync()  # the run ends at the server's time
-
-    def _decode(self):
-        """Generator: decode steps of the running batch until it changes (a request completes, one is admitted
-        and must prefill, or one is preempted away), then back to run.
-
-        The hot path, inlined for speed: per step the policy decides, the step's cost is drawn (fast) or run (layer,
-        link), the clock moves on (see _advance), every request walks the tree, and the step is logged by name.
-        """
-        env, adm, log, active = self.env, self.admission, self.log, self.admission.active
-        decide, observe, view, admit = self.policy.decide, self.policy.observe, self.view, adm.admit
-        fast, step_cost, peek, timeout = self.fast, self.costs.step, env.peek, env.timeout
-        walk, plain = self.walks.walk, self.walks.plain
-        max_steps, preempt = self.max_steps, not adm.queue_mode
-        fixed = getattr(self.policy, "fixed", False)  # the same decision every step, nothing to observe
-        accepted_all = getattr(self.costs, "observe", None)  # a drafter beside the verify (serving.drafting)
-        chosen = self.policy.decision if fixed else None
-        specs: dict = {}  # decision -> its step spec at this batch size
-        batch = context = 0
-        last = ()  # the decision of the previous step (() before the first)
-        due = peek()  # the next other event: it cannot change while this loop yields nothing
-        while max_steps is None or len(log) < max_steps:
-            if adm.waiting and len(active) + len(adm.prefilling) < adm.concurrency:
-                admit(self.now, self._start_acceptance)
-                if adm.prefilling:
-                    return
-            decision = chosen if fixed else decide(view)
-            if preempt:
-                adm.preempt_if_full(decision.tree.size if decision else 1)
-                if not active:
-                    return
-            if len(active) != batch:  # the first step, or a request preempted away
-                batch, specs, last = len(active), {}, ()
-                context = sum(r.prompt_tokens + r.generated for r in active)
-            if decision is not last:  # policies hand out long-lived decisions: usually the same object
-                spec = specs.get(decision)
-                if spec is None:
-                    spec = specs[decision] = self.step_spec(KIND_SPEC if decision else KIND_DECODE, decision, batch)
-                last = decision
-            kv_tokens = context + (decision.tree.size * batch if decision else batch)  # nothing is prefilling
-            if kv_tokens > adm.kv_peak:
-                adm.kv_peak = kv_tokens
-            start = self.now
-            if fast:  # _advance, inlined
-                duration, table, row, weight = step_cost(spec, context)
-                end = start + duration
-                if due <= end:
-                    yield timeout(delay_to(env.now, end))
-                    due = peek()
-                self.now = end
-            else:
-                duration, table, row, weight = yield from step_cost(env, spec, context)
-                self.now = end = env.now
-                due = peek()
-            if decision:
-                tokens, done = walk(active, decision, end)
-                tree = decision.tree
-                if accepted_all is not None:
-                    accepted_all(tokens == batch * (tree.depth + 1))
-                log.append((KIND_SPEC, start, batch, tokens, tree.depth, decision.drafter, tree.size, kv_tokens,
-                            len(adm.waiting), context), table, row, weight)  # StepFacts' order (a tuple: hot path)
-            else:
-                tokens, done = plain(active, end)
-                log.append((KIND_DECODE, start, batch, tokens, 0, -1, 0, kv_tokens, len(adm.waiting), context),
-                           table, row, weight)  # StepFacts' order
-            if not fixed:
-                observe(decision, duration, tokens / batch, batch)
-            context += tokens
-            if done:
-                adm.retire(active)
-                return
 
     def _prefill(self):
         """One prefill step: the next prompt chunks of the admitted requests, up to max_prefill_tokens."""
