@@ -108,8 +108,9 @@ def _same_estimate(used: dict, shipped: dict) -> bool:
 
 def test_a_case_without_the_sources_accept_length_runs_a_shipped_estimate(validation_files):
     """A speculative case whose source prints no accept length may not carry an acceptance of its own (one could be
-    tuned to the figure): it runs an acceptance model a shipped scenario (scenarios/*.yaml) already uses, or a
-    published one from the acceptance library (each entry names its source)."""
+    tuned to the figure): it runs an acceptance model a shipped scenario (scenarios/*.yaml) already uses, a
+    published one from the acceptance library (each entry names its source), or none (n-gram / suffix drafters run
+    over a corpus's text)."""
     from simulator.config.acceptance_library import entries
     from simulator.config.loader import read_yaml
     from simulator.api.run import resolve
@@ -127,7 +128,9 @@ def test_a_case_without_the_sources_accept_length_runs_a_shipped_estimate(valida
             if spec.speculation.method == "none":
                 continue
             used = case.set.get("speculation.acceptance") or _acceptance(read_yaml(target))
-            if "library" in used:  # a published acceptance of the drafter (scenarios/acceptance/library.yaml)
+            if used is None:  # a model-free drafter run over a corpus's text: nothing to tune (docs/corpora.md)
+                assert spec.speculation.method in ("ngram", "suffix") and spec.workload.corpus, (path, case.name)
+            elif "library" in used:  # a published acceptance of the drafter (scenarios/acceptance/library.yaml)
                 assert used["library"] in library, (path, case.name, used)
             else:
                 assert "speculation.acceptance" not in case.set, (path, case.name)

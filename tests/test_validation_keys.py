@@ -24,7 +24,7 @@ def test_the_eagle3_batch_case_names_only_its_engine():
 
 
 def test_the_check_fails_on_a_knob(tmp_path):
-    """The check can fail: a copy of the set with a host cost in a case file, and a graph list set by a case."""
+    """The check can fail: a copy of the set with host costs in case files, and a graph list set by a case."""
     folder = tmp_path / "validation"
     shutil.copytree(VALIDATION, folder)
     path = folder / "cases" / "h100_llama8b_eagle3_mtbench.yaml"
@@ -33,8 +33,17 @@ def test_the_check_fails_on_a_knob(tmp_path):
     source.write_text(source.read_text().replace("set: {workload.max_running_requests: 2}",
                                                  "set: {workload.max_running_requests: 2, topology.host.eager_launch_us: 5, "
                                                  "runtime.speculative_graph_batch_sizes: [1, 2]}"))
+    # a model-free drafter's block holds the engine's flags (allowed) beside host costs (not)
+    drafter = folder / "cases" / "h100x8_llama70b_vllm_modelfree.yaml"
+    drafter.write_text(drafter.read_text().replace("suffix: {max_tree_depth: 64}",
+                                                   "suffix: {max_tree_depth: 64, host_us_per_step: 10}"))
+    arctic = folder / "arctic_inference_suffix.yaml"
+    arctic.write_text(arctic.read_text().replace("speculation.ngram.prompt_lookup_max: 4}",
+                                                 "speculation.ngram.prompt_lookup_max: 4, speculation.ngram.host_us_per_step: 1}", 1))
     found = problems(str(folder))
+    assert "cases/h100x8_llama70b_vllm_modelfree.yaml: speculation.suffix.host_us_per_step" in found
+    assert "arctic_inference_suffix.yaml: cases[3]: set.speculation.ngram.host_us_per_step" in found
     assert "cases/h100_llama8b_eagle3_mtbench.yaml: runtime" in found
     assert "eagle3_sglang_batch.yaml: cases[0]: set.runtime.speculative_graph_batch_sizes" in found
     assert "eagle3_sglang_batch.yaml: cases[0]: set.topology.host.eager_launch_us" in found  # a launch cost
-    assert len(found) == 3
+    assert len(found) == 5
