@@ -1,0 +1,62 @@
+"""Calibrate a PCIe board's socket link (the peer traffic it carries per direction) from measured all-gathers.
+
+With peer-to-peer across sockets, an 8-GPU ring crosses the CPU interconnect twice, so NCCL's channel search (and
+so every large collective) is set by what that link carries. Neither the source nor NCCL's topology code knows the
+collection host's CPU, so the link's figure is fitted: by least squares of the relative error on a 1 GB/s grid,
+NCCL's ring all-gather over the board to the box's measured **all-gather** rows of 32 MiB - 512 MiB at every GPU
+(aiconfigurator-core, comm/nccl/<version>/nccl_perf.parquet); the all-reduce rows stay out of sample (they are the
+validation set's cases, scenarios/validation/aiconfigurator_nccl.yaml). The search's speeds are discrete, so the
+fit is a plateau; the smallest value on it is kept.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+CALIBRATION_OP = "all_gather"
+CALIBRATION_MIN_ELEMENTS = 1 << 24  # fp16 elements: 32 MiB and up, where bandwidth dominates
+GRID_GBPS = tuple(float(x) for x in range(16, 49))
+
+
+def measured_rows(system: str, version: str, ranks: int) -> list[tuple[int, float]]:
+    """(bytes, us) of the calibration rows: all-gather, fp16, `ranks` GPUs, 32 MiB and up (nccl-tests' size, the
+    whole gathered buffer)."""
+    from ..kernels.measured import data_root
+    import pyarrow.parquet as pq
+
+    root = data_root()
+    if root is None:
+        raise RuntimeError("aiconfigurator-core is not installed: pip install 'specsim[measured]'")
+    frame = pq.read_table(root / system / "comm" / "nccl" / version / "nccl_perf.parquet").to_pandas()
+    rows = frame[(frame.op_name == CALIBRATION_OP) & (frame.nccl_dtype == "half") & (frame.num_gpus == ranks)
+                 & (frame.message_size >= CALIBRATION_MIN_ELEMENTS)]
+    return [(2 * int(m), 1e3 * float(t)) for m, t in zip(rows.message_size, rows.latency)]
+
+
+def predicted_us(topology_data: dict, source: str, socket_GBps: float, ranks: int, nbytes: int) -> float:
+    """NCCL's ring all-gather of nbytes in all (nbytes / ranks from each rank) with the socket link at socket_GBps."""
+    from ..config.base import validate
+    from ..config.topology import Topology
+    from ..hardware.collectives import AllReduce
+    from ..hardware.interconnect import Fabric
+
+    data = copy.deepcopy(topology_data)
+    for link in data["fabric"]["links"]:
+        if link["kind"] == "socket":
+            link["bandwidth_GBps"] = socket_GBps
+    topology = validate(Topology, data, source)
+    return AllReduce(Fabric(topology), ranks, "nccl", topology.gpu.kernel_floor_us).allgather_us(nbytes // ranks)
+
+
+def fit(system: str, version: str, topology_path: str) -> tuple[float, float]:
+    """(socket link GB/s, sum of squared relative errors) minimising the calibration rows' error."""
+    from ..config.loader import read_yaml
+
+    data = read_yaml(topology_path)
+    ranks = sum(1 for node in data["fabric"]["nodes"] if node["kind"] == "gpu")
+    rows = measured_rows(system, version, ranks)
+    costs = [float(np.sum(np.square([predicted_us(data, topology_path, x, ranks, b) / t - 1.0 for b, t in rows])))
+             for x in GRID_GBPS]
+    best = int(np.argmin(costs))
+    return GRID_GBPS[best], costs[best]
