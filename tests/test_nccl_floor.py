@@ -73,3 +73,34 @@ def test_every_nccl_table_is_checked_or_named():
                 misses.append((system, ranks))
     assert len(checked) >= 30
     assert set(misses) == set(KNOWN_MISSES), "a known miss is fixed or a new one appeared: update KNOWN_MISSES"
+
+
+def test_the_l40s_box_is_what_its_tables_say():
+    """topologies/pcie8_l40s.yaml's stated evidence, read from the database: custom all-reduce (P2P between every pair)
+    ran at 4 and 8 GPUs; the 8-GPU 512 B floor is below the host-memory path over the same board; and the peer
+    bandwidth collapse beyond two GPUs that the large 4-GPU cases' miss is put down to (bus bandwidth at 512 MiB)."""
+    import pyarrow.parquet as pq
+
+    from simulator.config.base import validate
+    from simulator.config.catalog import read_kind
+    from simulator.config.loader import set_path
+    from simulator.config.topology import Topology
+    from simulator.hardware.collectives import AllReduce
+    from simulator.hardware.interconnect import Fabric
+
+    root, _ = tables()
+    custom = pq.read_table(root / "l40s" / "comm" / "sglang" / "0.5.10" / "custom_allreduce_perf.parquet").to_pandas()
+    assert {4, 8} <= set(custom.num_gpus)
+    frame = pq.read_table(root / "l40s" / "comm" / "nccl" / "2.27.3" / "nccl_perf.parquet").to_pandas()
+    rows = frame[(frame.op_name == "all_reduce") & (frame.nccl_dtype == "half")]
+    floor8 = 1e3 * float(rows[(rows.num_gpus == 8) & (rows.message_size == 256)].latency.iloc[0])
+    topo = topology("l40s")
+    assert topo.fabric.p2p_level == "system"
+    path, data = read_kind(os.path.join(ROOT, "topologies", "pcie8_l40s.yaml"), "topology")
+    set_path(data, "fabric.p2p_level", "pcie_switch", path)
+    set_path(data, "fabric.shm_hop_latency_us", 1.8, path)  # the reference machine's host-memory step
+    shm = validate(Topology, data, path)
+    assert AllReduce(Fabric(shm), 8, "nccl").cost(512).time_us > 1.5 * floor8
+    big = rows[rows.message_size == 268435456].set_index("num_gpus").latency * 1e3
+    bus = {n: 2 * (n - 1) / n * 536870912 / (1e3 * big[n]) for n in (2, 4, 8)}
+    assert bus[2] > 18 and 4.5 < bus[4] < 6 and bus[8] < 2  # GB/s: 20 / 5.2 / 1.4
