@@ -39,12 +39,13 @@ def topology_path(name: str) -> str:
 
 
 SAMPLE_ENTRIES = ("sampling.samples", "sampling.by_plan", "sampling.durations", "sampling.draws", "sampling.hypercube",
-                  "sampling.launch", "sampling.last_ready", "sampling.rows", "sampling.picked", "costs.step_table")
+                  "sampling.launch", "sampling.last_ready", "sampling.rows", "sampling.picked", "costs.step_table",
+                  "costs.pair", "costs.mean", "costs.sparse_row")
 
 
 def clear_sample_caches() -> None:
-    """Forget every stored pass sample, duration column, draw, hypercube, launch, ready time and step table
-    (timing.sampling, timing.costs) in the held store, so the next run starts cold."""
+    """Forget every stored pass sample, duration column, draw, hypercube, launch, ready time, step table, pair,
+    mean and sparse row (timing.sampling, timing.costs) in the held store, so the next run starts cold."""
     from simulator.cache import current
 
     current().clear(*SAMPLE_ENTRIES)

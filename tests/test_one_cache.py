@@ -10,8 +10,15 @@ What counts as a process-wide cache here (read from each module's syntax tree):
   discard, add, move_to_end, appendleft);
 - a `global` statement (a function rebinding module state: a lazily filled singleton);
 - a mutable default argument (a dict, list or set display or constructor call), the classic memo in disguise.
-Containers that no function writes (tables of constants) and per-object memos (an instance's dict, a
-cached_property: they die with their object) are not process-wide and are allowed.
+Per-object memos too (a result kept on an object for a later call, which the run's store holds instead):
+- a get-or-compute on a container that outlives the call (an attribute, a parameter, `self.__dict__`): a lookup of
+  a key (`X.get(K)`, `K in X`, `X[K]` read) and a write of the same key (`X[K] = ...`, `X.setdefault(K, ...)`) in
+  one function;
+- hand-written eviction: a container emptied (`.clear()`) or popped under a test of its size (`len(X) >= N`);
+- a method that stores into `self.__dict__` or `setattr(self, <a computed name>, ...)` (a memo decorator).
+Containers that no function writes (tables of constants), a container filled within one call (a local dict), a
+cached_property (one value per object, no key) and an object's running state (a request's tokens, a buffer of
+rows: NOT_CACHES names them, each with why) are allowed.
 """
 from __future__ import annotations
 
@@ -79,6 +86,70 @@ def _written_name(node: ast.AST) -> str | None:
     return None
 
 
+def _base(node: ast.AST) -> str | None:
+    """'self.x' / 'x' of the container an expression reads or writes (X in X.get(K), X[K])."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _base(node.value)
+        return None if inner is None else f"{inner}.{node.attr}"
+    return None
+
+
+def _memo_offences(function: ast.AST, where: str) -> list[str]:
+    """Per-object memos in one function (see the module's docstring): get-or-compute on a container that outlives
+    the call, eviction under a size test, stores into self.__dict__ or setattr with a computed name."""
+    if isinstance(function, ast.Lambda):
+        return []
+    found: list[str] = []
+    args = function.args
+    params = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    rebound = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    # what outlives the call: the object's attributes, a parameter's container (a dict handed in to be filled)
+    outlives = {p for p in params if p not in rebound}
+    lookups: set[tuple[str, str]] = set()
+    writes: dict[tuple[str, str], int] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            base, attr = _base(node.func.value), node.func.attr
+            if base is not None and node.args:
+                key = ast.dump(node.args[0])
+                if attr == "get" and len(node.args) == 1:  # with a default it is a count read (X[K] = X.get(K, 0) + 1)
+                    lookups.add((base, key))
+                elif attr == "setdefault" and len(node.args) == 2 and not _is_container(node.args[1]) \
+                        and not isinstance(node.args[1], ast.Constant):
+                    writes[(base, key)] = node.lineno
+                    lookups.add((base, key))
+            if attr == "setdefault" and base is not None and base.endswith("__dict__"):
+                found.append(f"{where}:{node.lineno}: {base}.setdefault, a memo on the object")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
+            found.append(f"{where}:{node.lineno}: setattr with a computed name, a memo on the object")
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            base = _base(node.comparators[0])
+            if base is not None:
+                lookups.add((base, ast.dump(node.left)))
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Subscript):
+                    base = _base(t.value)
+                    if base is not None:
+                        writes[(base, ast.dump(t.slice))] = node.lineno
+        elif isinstance(node, ast.If) and any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "len"
+                                              for n in ast.walk(node.test)):
+            for inner in node.body:
+                for n in ast.walk(inner):
+                    if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
+                            n.func.attr in ("clear", "popitem"):
+                        found.append(f"{where}:{n.lineno}: {_base(n.func.value)}.{n.func.attr}() under a size test, "
+                                     "hand-written eviction")
+    for (base, key), line in writes.items():
+        if (base, key) in lookups and base.split(".")[0] in outlives:
+            name = getattr(function, "name", "<lambda>")
+            found.append(f"{where}:{line}: {base}, a memo {name} fills (get-or-compute by its key)")
+    return found
+
+
 def offences(source: str, where: str = "<module>") -> list[str]:
     """Every process-wide cache in one module's source, as 'where:line: what'."""
     tree = ast.parse(source)
@@ -109,6 +180,7 @@ def offences(source: str, where: str = "<module>") -> list[str]:
             name = _written_name(node)
             if name is not None:
                 written.add(name)
+        found += _memo_offences(function, where)
         if not isinstance(function, ast.Lambda):
             for default in function.args.defaults + [d for d in function.args.kw_defaults if d is not None]:
                 if _is_container(default):
@@ -130,7 +202,15 @@ def offences(source: str, where: str = "<module>") -> list[str]:
 
 # Module state that is not a result kept for reuse, each with why.
 NOT_CACHES = {("simulator/experiments/memory.py", "_sweeping"): "a count of the sweep_gc contexts open in the process",
-              ("simulator/serving/simulate.py", "ON_START"): "hooks a progress display registers while it is shown"}
+              ("simulator/serving/simulate.py", "ON_START"): "hooks a progress display registers while it is shown",
+              # an object's running state, which a get-or-compute shape does not make a memo
+              ("simulator/model/split_layout.py", "self.index"): "the layout being built: each distinct segment's place",
+              ("simulator/serving/steplog.py", "self._offsets"): "the log's layout: where each cost table's rows start",
+              ("simulator/speculation/textual.py", "self._requests"): "each request's text and its own drafter",
+              ("simulator/speculation/textual.py", "self._pending"): "inserts waiting for the batch's verify to end",
+              ("simulator/timing/linkpass.py", "self.delay_us"): "each instance's contention delay, summed as it runs",
+              ("simulator/timing/machine.py", "setattr with a computed name"): "a replica's Machine takes its "
+              "scenario's parts (SCENARIO_PARTS) from another's"}
 
 
 def package_offences(package: pathlib.Path = PACKAGE) -> list[str]:
@@ -163,12 +243,27 @@ def test_the_check_sees_every_kind_of_cache():
         "class A:\n    _memo = {}\n    def f(self, k):\n        self._memo[k] = 1\n": 1,
         "_X = None\ndef f():\n    global _X\n    _X = 1\n": 1,
         "def f(k, _memo={}):\n    return _memo.get(k)\n": 1,
+        # per-object memos: get-or-compute on an attribute or a container handed in, eviction, a memo decorator
+        "class A:\n    def f(self, k):\n        v = self._m.get(k)\n        if v is None:\n"
+        "            v = self._m[k] = k * 2\n        return v\n": 1,
+        "class A:\n    def f(self, k):\n        if k not in self._m:\n            self._m[k] = k\n"
+        "        return self._m[k]\n": 1,
+        "def put(cache, k, build):\n    hit = cache.get(k)\n    if hit is None:\n        hit = cache[k] = build()\n"
+        "    return hit\n": 1,
+        "class A:\n    def f(self, k):\n        if len(self._m) >= 64:\n            self._m.clear()\n"
+        "        self._m[k] = 1\n": 1,
+        "class A:\n    def f(self, k):\n        return self._m.setdefault(k, self.g(k))\n": 1,
+        "def memo(m):\n    def w(self, *a):\n        c = self.__dict__.setdefault('_c', {})\n        return m(self, *a)\n"
+        "    return w\n": 1,
     }
     for source, count in cases.items():
         assert len(offences(source)) == count, (source, offences(source))
     allowed = ("TABLE = {'a': 1}\ndef f(k):\n    return TABLE[k]\n"
-               "class B:\n    def __init__(self):\n        self._memo = {}\n    def f(self, k):\n"
-               "        self._memo[k] = 1\n"
+               "class B:\n    def __init__(self):\n        self._state = {}\n    def f(self, k):\n"
+               "        self._state[k] = 1\n"
+               "def g(keys):\n    seen = {}\n    for k in keys:\n        if k not in seen:\n            seen[k] = 1\n"
+               "    return seen\n"
+               "class D:\n    def f(self, k):\n        self.n[k] = self.n.get(k, 0) + 1\n"
                "from functools import cached_property\nclass C:\n    @cached_property\n    def x(self):\n"
                "        return 1\n")
     assert offences(allowed) == []

@@ -53,19 +53,20 @@ def test_decisions_compare_by_value():
     assert Decision(1, Tree.chain(3)) != a and Decision(0, Tree.chain(4)) != a
 
 
-def test_step_spec_cache_stays_bounded_over_2000_hybrid_steps():
-    """Hybrid hands out the same decision each step; the cache of step specs (keyed by value) holds one entry per
-    (kind, decision, batch): it must not grow with the steps (an id()-keyed cache grew by one a step)."""
+def test_step_specs_stay_few_over_2000_hybrid_steps():
+    """Hybrid hands out the same decision each step; the store's step specs (keyed by value) hold one entry per
+    (kind, decision, batch): they must not grow with the steps (an id()-keyed cache grew by one a step)."""
+    from simulator.cache import Store, held
     scenario = resolve(scenario_path("pcie8_hybrid.yaml"),
                        {"workload__requests": 1, "workload__output_tokens": 4096, "fidelity": "fast"})
-    server = simulate(scenario, max_steps=2000)
+    with held(Store()) as store:
+        server = simulate(scenario, max_steps=2000)
     steps = server.log.columns()
     assert len(steps) == 2000
     kinds = set(steps.kind.tolist())
     assert kinds == {0.0, 1.0, 2.0}  # prefill, plain decode and speculative steps all ran
-    assert len(server._step_specs) <= 3
-    costs = server.costs
-    assert len(costs._pairs) + len(costs._tables) + len(costs._means) < 100
+    assert store.count("server.step_spec") <= 3
+    assert sum(store.count(name) for name in ("costs.pair", "costs.step_table", "costs.mean")) < 100
 
 
 def test_a_deferred_breakdown_is_the_evaluated_one(monkeypatch):

@@ -9,31 +9,11 @@ NCCL; its cost is a flag round trip per phase plus the reads every rank makes fr
 from __future__ import annotations
 
 from dataclasses import dataclass, asdict
-from functools import wraps
 
-from ..cache import current
+from ..cache import current, key_of, stored
 from . import nccl
 from . import nccl_tables as T
 from .interconnect import Fabric
-
-
-def _memo(maxsize: int):
-    """Memoise a method by its arguments in a dict on the instance (it dies with the instance, unlike lru_cache on
-    a method, which keeps every instance alive across runs), emptied when it reaches maxsize."""
-    def wrap(method):
-        attr = f"_memo_{method.__name__}"
-
-        @wraps(method)
-        def cached(self, *args):
-            cache = self.__dict__.setdefault(attr, {})
-            hit = cache.get(args)
-            if hit is None:
-                if len(cache) >= maxsize:
-                    cache.clear()
-                hit = cache[args] = method(self, *args)
-            return hit
-        return cached
-    return wrap
 
 
 # Custom (vLLM/SGLang) all-reduce: one-shot below 256 KB at 8 ranks, two-shot up to 8 MB buffers
@@ -98,6 +78,8 @@ class AllReduce:
         self.choice = choice
         self.kernel_floor_us = kernel_floor_us
         self.custom_model = custom_model
+        # what its costs are computed from, by value: the run's store keys cost(), step_plan(), allgather_us() by it
+        self.value_key = (fabric.value_key, ranks, choice, kernel_floor_us, key_of(custom_model))
         if any(fabric.hop(i, (i + 1) % ranks).net for i in range(ranks)) if ranks > 1 else False:
             raise NotPermitted(f"the {ranks} ranks span machines, and NCCL's model between machines is not in this "
                                "version yet: take at most one machine's GPUs")
@@ -218,7 +200,7 @@ class AllReduce:
                                   IMPLEMENTATION_CUSTOM))
         return out
 
-    @_memo(4096)
+    @stored
     def step_plan(self, nbytes: int) -> StepPlan:
         """The chosen all-reduce of nbytes decomposed into its steps (the same total time when links are free)."""
         c = self.cost(nbytes)
@@ -239,7 +221,7 @@ class AllReduce:
         bandwidth = min(self.fabric.concurrent_bandwidth_GBps(hops))
         return StepPlan(base, steps, tuple(hops), (c.latency_us - base) / steps, transfer / steps, bandwidth)
 
-    @_memo(1024)
+    @stored
     def allgather_us(self, nbytes_per_rank: int) -> float:
         """NCCL ring all-gather of nbytes from each rank: n-1 steps, the cheapest protocol (tuning.cc's model)."""
         n = self.ranks
@@ -250,7 +232,7 @@ class AllReduce:
         return min(nccl.algo_time_us(o, nbytes_per_rank * n) for o in options)
 
     # -- choice ---------------------------------------------------------------------------------------------
-    @_memo(4096)
+    @stored
     def cost(self, nbytes: int) -> CollectiveCost:
         """The all-reduce of nbytes as this runtime would run it."""
         if self.ranks <= 1:

@@ -14,16 +14,16 @@ Time is in microseconds, bandwidth in GB/s (1 GB/s = 1e3 bytes per microsecond),
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Hashable, Mapping, Sequence
 
 import simpy
 
-from .lonegroup import BYTES_PER_US_PER_GBPS, RELATIVE_TIE as _RELATIVE_TIE, LoneGroup, RouteSet, lone_schedule
-
-SOLVED_CACHE_SIZE = 4096  # flow sets whose max-min rates a network keeps, and lone groups' schedules
-
+from ..cache import current
+from .lonegroup import (BYTES_PER_US_PER_GBPS, RELATIVE_TIE as _RELATIVE_TIE, LoneGroup, RouteSet, Schedule,
+                        lone_schedule)
 
 def max_min_rates(routes: Sequence[Sequence[Hashable]], capacity_GBps: Mapping[Hashable, float],
                   limits_GBps: Sequence[float | None] | None = None) -> list[float]:
@@ -137,10 +137,12 @@ class FlowNetwork:
                 raise ValueError(f"link {link!r} has capacity {value!r} GB/s; capacities must be positive")
         self.env = env
         self.capacity_GBps = dict(capacity_GBps)
+        # the capacities by value, as a digest (a string hashes once): the run's store keys this network's solved
+        # rates and lone schedules by it
+        self.capacity_key = hashlib.sha1(repr(sorted(self.capacity_GBps.items())).encode()).hexdigest()
         self.active: list[Flow] = []
         self._updated_at = env.now
         self._generation = 0  # a completion timer is live only while no re-rate has happened since it was set
-        self._solved: dict[tuple, list[float]] = {}
         self._lone: list[LoneGroup] = []  # groups in flight on links nothing else crosses (hardware/lonegroup.py)
 
     @classmethod
@@ -159,18 +161,20 @@ class FlowNetwork:
 
     def route_set(self, routes: Sequence[Sequence[Hashable]]) -> RouteSet:
         """The routes of a group, validated once, for transfer_group (a caller that sends over the same routes again
-        keeps it: its links and lone schedules are worked out once)."""
+        keeps it: its links are worked out once, and its lone schedules are stored by its key)."""
         routes = tuple(tuple(route) for route in routes)
         for route in routes:
             self._check(route, 0.0, None)
-        return RouteSet(routes, frozenset(link for route in routes for link in route))
+        key = hashlib.sha1(repr((self.capacity_key, routes)).encode()).hexdigest()
+        return RouteSet(routes, frozenset(link for route in routes for link in route), key)
 
     def transfer_group(self, routes: RouteSet | Sequence[Sequence[Hashable]], nbytes: float,
-                       tail_us: float = 0.0) -> simpy.Event:
+                       tail_us: float = 0.0, schedule: Schedule | None = None) -> simpy.Event:
         """Start one flow of `nbytes` per route, all now, with one re-rate (the rates are those of starting them one
         by one at this instant); the returned event fires `tail_us` after the last byte of the last flow has crossed
         (a collective's transfers, then its latency, as one event). A group whose links no active flow crosses runs
-        on its own (hardware/lonegroup.py): the same times, one timer."""
+        on its own (hardware/lonegroup.py): the same times, one timer. schedule: lone_schedule(routes, nbytes), where
+        the caller holds it already."""
         routes = routes if isinstance(routes, RouteSet) else self.route_set(routes)
         if nbytes < 0:
             raise ValueError(f"a flow needs nbytes >= 0, got {nbytes!r}")
@@ -182,7 +186,7 @@ class FlowNetwork:
         links = routes.links
         if not self._rejoin(links) and not (self.active and any(
                 link in links for flow in self.active for link in flow.route)):
-            self._start_lone(group, routes, float(nbytes))
+            self._start_lone(group, routes, float(nbytes), schedule)
             return group.done
         self._advance()
         now = self.env.now
@@ -191,13 +195,16 @@ class FlowNetwork:
         self._rerate()
         return group.done
 
-    def _start_lone(self, group: FlowGroup, routes: RouteSet, nbytes: float) -> None:
+    def lone_schedule(self, routes: RouteSet, nbytes: float) -> Schedule:
+        """The schedule of a group of `nbytes` per route on links nothing else crosses, in the run's store by the
+        route set's key (the routes and this network's capacities) and the bytes."""
+        return current().get(("flows.lone_schedule", routes.key, nbytes),
+                             lambda: lone_schedule(routes.routes, nbytes, self._solve))
+
+    def _start_lone(self, group: FlowGroup, routes: RouteSet, nbytes: float, schedule: Schedule | None) -> None:
         """Run a group that shares no link with any active flow on its own schedule, with one timer at its end."""
-        schedule = routes.schedules.get(nbytes)
         if schedule is None:
-            if len(routes.schedules) >= SOLVED_CACHE_SIZE:
-                routes.schedules.clear()
-            schedule = routes.schedules[nbytes] = lone_schedule(routes.routes, nbytes, self._solve)
+            schedule = self.lone_schedule(routes, nbytes)
         lone = LoneGroup(group, routes.routes, nbytes, self.env.now, schedule, routes.links)
         self._lone.append(lone)
         timer = self.env.timeout(schedule[0])
@@ -258,15 +265,10 @@ class FlowNetwork:
         self._updated_at = self.env.now
 
     def _solve(self, flows: tuple) -> list[float]:
-        """max_min_rates of (route, limit) flows, memoised by value: a run's collectives make a few flow sets over and
-        over, so most re-rates are a lookup (the same floats as solving again)."""
-        rates = self._solved.get(flows)
-        if rates is None:
-            if len(self._solved) >= SOLVED_CACHE_SIZE:
-                self._solved.clear()
-            rates = self._solved[flows] = max_min_rates([r for r, _ in flows], self.capacity_GBps,
-                                                        [limit for _, limit in flows])
-        return rates
+        """max_min_rates of (route, limit) flows, in the run's store by the capacities and the flows: a run's
+        collectives make a few flow sets over and over, so most re-rates are a lookup (the same floats)."""
+        return current().get(("flows.max_min_rates", self.capacity_key, flows), lambda: tuple(max_min_rates(
+            [r for r, _ in flows], self.capacity_GBps, [limit for _, limit in flows])))
 
     def _rerate(self) -> None:
         """Re-solve the rates of all active flows and set one timer for the earliest completion."""

@@ -1,6 +1,7 @@
 """The fabric as a graph: routes between GPUs, their path class, peer-to-peer or host-memory transport, link sharing."""
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -43,11 +44,13 @@ class Fabric:
         # a step is costed): found once per store for a graph, shared by every replica and sweep point on it
         graph = fabric.model_dump_json(exclude={"shm_hop_latency_us"})
         self.routing_key = (graph, tuple(self.gpu_names))  # what NCCL's graph search over these ranks reads
+        self._graph = graph
+        # everything the fabric's figures are computed from (cache.key_of keys stored results by it)
+        self.value_key = hashlib.sha1("\0".join([topology.model_dump_json(), *self.gpu_names]).encode()).hexdigest()
         routes: Routes = current().get(("interconnect.routes", graph), lambda: routes_of(fabric))
         self._routes = routes
         self.names, self.kinds, self.index, self.link_of = routes.names, routes.kinds, routes.index, routes.link_of
         self.gpus = [self.index[name] for name in self.gpu_names]
-        self._hops: dict[tuple[int, int], Hop] = {}  # (source rank, destination rank) -> its hop, found once
         self._p2p_rank = PATH_CLASSES.index(fabric.p2p_level)
 
     def route(self, a: int, b: int) -> list[int]:
@@ -82,16 +85,18 @@ class Fabric:
 
     def hop(self, src_rank: int, dst_rank: int) -> Hop:
         """The transfer from one rank's GPU to another's: P2P along the route, or staged through host memory.
-        Found once per pair (an all-to-all asks for every pair of every pass shape it costs)."""
-        found = self._hops.get((src_rank, dst_rank))
-        if found is None:
-            pair = (self.gpus[src_rank], self.gpus[dst_rank])
-            shape = self._routes.hops.get(pair)  # the same GPU pair in another replica's ranks: found already
-            if shape is None:
-                hop = self._find_hop(src_rank, dst_rank)
-                shape = self._routes.hops[pair] = (hop.links, hop.path_class, hop.p2p, hop.net)
-            found = self._hops[(src_rank, dst_rank)] = Hop(src_rank, dst_rank, *shape)
-        return found
+        In the run's store by the graph and the two GPUs (an all-to-all asks for every pair of every pass shape it
+        costs; another replica's ranks on the same GPU pair find its route found already)."""
+        a, b = self.gpus[src_rank], self.gpus[dst_rank]
+        store = current()
+        return store.get(("interconnect.hop", self._graph, a, b, src_rank, dst_rank), lambda: Hop(
+            src_rank, dst_rank, *store.get(("interconnect.hop_route", self._graph, a, b),
+                                           lambda: self._route_of(self._find_hop(src_rank, dst_rank)))))
+
+    @staticmethod
+    def _route_of(hop: Hop) -> tuple:
+        """What of a hop the GPU pair alone decides (not the ranks): links, path class, p2p, net."""
+        return hop.links, hop.path_class, hop.p2p, hop.net
 
     def _find_hop(self, src_rank: int, dst_rank: int) -> Hop:
         a, b = self.gpus[src_rank], self.gpus[dst_rank]

@@ -11,7 +11,7 @@ had always been there.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 BYTES_PER_US_PER_GBPS = 1e3
@@ -47,14 +47,14 @@ def lone_schedule(routes: Sequence[tuple], nbytes: float, solve: Callable[[tuple
     return t, tuple(phases)
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class RouteSet:
-    """A group's routes as one network validated them (FlowNetwork.route_set), the links they hold, and the lone
-    schedules of that network for the byte counts sent over them so far (a collective sends a few sizes)."""
+    """A group's routes as one network validated them (FlowNetwork.route_set), the links they hold, and `key`: a
+    digest of the routes and the network's capacities, which the run's store keys the group's lone schedules by."""
 
     routes: tuple
     links: frozenset
-    schedules: dict = field(default_factory=dict)
+    key: str
 
 
 @dataclass(eq=False, slots=True)

@@ -8,8 +8,9 @@ AllReduce by whether the ranks' ring crosses the network.
 """
 from __future__ import annotations
 
+from ..cache import stored
 from . import nccl_tables as T
-from .collectives import AllReduce, CollectiveCost, NotPermitted, StepPlan, _memo, NCCL_NAME
+from .collectives import AllReduce, CollectiveCost, NotPermitted, StepPlan, NCCL_NAME
 from .interconnect import Fabric
 from .nccl import Option, algo_time_us
 from .parallel_collectives import NET_OVERHEAD_US, multinode_allreduce_timed, multinode_setup
@@ -65,9 +66,10 @@ class MultiNodeAllReduce:
         self.fabric = fabric
         self.ranks = ranks
         self.choice = choice
+        self.value_key = (fabric.value_key, ranks, choice)  # what its costs are computed from (the run's store)
         multinode_setup(fabric, ranks)  # raises ValueError when the ranks are not spread evenly
 
-    @_memo(4096)
+    @stored
     def cost(self, nbytes: int) -> CollectiveCost:
         timed = multinode_allreduce_timed(self.fabric, self.ranks, nbytes)
         if self.choice in NCCL_NAME.values():
@@ -76,7 +78,7 @@ class MultiNodeAllReduce:
         return CollectiveCost(NCCL_NAME[option.algorithm], option.protocol, time, option.latency_us,
                               option.algbw_GBps, option.busbw_GBps)
 
-    @_memo(4096)
+    @stored
     def step_plan(self, nbytes: int) -> StepPlan:
         """The chosen all-reduce as steps over the ring's hops (link fidelity); the same total time on free links."""
         c, n = self.cost(nbytes), self.ranks
@@ -87,7 +89,7 @@ class MultiNodeAllReduce:
         bandwidth = min(self.fabric.concurrent_bandwidth_GBps(list(hops)))
         return StepPlan(base, steps, hops, (c.latency_us - base) / steps, transfer / steps, bandwidth)
 
-    @_memo(1024)
+    @stored
     def allgather_us(self, nbytes_per_rank: int) -> float:
         """NCCL's ring all-gather of nbytes from each rank across the machines, the cheapest protocol."""
         total = nbytes_per_rank * self.ranks

@@ -7,7 +7,7 @@ the heap's would be, independent of the order scipy's Fibonacci heap pops ties i
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,7 +24,7 @@ HEAP_UP_TO = 50_000
 @dataclass
 class Routes:
     """A graph's routes from every GPU and CPU node (the only nodes a route starts at): distances and predecessors
-    by source row, plus what is found from them as it is asked for (hops, shared by every Fabric of the graph)."""
+    by source row (read-only: a GPU pair's hop is found from them in the run's store, interconnect.Fabric.hop)."""
 
     names: list[str]
     kinds: list[str]
@@ -33,7 +33,6 @@ class Routes:
     row_of: dict[int, int]  # source node -> row of dist / pred
     dist: np.ndarray  # (sources, nodes); inf where unreachable
     pred: np.ndarray  # (sources, nodes); -1 at the source and where unreachable
-    hops: dict = field(default_factory=dict)  # (GPU node, GPU node) -> (links, path class, p2p, net)
 
 
 def routes_of(fabric) -> Routes:

@@ -132,15 +132,14 @@ class MeasuredKernels:
     def __init__(self, system: str):
         self.system = system
         self.label = f"aiconfigurator-core {package_version()}, {system}, {ENGINE} {ENGINE_VERSION}"
-        self._filled: dict[KernelShape, str] = {}  # shapes answered by another engine's table: which one
 
     def filled_from(self, shape: KernelShape) -> str | None:
         """The other engine's table that timed this shape (SGLang's lacks its dtype on this GPU), or None."""
-        return self._filled.get(shape)
+        return self._gemm_answer(shape)[1] if isinstance(shape, Gemm) else None
 
     def time_us(self, shape: KernelShape) -> float | None:
         if isinstance(shape, Gemm):
-            ms = self._gemm(shape)
+            ms = self._gemm_answer(shape)[0]
         elif isinstance(shape, Attention):
             ms = self._attention(shape)
         elif isinstance(shape, MLAttention):
@@ -154,9 +153,10 @@ class MeasuredKernels:
         return None if ms is None else 1e3 * ms
 
     # -- per family --------------------------------------------------------------------------------------------
-    def _gemm(self, s: Gemm) -> float | None:
-        """Beyond the grid's largest m or n (a 128K-vocabulary lm_head, a long prefill) the GEMM is costed as the
-        equal pieces, split along that dimension, that fit the grid."""
+    def _gemm_answer(self, s: Gemm) -> tuple[float | None, str | None]:
+        """(ms or None, the other engine's table that answered or None). Beyond the grid's largest m or n (a
+        128K-vocabulary lm_head, a long prefill) the GEMM is costed as the equal pieces, split along that dimension,
+        that fit the grid."""
         for engine in (ENGINE,) + FILL_ENGINES:
             for dtype in GEMM_DTYPES.get(s.dtype, ()):
                 grid = _grid(self.system, "gemm", "gemm_perf", (("gemm_dtype", dtype),), ("m", "n", "k"),
@@ -166,11 +166,12 @@ class MeasuredKernels:
                 pieces_m = math.ceil(s.m / grid.axes[0][-1])
                 pieces_n = math.ceil(s.n / grid.axes[1][-1])
                 t = grid((s.m / pieces_m, s.n / pieces_n, s.k))
+                filled = None
                 if t is not None and engine != ENGINE:
                     version = table_path(self.system, "gemm", "gemm_perf", engine).parent.name
-                    self._filled[s] = f"{engine} {version} {dtype}"
-                return None if t is None else t * pieces_m * pieces_n * _group_scales(s, dtype)
-        return None
+                    filled = f"{engine} {version} {dtype}"
+                return (None if t is None else t * pieces_m * pieces_n * _group_scales(s, dtype)), filled
+        return None, None
 
     def _attention(self, s: Attention) -> float | None:
         kv = KV_DTYPES.get(s.kv_dtype)

@@ -6,9 +6,11 @@ rotary, copies) are not in the database and always take the roofline.
 """
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..cache import current, key_of
 from ..config.topology import MEASURED_GPU_FIELDS
 from ..hardware.gpu import GPU
 from .roofline import ShapeRoofline
@@ -38,7 +40,9 @@ class KernelTimer:
         self.source, self.note = kernel_source(choice, gpu.spec)
         # with fitted efficiencies, shaped kernels take the shape-aware roofline; without, the datasheet roofline
         self.roofline = ShapeRoofline(gpu.spec) if gpu.spec.roofline else None
-        self._measured: dict = {}
+        # what a kernel's time is computed from besides the kernel, by value (the run's store keys them by it)
+        self.value_key = hashlib.sha1("\0".join([gpu.spec.model_dump_json(), choice, measured_gpu.spec.model_dump_json()
+                                                 if measured_gpu is not None else ""]).encode()).hexdigest()
         self._what_if = None
         if measured_gpu is not None and self.source is not None:
             # the loaded GPU's physical fields with this one's efficiencies: the ratio moves with the physics alone
@@ -57,10 +61,7 @@ class KernelTimer:
         (the database, or the roofline fitted to it), element-wise stages and node gaps inside it included."""
         shape = kernel.shape
         if shape is not None and self.source is not None:
-            if shape in self._measured:
-                t = self._measured[shape]
-            else:
-                t = self._measured[shape] = self._measured_us(kernel)
+            t = current().get(("kernels.measured_us", self.value_key, key_of(shape)), lambda: self._measured_us(kernel))
             if t is not None:
                 return t, self._bound(kernel), True
         if shape is not None and self.roofline is not None:
@@ -86,8 +87,6 @@ class KernelTimer:
         return self.gpu.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)[1]
 
     def _covered(self, shape) -> bool:
-        if shape in self._measured:
-            return self._measured[shape] is not None
         return self.source is not None and self.source.time_us(shape) is not None
 
     def segment(self, segment, graph: bool = False) -> "KernelTimes":

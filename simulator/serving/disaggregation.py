@@ -15,6 +15,7 @@ request before its KV cache arrives.
 """
 from __future__ import annotations
 
+from ..cache import current
 from ..hardware.interconnect import Fabric
 from ..hardware.parallel_collectives import kv_transfer_us
 from .router import Router
@@ -30,21 +31,16 @@ class KVHandoff:
         self.router = Router(env, decode, kind)
         self.links = links  # timing.linkpass.SharedLinks at link fidelity
         self.moves: list = []
-        self._hops: dict[tuple[int, int], tuple] = {}
         for index, server in enumerate(prefill):
             server.on_prefilled = lambda request, index=index: self.moves.append(
                 env.process(self._move(index, request)))
 
     def _route(self, p: int, d: int) -> tuple:
-        """(hops, fabric) of the shards from prefill instance p's ranks to decode instance d's, rank by rank."""
-        key = (p, d)
-        if key not in self._hops:
-            source, sink = self.prefill[p].machine.fabric, self.decode[d].machine.fabric
-            tp = len(source.gpu_names)
-            fabric = Fabric(source.topology, source.gpu_names + sink.gpu_names)
-            pairs = [(i, tp + i) for i in range(tp)]
-            self._hops[key] = (tuple(fabric.hop(s, t) for s, t in pairs), fabric, pairs)
-        return self._hops[key]
+        """(hops, fabric, pairs) of the shards from prefill instance p's ranks to decode instance d's, rank by rank:
+        in the run's store by the source fabric's value and the sink's GPUs."""
+        source, sink = self.prefill[p].machine.fabric, self.decode[d].machine.fabric
+        return current().get(("disaggregation.route", source.value_key, tuple(sink.gpu_names)),
+                             lambda: _route(source, sink))
 
     def _move(self, p: int, request):
         """SimPy process: one request's KV cache from prefill instance p to the decode instance the router picks."""
@@ -72,3 +68,11 @@ class KVHandoff:
         yield self.env.all_of(self.moves)
         for server in self.decode:
             server.close()
+
+
+def _route(source: Fabric, sink: Fabric) -> tuple:
+    """The hops from each of the source's ranks to the sink's same rank, over the fabric that holds both."""
+    tp = len(source.gpu_names)
+    fabric = Fabric(source.topology, source.gpu_names + sink.gpu_names)
+    pairs = tuple((i, tp + i) for i in range(tp))
+    return tuple(fabric.hop(s, t) for s, t in pairs), fabric, pairs

@@ -10,7 +10,11 @@ walks its own tree with its own acceptance draws. KV memory bounds the admitted 
 """
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
+
+from ..cache import current
 
 from ..model.cost import PassShape
 from ..speculation.setup import build_speculation
@@ -28,8 +32,6 @@ from .requests import make_requests
 from .walking import Walks
 from .decoding import decode
 from ..timing.clock import delay_to
-
-STEP_SPEC_CACHE_SIZE = 1024  # step specs kept by (kind, decision, batch, tokens); a run uses a few per batch size
 
 
 def prefill_quantum(tokens: int) -> int:
@@ -78,7 +80,8 @@ class Server:
         self._hidden_verify = hidden_scheduler_us(host, spec.runtime, speculating=True)
         self._host = host
         self._acceptance_config = spec.speculation.acceptance
-        self._step_specs: dict[tuple, StepSpec] = {}
+        # what a step's spec is computed from besides its arguments, by value (the run's store keys them by it)
+        self._spec_value = (machine.key, hashlib.sha1(spec.model_dump_json().encode()).hexdigest(), speculate)
         self.routed = routed
         self.on_prefilled = None  # a prefill instance's hand-off of prefilled requests (serving.disaggregation)
         self.kv_received: list[tuple[float, float]] = []  # a decode instance's KV transfers: (bytes per rank, us)
@@ -111,29 +114,25 @@ class Server:
 
     # -- step costs ----------------------------------------------------------------------------------------------
     def step_spec(self, kind: int, decision, batch: int, tokens: int = 1) -> StepSpec:
-        """The passes and host costs of a step, cached by value (bounded: emptied when full)."""
-        key = (kind, decision, batch, tokens)
-        spec = self._step_specs.get(key)
-        if spec is None:
-            rt = self.runtime
-            if kind == KIND_PREFILL:
-                spec = StepSpec(PassSpec("target", PassShape(tokens, batch), False), other_us=self._other_spec,
-                                hidden_us=self._hidden_verify)
-            elif kind == KIND_DECODE:
-                spec = StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode), other_us=self._other_plain,
-                                hidden_us=self._hidden_plain)
-            else:
-                slot, tree = self.slots[decision.drafter], decision.tree
-                drafter, emitted = slot.drafter, expected_emitted(slot.acceptance, tree, self._acceptance_config)
-                verify, drafts = speculative_passes(drafter, tree, batch, rt, rt.cuda_graph_verify)
-                spec = StepSpec(verify, drafts, drafter.host_us(tree, batch),
-                                self._other_spec + speculative_host_us(self._host, rt, batch, tree, emitted,
-                                                                       self.workload.stop_strings),
-                                self._hidden_verify)
-            if len(self._step_specs) >= STEP_SPEC_CACHE_SIZE:
-                self._step_specs.clear()
-            self._step_specs[key] = spec
-        return spec
+        """The passes and host costs of a step, in the run's store by value (the scenario's, the step's)."""
+        return current().get(("server.step_spec", self._spec_value, kind, decision, batch, tokens),
+                             lambda: self._step_spec(kind, decision, batch, tokens))
+
+    def _step_spec(self, kind: int, decision, batch: int, tokens: int) -> StepSpec:
+        rt = self.runtime
+        if kind == KIND_PREFILL:
+            return StepSpec(PassSpec("target", PassShape(tokens, batch), False), other_us=self._other_spec,
+                            hidden_us=self._hidden_verify)
+        if kind == KIND_DECODE:
+            return StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode), other_us=self._other_plain,
+                            hidden_us=self._hidden_plain)
+        slot, tree = self.slots[decision.drafter], decision.tree
+        drafter, emitted = slot.drafter, expected_emitted(slot.acceptance, tree, self._acceptance_config)
+        verify, drafts = speculative_passes(drafter, tree, batch, rt, rt.cuda_graph_verify)
+        return StepSpec(verify, drafts, drafter.host_us(tree, batch),
+                        self._other_spec + speculative_host_us(self._host, rt, batch, tree, emitted,
+                                                               self.workload.stop_strings),
+                        self._hidden_verify)
 
     def _timed_cost(self, spec: StepSpec, context: int):
         """Generator: a prefill step's time passes; returns its StepCost for the log (fast

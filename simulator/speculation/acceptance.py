@@ -11,20 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .trees import Tree, Walker
+from ..cache import current
+from .trees import Tree, Walker, _value_of
 
 MAX_RANKS = 16  # siblings per node the tables cover
-MAX_WALKERS = 256  # compiled walkers a model keeps (per tree and table level); emptied when full
-
-
-def _cached_walker(cache: dict, key, build) -> Walker:
-    """A walker from a value-keyed cache (the tree itself, not its address), bounded by MAX_WALKERS."""
-    walker = cache.get(key)
-    if walker is None:
-        if len(cache) >= MAX_WALKERS:
-            cache.clear()
-        walker = cache[key] = build()
-    return walker
 
 
 def positional_table(probs: list[float], sibling_decay: float, depth: int, repeat_last: bool = False):
@@ -51,7 +41,6 @@ class AcceptanceModel:
 
     def __init__(self, probs: list[float], sibling_decay: float = 1.0, repeat_last: bool = False):
         self.probs, self.sibling_decay, self.repeat_last = list(probs), sibling_decay, repeat_last
-        self._walkers: dict[Tree, Walker] = {}
         self._last: tuple = (None, None)  # the tree step() walked last and its walker (or walkers per level)
 
     def table(self, depth: int, state=None):
@@ -72,7 +61,13 @@ class AcceptanceModel:
         return self.start(request.prompt_tokens)
 
     def walker(self, tree: Tree, state=None) -> Walker:
-        return _cached_walker(self._walkers, tree, lambda: Walker(tree, self.table(tree.depth)))
+        """The tree's walker on this model's table, in the run's store by the tree and the model's value (by the
+        table itself for a model without one)."""
+        own = self.value_key
+        if own is None:
+            table = self.table(tree.depth, state)
+            return current().get(("acceptance.walker_of_table", tree, _value_of(table)), lambda: Walker(tree, table))
+        return current().get(("acceptance.walker", tree, own), lambda: Walker(tree, self.table(tree.depth)))
 
     def accepted(self, tree: Tree, state, uniforms, at: int = 0) -> int:
         """Drafts accepted in one verify, from uniforms[at:] (one per depth)."""

@@ -2,8 +2,11 @@
 tokens it has generated, Markov-modulated (bursty) or growing with the n-gram cache (n-gram context)."""
 from __future__ import annotations
 
+from functools import cached_property
+
+from ..cache import current, key_of
 from ..config.speculation import BurstyAcceptance, NgramContextAcceptance, Regime
-from .acceptance import AcceptanceModel, _cached_walker, positional_table
+from .acceptance import AcceptanceModel, positional_table
 from .trees import Tree, Walker
 
 
@@ -21,7 +24,6 @@ class RegimeModel(AcceptanceModel):
         super().__init__(hard.probs, hard.sibling_decay)
         self.regimes = (easy, hard)
         self.typical_seen = typical_seen
-        self._walkers2: dict[tuple, Walker] = {}
 
     # what a subclass says about its regimes
     def enter_probability(self, seen: float) -> float:
@@ -55,14 +57,18 @@ class RegimeModel(AcceptanceModel):
         return accepted, emitted, self.advance(state, emitted, uniforms[switch_at])
 
     def walker(self, tree: Tree, state) -> Walker:
+        """The walker of the state's regime and level, in the run's store by the tree, the regime, the level and
+        what the model's tables are made of (_tables_value)."""
         easy, seen = state
         level = self.level(easy, seen)
-        key = (tree.parents, easy, level)  # the tree by value (a tuple hashes without a Python-level call)
-        walker = self._walkers2.get(key)  # _cached_walker, inlined: once per request per step
-        if walker is None:
-            walker = _cached_walker(self._walkers2, key, lambda: Walker(tree, self.regime_table(easy, level,
-                                                                                                tree.depth)))
-        return walker
+        return current().get(("regimes.walker", self._tables_value, tree.parents, easy, level),
+                             lambda: Walker(tree, self.regime_table(easy, level, tree.depth)))
+
+    @cached_property
+    def _tables_value(self):
+        """What regime_table reads besides its arguments, by value: the configuration (value_key), else the regimes."""
+        own = self.value_key
+        return own if own is not None else (type(self).__name__, key_of(self.regimes), self.LEVELS)
 
     def accepted(self, tree: Tree, state, uniforms, at: int = 0) -> int:
         return self.walker(tree, state)(uniforms, at)

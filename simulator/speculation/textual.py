@@ -34,7 +34,6 @@ class TextAcceptance(AcceptanceModel):
         self._trie = self._shared()
         self._pending: dict[int, int] = {}  # SGLang inserts after the whole batch verified: request -> its end
         self._positions: dict[int, int] = {}  # request id -> tokens it holds (kept for match_tokens)
-        self._replays: dict[int, list[int]] = {}
         # lone walks (taken_alone): the digest of those so far (None once another step moved the caches), and the
         # stored ones whose inserts the trie has not taken yet
         self._history: bytes | None = b""
@@ -173,25 +172,29 @@ class TextAcceptance(AcceptanceModel):
         return self._trie.match_len
 
     # -- analytic figures, replayed from the text ------------------------------------------------------------------
-    def replay(self, tree: Tree, prompt_tokens: int = 1000, output_tokens: int = 2048) -> list[int]:
+    def replay(self, tree: Tree, prompt_tokens: int = 1000, output_tokens: int = 2048) -> tuple[int, ...]:
         """Drafts accepted per step over REPLAY_REQUESTS requests, each with a fresh drafter (what expected_tokens and
-        table summarise)."""
-        if tree.num_drafts not in self._replays:
-            fresh = TextAcceptance(self.method, self.config, self.corpus, self.first_stream)
-            lengths = []
-            for rid in range(REPLAY_REQUESTS):
-                request = _Replayed(rid, prompt_tokens, output_tokens)
-                state, remaining = fresh.start_request(request), output_tokens - 1
-                taken = fresh.taken_alone(tree, state, remaining)
-                if taken is not None:
-                    lengths += taken.tolist()
-                    continue
-                while remaining > 0:
-                    taken, emitted, _ = fresh.step(tree, state, (), 0, 0, remaining)
-                    lengths.append(taken)
-                    remaining -= emitted
-            self._replays[tree.num_drafts] = lengths
-        return self._replays[tree.num_drafts]
+        table summarise), in the run's store by what it reads: the method, its configuration, the corpus, the
+        streams, the drafts per step (a drafter proposes tree.num_drafts tokens, whatever the tree's shape)."""
+        key = ("textual.replay", self.method, key_of(self.config), key_of(self.corpus), self.first_stream,
+               tree.num_drafts, prompt_tokens, output_tokens)
+        return current().get(key, lambda: self._replay(tree, prompt_tokens, output_tokens))
+
+    def _replay(self, tree: Tree, prompt_tokens: int, output_tokens: int) -> tuple[int, ...]:
+        fresh = TextAcceptance(self.method, self.config, self.corpus, self.first_stream)
+        lengths = []
+        for rid in range(REPLAY_REQUESTS):
+            request = _Replayed(rid, prompt_tokens, output_tokens)
+            state, remaining = fresh.start_request(request), output_tokens - 1
+            taken = fresh.taken_alone(tree, state, remaining)
+            if taken is not None:
+                lengths += taken.tolist()
+                continue
+            while remaining > 0:
+                taken, emitted, _ = fresh.step(tree, state, (), 0, 0, remaining)
+                lengths.append(taken)
+                remaining -= emitted
+        return tuple(lengths)
 
     def expected_tokens(self, tree: Tree) -> float:
         lengths = self.replay(tree)

@@ -20,8 +20,9 @@ from functools import cached_property
 
 import numpy as np
 
+from ..cache import current
+
 _SUM_TOLERANCE = 1e-9
-_MAX_CACHED = 32
 
 
 def _is_sequence(value) -> bool:
@@ -52,8 +53,8 @@ def positional_rows(P, max_depth: int) -> tuple[tuple[float, ...], ...]:
     return table[:max_depth] + ((),) * max(0, max_depth - len(table))
 
 
-def _cache_key(P):
-    """Hashable form of P (a tuple of floats, or a tuple of tuples)."""
+def _value_of(P):
+    """Hashable form of P (a tuple of floats, or a tuple of tuples): its value, as the run's store keys by it."""
     if isinstance(P, tuple):
         return P
     if isinstance(P, np.ndarray):
@@ -71,7 +72,6 @@ class Tree:
     depths: tuple[int, ...] = field(init=False, repr=False, compare=False)
     children: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
     ranks: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    _compiled: dict = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self):
         parents = _checked_parents(self.parents)
@@ -189,20 +189,18 @@ class Tree:
         return math.fsum(self.path_probs(P))
 
     def thresholds(self, P) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[int, ...], ...]]:
-        """Per node: cumulative child acceptance thresholds in rank order, and the children; cached per P."""
-        key = _cache_key(P)
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            rows = positional_rows(key, self.depth)
-            cums = []
-            for node, kids in enumerate(self.children):
-                row = rows[self.depths[node]] if kids else ()
-                cums.append(tuple(np.cumsum(row[: len(kids)]).tolist()))
-            compiled = (tuple(cums), self.children)
-            if len(self._compiled) >= _MAX_CACHED:
-                self._compiled.clear()
-            self._compiled[key] = compiled
-        return compiled
+        """Per node: cumulative child acceptance thresholds in rank order, and the children; in the run's store by
+        the tree and P."""
+        key = _value_of(P)
+        return current().get(("trees.thresholds", self.parents, key), lambda: self._thresholds(key))
+
+    def _thresholds(self, P: tuple) -> tuple:
+        rows = positional_rows(P, self.depth)
+        cums = []
+        for node, kids in enumerate(self.children):
+            row = rows[self.depths[node]] if kids else ()
+            cums.append(tuple(np.cumsum(row[: len(kids)]).tolist()))
+        return tuple(cums), self.children
 
 
 def _checked_parents(parents) -> tuple[int, ...]:

@@ -8,6 +8,7 @@ them).
 from __future__ import annotations
 
 import hashlib
+from functools import partial
 
 import numpy as np
 
@@ -19,7 +20,6 @@ from .stepspec import StepSpec
 
 INDEX_BLOCK = 1 << 14
 _new = tuple.__new__  # step() builds its StepCost without NamedTuple's keyword wrapper: half the cost (hot path)
-TABLE_CACHE_SIZE = 4096  # (step, anchor) tables a run keeps; the anchors double, so a run needs a few per step kind
 
 
 def _cost_rows(step: StepSpec, main: np.ndarray, draft: np.ndarray) -> np.ndarray:
@@ -36,16 +36,17 @@ def _index_block(rng: np.random.Generator) -> list[int]:
     return rng.integers(0, 1 << 30, INDEX_BLOCK).tolist()
 
 
-def _bounded_put(cache: dict, key, value):
-    """Store in a cache that is emptied when it reaches TABLE_CACHE_SIZE (cheap on the hot path, bounded)."""
-    if len(cache) >= TABLE_CACHE_SIZE:
-        cache.clear()
-    cache[key] = value
-    return value
+def _pair_rows(machine: Machine, seed: int, step: StepSpec, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+    """The anchor table at `low` and its differences to the one at `high` (a deferred table's fill: it holds the
+    values it reads, not the run that made it)."""
+    costs = FastStepCosts(machine, seed, None)
+    a = costs._table(step, low)
+    return a, costs._table(step, high) - a if high != low else np.zeros_like(a)
 
 
 class FastStepCosts:
-    """Steps drawn from per-shape samples of the layer model (fast fidelity)."""
+    """Steps drawn from per-shape samples of the layer model (fast fidelity). Every table, pair, mean and row it
+    computes is in the run's store, keyed by the machine's value, the seed, the step and the anchors."""
 
     def __init__(self, machine: Machine, seed: int, rng: np.random.Generator, deferred: bool = False):
         """deferred: the cost tables evaluate their breakdown when it is first read (records.CostTable.deferred),
@@ -54,26 +55,19 @@ class FastStepCosts:
         self.deferred = deferred
         self.seed = seed
         self._rng = rng
-        self._tables: dict[tuple, np.ndarray] = {}
-        self._pairs: dict[tuple, tuple] = {}
-        self._means: dict[tuple, float] = {}
+        self._key = (key_of(machine), seed)  # what every stored value of this cost model is computed from
         self.indices: list[int] = []  # the row-index stream, drawn in blocks, and the position in the block
         self.index_at = 0
         self._last: tuple = (None, -1, -1, None)  # (step, low and high anchors, their table) of the last step drawn
-        self._sparse: dict[tuple, tuple] = {}  # (step, low, high) -> a table whose drawn rows alone are filled
 
     def _table(self, step: StepSpec, context: int) -> np.ndarray:
-        key = (step, context)
-        table = self._tables.get(key)
-        if table is not None:
-            return table
-        # shared by every run of the store (a sweep point, a baseline, a break-even planner), keyed by value
-        table = current().get(self._shared_key(step, context), lambda: self._build_table(step, context))
-        return _bounded_put(self._tables, key, table)
+        """The step's table at an anchor, shared by every run of the store (a sweep point, a baseline, a break-even
+        planner), keyed by value."""
+        return current().get(self._shared_key(step, context), lambda: self._build_table(step, context))
 
     def _shared_key(self, step: StepSpec, context: int) -> tuple:
         """The store's key of a step table: every value it is built from (the machine's, the seed, step, anchor)."""
-        return ("costs.step_table", key_of(self.machine), self.seed, key_of(step), context)
+        return ("costs.step_table", *self._key, key_of(step), context)
 
     def _build_table(self, step: StepSpec, context: int) -> np.ndarray:
         """The step's STEP_COST rows at an anchor context (read-only): the main pass's samples, drafts paired at
@@ -100,9 +94,7 @@ class FastStepCosts:
     def _durations(self, step: StepSpec, context: int) -> list:
         """The duration column of the step's table at an anchor (the same floats), from the passes' durations alone
         unless the table is built already (a mean needs no breakdown)."""
-        table = self._tables.get((step, context))
-        if table is None:
-            table = current().peek(self._shared_key(step, context))
+        table = current().peek(self._shared_key(step, context))
         if table is not None:
             return table[:, 0].tolist()
         m = self.machine
@@ -111,12 +103,10 @@ class FastStepCosts:
         return (main + self._draft_us(step, context, main.shape[0], m.sample_durations) + step.other_us).tolist()
 
     def _mean_at(self, step: StepSpec, context: int) -> float:
-        key = (step, context)
-        mean = self._means.get(key)
-        if mean is None:
+        def mean() -> float:
             durations = self._durations(step, context)
-            mean = _bounded_put(self._means, key, sum(durations) / len(durations))
-        return mean
+            return sum(durations) / len(durations)
+        return current().get(("costs.mean", *self._key, key_of(step), context), mean)
 
     def mean_step_us(self, step: StepSpec, context: int) -> float:
         """Expected duration of a step at `context` (the mean of its memoised samples, blended between anchors)."""
@@ -131,48 +121,45 @@ class FastStepCosts:
         return np.where(weight == 0.0, low, blend(low, high, weight))
 
     def pair(self, step: StepSpec, low: int, high: int) -> CostTable:
-        """The anchor table at `low` and its differences to the one at `high`."""
-        key = (step, low, high)
-        pair = self._pairs.get(key)
+        """The anchor table at `low` and its differences to the one at `high` (in the run's store; a deferred one
+        evaluates its breakdown when first read, the same floats)."""
+        store = current()
+        key = ("costs.pair", *self._key, key_of(step), low, high)
+        pair = store.peek(key)
         if pair is None:
-            def rows() -> tuple[np.ndarray, np.ndarray]:
-                a = self._table(step, low)
-                return a, self._table(step, high) - a if high != low else np.zeros_like(a)
-
             if self.deferred and not all(self._built(step, anchor) for anchor in (low, high)):
                 durations = np.array(self._durations(step, low))
                 deltas = np.array(self._durations(step, high)) - durations if high != low else np.zeros_like(durations)
-                pair = CostTable.deferred(durations, deltas, rows)  # the same floats as rows()' first column
+                pair = CostTable.deferred(durations, deltas, partial(_pair_rows, self.machine, self.seed, step, low, high))
             else:
-                pair = CostTable(*rows())
-            _bounded_put(self._pairs, key, pair)
+                pair = CostTable(*_pair_rows(self.machine, self.seed, step, low, high))
+            store.put(key, pair)
         return pair
 
     def _built(self, step: StepSpec, context: int) -> bool:
         """Whether the step's whole table at an anchor is at hand (in this run or shared by value)."""
-        return (step, context) in self._tables or current().peek(self._shared_key(step, context)) is not None
+        return current().peek(self._shared_key(step, context)) is not None
 
     def sparse_step(self, step: StepSpec, context: int) -> StepCost:
         """step() for a step drawn rarely (a prefill: one or a few per request): the row it draws is evaluated
-        alone at its anchors (Machine.sample_rows, the same floats as the whole table's row) unless the whole
-        tables are at hand; a step with draft passes (paired with the main pass's samples at random) takes step()."""
+        alone at its anchors (Machine.sample_rows, the same floats as the whole table's row), as a one-row table,
+        unless the whole tables are at hand; a step with draft passes (paired with the main pass's samples at
+        random) takes step()."""
         low, high, weight = context_anchors(context)
-        key = (step, low, high)
-        if step.drafts or key in self._pairs or all(self._built(step, a) for a in (low, high)):
+        store = current()
+        if step.drafts or store.peek(("costs.pair", *self._key, key_of(step), low, high)) is not None or \
+                all(self._built(step, a) for a in (low, high)):
             return self.step(step, context)
-        table, filled = self._sparse.get(key) or _bounded_put(self._sparse, key, (CostTable(
-            np.full((FAST_SAMPLES, len(STEP_COST)), np.nan)), set()))
         if self.index_at >= len(self.indices):
             self.next_index_block()
         i = self.indices[self.index_at] % FAST_SAMPLES  # as step() reads it from a whole table
         self.index_at += 1
-        if i not in filled:
+
+        def row_table() -> CostTable:
             at_low = self._sparse_row(step, low, i)
-            table.anchor[i] = at_low
-            table.delta[i] = self._sparse_row(step, high, i) - at_low if high != low else 0.0
-            table.durations[i], table.duration_deltas[i] = float(table.anchor[i, 0]), float(table.delta[i, 0])
-            filled.add(i)
-        return StepCost(table.durations[i] + table.duration_deltas[i] * weight, table, i, weight)
+            return CostTable(at_low[None], (self._sparse_row(step, high, i) - at_low)[None] if high != low else None)
+        table = store.get(("costs.sparse_row", *self._key, key_of(step), low, high, i), row_table)
+        return StepCost(table.durations[0] + table.duration_deltas[0] * weight, table, 0, weight)
 
     def _sparse_row(self, step: StepSpec, context: int, i: int) -> np.ndarray:
         """Row i of the step's table at an anchor (no draft passes), as _build_table computes it."""

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cache import current
 from ..hardware.flows import BYTES_PER_US_PER_GBPS, FlowNetwork
 from ..hardware.gpu import Host
 from .timeline import PassPlan, finish_pass, host_ready
-
-MAX_ROUTES = 1024  # compiled hop routes kept; a run's collectives use a few
-
 
 class SharedLinks:
     """The fabric's directed links as one flow network that every instance's collectives cross (one per
@@ -33,7 +31,6 @@ class SharedLinks:
         self.env = env
         self.flows = FlowNetwork.from_fabric(env, fabric)
         self.delay_us: dict[int, float] = {}
-        self._routes: dict[tuple, tuple] = {}
         self._last = (None, None)  # the last StepPlan and its start terms: a pass repeats one collective
 
     def view(self, owner: int) -> "InstanceLinks":
@@ -41,18 +38,16 @@ class SharedLinks:
         return InstanceLinks(self, owner)
 
     def routes(self, hops: tuple):
-        """Each hop's directed links, once each, as the network's RouteSet (cached by the hops, frozen values)."""
-        routes = self._routes.get(hops)
-        if routes is None:
-            if len(self._routes) >= MAX_ROUTES:
-                self._routes.clear()
-            routes = self._routes[hops] = self.flows.route_set(
-                tuple(dict.fromkeys(hop.links)) for hop in hops if hop.links)
-        return routes
+        """Each hop's directed links, once each, as the network's RouteSet, in the run's store by the network's
+        capacities and the hops (frozen values)."""
+        flows = self.flows
+        return current().get(("linkpass.routes", flows.capacity_key, hops), lambda: flows.route_set(
+            tuple(dict.fromkeys(hop.links)) for hop in hops if hop.links))
 
     def _terms(self, steps) -> tuple:
-        """(routes or None, bytes per flow, latency us, time alone us) of a StepPlan; the last plan's are kept (held,
-        so compared by identity safely), as consecutive collectives of a pass are mostly the same plan."""
+        """(routes or None, bytes per flow, latency us, time alone us, its lone schedule) of a StepPlan; the last plan's
+        are kept (held, so compared by identity safely), as consecutive collectives of a pass are mostly the same
+        plan."""
         last, terms = self._last
         if steps is last:
             return terms
@@ -60,16 +55,18 @@ class SharedLinks:
         transfer = steps.steps * steps.transfer_us
         routes = self.routes(steps.hops)
         routes = routes if transfer > 0 and routes.routes else None
-        terms = (routes, transfer * steps.bandwidth_GBps * BYTES_PER_US_PER_GBPS, latency, latency + transfer)
+        nbytes = float(transfer * steps.bandwidth_GBps * BYTES_PER_US_PER_GBPS)
+        schedule = self.flows.lone_schedule(routes, nbytes) if routes is not None else None
+        terms = (routes, nbytes, latency, latency + transfer, schedule)
         self._last = (steps, terms)
         return terms
 
     def start(self, steps):
         """The collective's event (its transfers as flows, then its latencies: see the module docstring) and the time
         it takes alone; None for the event if it takes no time."""
-        routes, nbytes, latency, alone = self._terms(steps)
+        routes, nbytes, latency, alone, schedule = self._terms(steps)
         if routes is not None:
-            return self.flows.transfer_group(routes, nbytes, latency), alone
+            return self.flows.transfer_group(routes, nbytes, latency, schedule), alone
         return (self.env.timeout(alone) if alone > 0 else None), alone
 
     def collective(self, steps, owner: int):

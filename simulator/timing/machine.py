@@ -127,11 +127,6 @@ class Machine:
         hardware = current().get(("machine.hardware", self.key, placed, scenario.source),
                                  lambda: self._hardware(scenario, gpus))
         self.fabric, self.allreduce, self.allgather, self.collectives = hardware
-        if like is not None and like.scenario is scenario and like.key == self.key:
-            self._plans, self._anchors = like._plans, like._anchors  # the same key: the same plans
-        else:
-            self._plans: dict[tuple, PassPlan] = {}
-            self._anchors: dict[tuple, PassPlan] = {}  # (part, shape at context 0, graph, anchor) -> _plans' entry
 
     def _scenario_parts(self, scenario: Scenario) -> None:
         """SCENARIO_PARTS: what a Machine takes from its scenario alone."""
@@ -193,15 +188,10 @@ class Machine:
 
     # -- plans -------------------------------------------------------------------------------------------------
     def anchor_plan(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
-        """The plan at exactly shape.context (used at anchor contexts); shared by every Machine of this process
-        with the same physical key (another seed, a baseline, a planner's variant that changes no hardware)."""
-        key = (part, shape, graph)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = current().get(("machine.anchor_plan", self.key, part, key_of(shape), graph),
-                                 lambda: self._build(part, shape, graph))  # every value a plan depends on
-            self._plans[key] = plan
-        return plan
+        """The plan at exactly shape.context (used at anchor contexts); in the run's store by every value it depends
+        on (another seed, a baseline, a planner's variant that changes no hardware share it)."""
+        return current().get(("machine.anchor_plan", self.key, part, key_of(shape), graph),
+                             lambda: self._build(part, shape, graph))
 
     def plan(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
         """The plan of a pass of `part` (target, draft_head, mtp) over `shape`, interpolated in context."""
@@ -218,11 +208,9 @@ class Machine:
         return a.blended(self._anchor_of(part, shape, graph, high), weight, label)
 
     def _anchor_of(self, part: str, shape: PassShape, graph: bool, anchor: int) -> PassPlan:
-        key = (part, shape, graph, anchor)
-        plan = self._anchors.get(key)
-        if plan is None:
-            plan = self._anchors[key] = self.anchor_plan(part, shape.at(anchor), graph)
-        return plan
+        """anchor_plan of `shape` (at context 0) at an anchor context, found by the shape at 0 (no shape built)."""
+        return current().get(("machine.anchor_of", self.key, part, key_of(shape), graph, anchor),
+                             lambda: self.anchor_plan(part, shape.at(anchor), graph))
 
     def _build(self, part: str, shape: PassShape, graph: bool) -> PassPlan:
         split = self.split if part == "target" else replace(self.split, pp=1)  # drafts run on the last stage

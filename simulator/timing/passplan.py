@@ -3,7 +3,7 @@ and link passes read), and the blend between the plans of two anchor contexts.""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Callable
 
 import numpy as np
@@ -55,6 +55,8 @@ class PassPlan:
                       last_us=blend(self.last_us, other.last_us, weight),
                       line_suffix_us=blend(self.line_suffix_us, other.line_suffix_us, weight), label=label,
                       sampled_key=None)
+        if self.steps_of is not None:  # the same steps as this anchor's (its steps_of would build them again)
+            values["steps_of"] = partial(_steps_of_plan, self)
         return PassPlan(**values)
 
     @property
@@ -76,6 +78,11 @@ class PassPlan:
 
 
 _PLAN_FIELDS = tuple(f.name for f in fields(PassPlan))
+
+
+def _steps_of_plan(plan: PassPlan) -> tuple:
+    """A blended plan's collective steps: its lower anchor's (the collectives do not move with the context)."""
+    return plan.collective_steps
 
 
 def blend(low_value, high_value, weight: float):

@@ -10,6 +10,9 @@ collective as steps over its links (a StepPlan; one step for everything but the 
 """
 from __future__ import annotations
 
+import hashlib
+
+from ..cache import current
 from ..config.errors import ConfigError
 from ..hardware.collectives import StepPlan
 from ..hardware.expert_parallel import (deepep_reaches, ep_all_to_all_us, ep_latency_us, p2p_latency_us,
@@ -25,7 +28,10 @@ class SplitCollectives:
     def __init__(self, fabric: Fabric, parallelism, runtime, card, allreduce, allgather, kernel_floor_us: float,
                  source: str):
         self.fabric, self.card, self.runtime = fabric, card, runtime
-        self._times: dict[tuple, tuple] = {}  # time()'s results by what they depend on (a few per pass shape)
+        # what time() computes from, by value (the run's store keys its results by it)
+        self.value_key = hashlib.sha1("\0".join([
+            fabric.value_key, parallelism.model_dump_json(), runtime.model_dump_json(), card.model_dump_json(),
+            repr((allreduce.value_key, allgather.value_key, kernel_floor_us))]).encode()).hexdigest()
         tp, a = parallelism.tp, parallelism.attention_tp
         self.allreduce = {"tp": allreduce}
         self.gather = {"tp": allgather}
@@ -44,16 +50,11 @@ class SplitCollectives:
 
     def time(self, segment: Segment, shape: PassShape, steps: bool = True) -> tuple[float, StepPlan | None, bool]:
         """(time us, steps over links or None, whether it is an all-reduce) of the segment's collective, found
-        once per instance for what it reads (the anchors of a pass shape close their segments alike). steps=False:
+        in the run's store by what it reads (the anchors of a pass shape close their segments alike). steps=False:
         the steps are left out (None; only the link fidelity moves them over links)."""
-        key = (segment.collective, segment.collective_bytes, segment.group, segment.collective_tokens,
-               shape.tokens > 1 and not shape.verify, steps)
-        found = self._times.get(key)
-        if found is None:
-            if len(self._times) >= 4096:  # bounded: a few entries per pass shape
-                self._times.clear()
-            found = self._times[key] = self._time(segment, shape, steps)
-        return found
+        key = ("split_costs.time", self.value_key, segment.collective, segment.collective_bytes, segment.group,
+               segment.collective_tokens, shape.tokens > 1 and not shape.verify, steps)
+        return current().get(key, lambda: self._time(segment, shape, steps))
 
     def _time(self, segment: Segment, shape: PassShape, steps: bool) -> tuple[float, StepPlan | None, bool]:
         kind, nbytes = segment.collective, segment.collective_bytes
