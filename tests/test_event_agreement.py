@@ -70,3 +70,21 @@ def test_event_equals_link_on_every_shipped_scenario(path):
     assert event.tokens == link.tokens
     assert event.run.steps["duration_us"] == pytest.approx(link.run.steps["duration_us"], rel=1e-9, abs=1e-6)
     assert event.throughput_tok_s == pytest.approx(link.throughput_tok_s, rel=1e-9, abs=0)
+
+
+def test_fast_times_kv_transfers_that_overlap_as_event_does():
+    """Disaggregated serving: KV transfers in flight together share the links they cross (the network, the NICs) at
+    every fidelity, so fast's transfer times are event's, transfer by transfer; arrivals close together make them
+    overlap (a lone transfer's time, which fast once gave each, is half what two sharing a link take)."""
+    from simulator.api.run import resolve
+    from simulator.serving.deployment import simulate_deployment
+
+    path = os.path.join(os.path.dirname(SHIPPED[0]), "two_node_pcie8_pd.yaml")
+    overrides = {"workload__requests": 4, "workload__output_tokens": 8, "workload__arrival__rate_per_s": 50.0}
+    times = {}
+    for fidelity in ("fast", "event"):
+        servers = simulate_deployment(resolve(path, overrides), fidelity=fidelity)
+        times[fidelity] = [us for server in servers for _, us in server.kv_received]
+    alone = min(times["event"])
+    assert len(times["fast"]) == 4 and max(times["event"]) > 1.5 * alone  # some transfers did share a link
+    assert times["fast"] == pytest.approx(times["event"], rel=1e-9)

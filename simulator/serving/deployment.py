@@ -83,7 +83,10 @@ def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = Non
         for hook in ON_START:
             hook(server)
     if pool:  # prefill/decode disaggregation: the first `pool` instances prefill, the others decode
-        handoff = KVHandoff(env, servers[:pool], servers[pool:], kind, links)
+        # the KV transfers are flows at every fidelity: transfers in flight together share the links they cross (at
+        # fast and layer fidelity on a network of their own, the collectives being closed forms)
+        handoff = KVHandoff(env, servers[:pool], servers[pool:], kind,
+                            links if links is not None else SharedLinks(env, machines[0].fabric))
         env.process(handoff.run(processes[:pool]))
     env.run()
     return servers
