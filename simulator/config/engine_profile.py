@@ -78,6 +78,15 @@ class NgramHost(Strict):
 NGRAM_HOST_KEYS = tuple(f"speculation.ngram.{name}" for name in NgramHost.model_fields)
 
 
+class QuantisedGemm(Strict):
+    """The kernels one linear layer of quantised weights runs: its GEMM and the activation quantisation before it."""
+
+    gemm: str = Field(min_length=1, description="the GEMM kernel (and its backend choice)")
+    activation_quant: Optional[str] = Field(description="the kernel quantising the activations first (null: none, "
+                                            "weight-only or not supported)")
+    activation_quant_kernels: NonNegativeInt = Field(description="its launches per linear layer")
+
+
 class KernelDatabase(Strict):
     """The measured kernel tables (aiconfigurator-core) that stand for this engine's kernels."""
 
@@ -110,6 +119,8 @@ class EngineProfile(Strict):
     custom_allreduce: Sourced[Optional[CustomAllReduce]] = Field(description="null: NCCL for every all-reduce")
     fuse_allreduce_rmsnorm: Sourced[bool]
     attention_backend: Sourced[dict[str, str]] = Field(description="GPU architecture (sm90, sm100, sm120, ...) -> backend")
+    quantised_gemm: Sourced[dict[Literal["fp8", "fp8_block", "fp4", "int8", "int4"], QuantisedGemm]] = Field(
+        description="weights' dtype -> the GEMM and activation-quantisation kernels the engine runs for it")
     kernel_database: Sourced[KernelDatabase]
     ngram_host: Optional[Sourced[NgramHost]] = Field(None, description=(
         "the n-gram drafter's host time; absent: speculation.ngram's own (SGLang's trie costs)"))
