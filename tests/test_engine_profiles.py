@@ -182,3 +182,21 @@ def test_the_readme_table_says_what_each_profile_counts_fits_and_estimates():
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     head = "| profile | counted from code | measured | fitted | estimated |\n| --- | --- | --- | --- | --- |\n"
     assert head + "\n".join(profile_rows()) + "\n" in readme
+
+
+def test_a_host_drafter_takes_the_engines_host_drafter_path_not_the_model_drafters():
+    """vLLM 0.8.5's EAGLE proposer ops (a fixed number, more a draft step) are not a host drafter's: an n-gram or
+    suffix scenario gets the profile's host_drafter_* inputs and no per-draft-step ops, however deep its drafts."""
+    raw = yaml.safe_load(open(os.path.join(ROOT, "engines", "vllm", "0.8.5.yaml")))
+    case = os.path.join(SCENARIOS, "validation", "cases", "h100x8_llama70b_vllm_modelfree.yaml")
+    suffix = simulator.load_scenario(case)
+    assert suffix.spec.speculation.method == "suffix" and suffix.spec.speculation.draft_tokens > 8
+    host = suffix.spec.runtime.speculative_host
+    assert (host.eager_ops, host.eager_ops_per_draft_step, host.syncs) == (
+        raw["host_drafter_eager_ops"]["value"], 0, raw["host_drafter_syncs"]["value"])
+    eagle = suffix.with_overrides({"speculation.method": "eagle3", "speculation.draft_tokens": 2,
+                                   "speculation.acceptance": {"kind": "fixed", "accept_len": 1.5}})
+    host = eagle.spec.runtime.speculative_host
+    assert (host.eager_ops, host.eager_ops_per_draft_step, host.syncs) == (
+        raw["speculative_eager_ops"]["value"], raw["speculative_eager_ops_per_draft_step"]["value"],
+        raw["speculative_syncs"]["value"])

@@ -112,6 +112,11 @@ class EngineProfile(Strict):
     speculative_syncs: Sourced[NonNegativeInt] = Field(description=(
         "device-to-host syncs of a speculative step beyond the end-of-step one (each host.sync_us)"))
     speculative_eager_ops_per_draft_step: Sourced[NonNegativeInt] = Field(description="more per draft step after the first")
+    host_drafter_eager_ops: Sourced[NonNegativeInt] = Field(description=(
+        "for a drafter computed on the host CPU (ngram, suffix): the step's eager ops, in place of the model "
+        "drafter's speculative_eager_ops and _per_draft_step (its proposal's own cost: speculation.ngram / suffix)"))
+    host_drafter_syncs: Sourced[NonNegativeInt] = Field(description=(
+        "for a host drafter: the syncs beyond the end-of-step one, in place of speculative_syncs"))
     speculative_per_request_us: Sourced[float] = Field(description="Python work a speculative step does per request")
     speculative_per_draft_token_us: Sourced[float] = Field(description="host work per draft token of each request")
     speculative_per_accepted_token_us: Sourced[float] = Field(description="Python work per emitted token, bonus included")
@@ -193,17 +198,22 @@ def captured_sizes(profile: EngineProfile, flags: dict, gpu_memory_GB: float, tp
     return sorted(b for b in sizes if b <= max_bs) or [max_bs]
 
 
-def runtime_defaults(profile: EngineProfile, flags: dict, gpu_memory_GB: float, tp: int) -> dict:
+HOST_DRAFTERS = ("ngram", "suffix")
+
+
+def runtime_defaults(profile: EngineProfile, flags: dict, gpu_memory_GB: float, tp: int, method: str = "none") -> dict:
     """The runtime keys this engine release runs a scenario with, its flags applied (runtime: keys set in the
-    scenario itself override these)."""
+    scenario itself override these). `method`: the drafter, whose path through the engine sets the speculative
+    step's eager ops and syncs (a host drafter's, HOST_DRAFTERS, or the model drafter's)."""
     graphs = profile.cuda_graphs.value
     no_graphs = bool(flags.get("disable_cuda_graph") or flags.get("enforce_eager") or flags.get("compile") is False
                      or ("cuda_graph_config" in flags and flags["cuda_graph_config"] is None))
     overlap_off = flags.get("disable_overlap_schedule") or flags.get("disable_overlap_scheduler")
     overlap_on = flags.get("async_scheduling")
-    host = SpeculativeHost(eager_ops=profile.speculative_eager_ops.value,
-                           eager_ops_per_draft_step=profile.speculative_eager_ops_per_draft_step.value,
-                           syncs=profile.speculative_syncs.value,
+    on_host = method in HOST_DRAFTERS
+    host = SpeculativeHost(eager_ops=(profile.host_drafter_eager_ops if on_host else profile.speculative_eager_ops).value,
+                           eager_ops_per_draft_step=0 if on_host else profile.speculative_eager_ops_per_draft_step.value,
+                           syncs=(profile.host_drafter_syncs if on_host else profile.speculative_syncs).value,
                            per_request_us=profile.speculative_per_request_us.value,
                            per_draft_token_us=profile.speculative_per_draft_token_us.value,
                            per_accepted_token_us=profile.speculative_per_accepted_token_us.value,
@@ -256,7 +266,8 @@ def apply_engine(spec, topology, file: str, user_keys=None):
     if engine is None:
         engine = TypeAdapter(Engine).validate_python(DEFAULT_ENGINE)
     profile, path = load_profile(engine.name, engine.version, file)
-    defaults = runtime_defaults(profile, flags_of(engine), topology.gpu.memory_GB, spec.parallelism.tp)
+    defaults = runtime_defaults(profile, flags_of(engine), topology.gpu.memory_GB, spec.parallelism.tp,
+                                spec.speculation.method)
     user = set(spec.runtime.model_fields_set if user_keys is None else user_keys)
     taken = {key: value for key, value in defaults.items() if key not in user}
     own = spec.runtime.model_dump(mode="json", include=user)
