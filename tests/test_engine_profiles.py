@@ -195,7 +195,7 @@ def test_a_host_drafter_takes_the_engines_host_drafter_path_not_the_model_drafte
     assert (host.eager_ops, host.eager_ops_per_draft_step, host.syncs) == (
         raw["host_drafter_eager_ops"]["value"], 0, raw["host_drafter_syncs"]["value"])
     eagle = suffix.with_overrides({"speculation.method": "eagle3", "speculation.draft_tokens": 2,
-                                   "speculation.acceptance": {"kind": "fixed", "accept_len": 1.5}})
+                                   "speculation.acceptance": {"kind": "iid", "alpha": 0.7}})
     host = eagle.spec.runtime.speculative_host
     assert (host.eager_ops, host.eager_ops_per_draft_step, host.syncs) == (
         raw["speculative_eager_ops"]["value"], raw["speculative_eager_ops_per_draft_step"]["value"],
