@@ -9,7 +9,6 @@ probability is one constant, solved for; a range of one depth is exact (P_k / P_
 carried by its accepted path: siblings are never accepted (sibling_decay 0), so a tree of that depth expects the
 published length too. Depths beyond the deepest published one get probability 0 (nothing is known of them).
 """
-from __future__ import annotations
 
 import os
 from typing import Any

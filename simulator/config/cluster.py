@@ -12,7 +12,6 @@ non-blocking spine, each leaf's uplink as fast as its NICs together. Generating 
 48 GB/s gives topologies/two_node_h100.yaml's fabric; two pcie8_rtx_pro_6000 machines with a NIC per socket on one
 leaf at 24 GB/s give topologies/two_node_pcie8_rtx_pro_6000.yaml's (tests/test_cluster.py).
 """
-from __future__ import annotations
 
 from typing import Any, Literal, Optional
 

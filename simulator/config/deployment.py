@@ -8,7 +8,6 @@ data-parallel controller (python/sglang/srt/managers/data_parallel_controller.py
 With `prefill_instances`, the first instances form a prefill pool and the others a decode pool, as SGLang's and
 vLLM's prefill/decode disaggregation (DistServe, Zhong et al. 2024) run them.
 """
-from __future__ import annotations
 
 from typing import Literal
 

@@ -6,7 +6,6 @@ the engine's default at that version, which the engine profile (engines/<name>/<
 simulator.config.engine_profile) holds with its source. A scenario that names no engine runs DEFAULT_ENGINE, and
 says so in its report and provenance.
 """
-from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 

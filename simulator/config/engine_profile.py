@@ -8,7 +8,6 @@ scenarios/measured/), `measured` (timed by a script in this repository, named wi
 turns a profile and the scenario's engine flags into the runtime keys the simulator reads; a key the scenario
 sets itself under `runtime:` wins over both (a what-if, never in a validation case).
 """
-from __future__ import annotations
 
 import os
 from dataclasses import dataclass

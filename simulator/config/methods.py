@@ -1,6 +1,5 @@
 """Settings of the speculation methods whose cost follows from their own structure: Medusa / Hydra heads,
 lookahead decoding, EAGLE-2's dynamic tree and self-speculation with a sparse-KV draft (speculation/methods.py)."""
-from __future__ import annotations
 
 from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 

@@ -1,5 +1,4 @@
 """A model card: the shape of a transformer, its weight dtypes, and the kernels the serving engine launches for it."""
-from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 

@@ -14,7 +14,6 @@ The keys follow SGLang's launch flags, and the vLLM equivalents are said beside 
 GPUs used: tp x pp per instance, times dp replicas unless dp_attention. Ranks are placed on the topology's GPUs in
 order (instance, then stage, then tp rank) unless `gpus` lists them per instance.
 """
-from __future__ import annotations
 
 from typing import Optional
 

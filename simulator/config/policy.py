@@ -1,5 +1,4 @@
 """Speculation policies: when to speculate, with how many drafts, with which drafter."""
-from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 

@@ -1,5 +1,4 @@
 """A scenario: which machine, which model, how it is run, what it serves, and how it speculates."""
-from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 

@@ -1,5 +1,4 @@
 """Speculation settings: the drafter, the verify shape (chain or token tree) and the acceptance model."""
-from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 

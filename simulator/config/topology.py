@@ -1,5 +1,4 @@
 """A machine: its GPUs, the host that launches their kernels, and the fabric graph that joins them."""
-from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional
 

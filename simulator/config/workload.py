@@ -1,5 +1,4 @@
 """The workload: when requests arrive, how long their prompts and outputs are, and how the server batches them."""
-from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
