@@ -77,8 +77,15 @@ class SglangTrie:
             if lo - prev_lo < len(prev_tails):
                 tails = prev_tails[lo - prev_lo:]
                 new = tokens[prev_end:end]
-                for k, node in enumerate(tails):  # a suffix of the insert before: its new tokens only
-                    tails[k] = _descend(kids_of, node, new)
+                for k, node in enumerate(tails):  # a suffix of the insert before: its new tokens only (_descend
+                    for token in new:             # inlined: ~17 tails a step, the walk's hottest loop)
+                        kids = kids_of[node]
+                        node = kids.pop(token, None)
+                        if node is None:
+                            node = len(kids_of)
+                            kids_of.append({})
+                        kids[token] = node
+                    tails[k] = node
                 first = lo + len(tails)
         for i in range(first, last):  # a new start: its whole suffix from the root
             tails.append(_descend(kids_of, 0, tokens[i:end]))
