@@ -164,3 +164,18 @@ def test_padding_rows_cost_gemm_rows_not_attention_or_sampling():
     assert p["accept_rejection"].bytes == r["accept_rejection"].bytes
     assert p["logits_processing"].bytes == b["logits_processing"].bytes
     assert repr(real) == "PassShape(tokens=4, batch=10, context=4000, tree=False, verify=True)"  # seeds unchanged
+
+
+def test_eager_ops_per_accepted_token_count_the_accepted_drafts_only():
+    """eager_ops_per_accepted_token: charged per accepted draft token of each request, the bonus token excluded."""
+    from types import SimpleNamespace
+
+    from simulator.config.scenario import SpeculativeHost
+    from simulator.speculation.trees import Tree
+    from simulator.timing.stepspec import speculative_host_us
+
+    host = SimpleNamespace(eager_launch_us=10.0, sync_us=20.0)
+    runtime = SimpleNamespace(speculative_host=SpeculativeHost(eager_ops=5, eager_ops_per_accepted_token=64))
+    assert speculative_host_us(host, runtime, 3, Tree.chain(4), emitted=1.0) == pytest.approx(50.0)
+    assert speculative_host_us(host, runtime, 3, Tree.chain(4), emitted=1.64) == pytest.approx(
+        50.0 + 3 * 64 * 0.64 * 10.0, rel=1e-12)

@@ -110,7 +110,7 @@ class BreakevenTable:
 def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) -> BreakevenTable:
     spec = scenario.spec
     machine = Machine(scenario)
-    host = scenario.topology.host
+    host = scenario.host
     work = spec.workload
     batch = work.concurrency
     contexts = step_contexts(work, batch)

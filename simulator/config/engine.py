@@ -15,6 +15,9 @@ from .base import Strict
 
 ENGINE_NAMES = ("sglang", "vllm", "trtllm", "transformers", "gpt_fast", "magicdec")
 DEFAULT_ENGINE = {"name": "sglang", "version": "0.5.9"}  # the newest SGLang profile shipped; the reference's version
+# Spec-Bench's evaluation scripts (hemingkx/Spec-Bench evaluation/inference_*.py), each a method's reference code
+SPEC_BENCH_SCRIPTS = ("inference_eagle", "inference_eagle2", "inference_eagle3", "inference_medusa", "inference_hydra",
+                      "inference_lookahead", "inference_pld", "inference_sps")
 VERSION_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,40}$"
 
 
@@ -73,6 +76,9 @@ class TransformersEngine(_EngineBase):
     """HuggingFace transformers' generate(), eager PyTorch (the research benchmarks' harness)."""
 
     name: Literal["transformers"] = Field(description="HuggingFace transformers, eager")
+    script: Optional[Literal[SPEC_BENCH_SCRIPTS]] = Field(None, description=(  # type: ignore[valid-type]
+        "The research harness's script that runs the method's own code over transformers (Spec-Bench's "
+        "evaluation/<script>.py); the profile costs that code's step (default: by the speculation method)"))
 
 
 class GptFastEngine(_EngineBase):

@@ -17,7 +17,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, TypeAdapter
 
 from .base import Strict, validate
 from .errors import ConfigError
-from .scenario import SpeculativeHost
+from .scenario import DecoderKernels, SpeculativeHost
 
 T = TypeVar("T")
 SOURCE_KINDS = ("counted", "measured", "fitted", "estimated")
@@ -93,6 +93,18 @@ class KernelDatabase(Strict):
     version: str
 
 
+class ProfileKernels(Strict):
+    """The kernels an engine's own eager model code launches (its Python model, not SGLang's fused kernels)."""
+
+    decoder: DecoderKernels
+    draft_head: Optional[DecoderKernels] = None
+    draft_head_by_code: dict[str, DecoderKernels] = Field(default_factory=dict, description=(
+        "the method's code (speculation method, or the engine's script flag) -> its head's counts where they differ"))
+    tree_attention_by_code: dict[str, int] = Field(default_factory=dict, description=(
+        "the method's code -> its verify's extra kernels per layer where its own model code differs from the "
+        "decoder's tree_attention"))
+
+
 class EngineProfile(Strict):
     """Every engine-side input of one engine release."""
 
@@ -128,6 +140,13 @@ class EngineProfile(Strict):
     kernel_database: Sourced[KernelDatabase]
     ngram_host: Optional[Sourced[NgramHost]] = Field(None, description=(
         "the n-gram drafter's host time; absent: speculation.ngram's own (SGLang's trie costs)"))
+    eager_launch_us: Optional[Sourced[float]] = Field(None, description=(
+        "host time per eagerly launched kernel under the engine's Python; absent: the topology's host.eager_launch_us"))
+    eager_kernels: Optional[Sourced[ProfileKernels]] = Field(None, description=(
+        "the engine's own eager kernel counts; absent: the model cards' (SGLang's)"))
+    speculative_host_by_code: Optional[Sourced[dict[str, SpeculativeHost]]] = Field(None, description=(
+        "the method's code (the engine's script flag, else the speculation method) -> the host work of its own step "
+        "(replacing the speculative_* inputs)"))
 
     def inputs(self) -> dict[str, Sourced]:
         return {name: getattr(self, name) for name in type(self).model_fields if isinstance(getattr(self, name), Sourced)}
@@ -217,6 +236,9 @@ def runtime_defaults(profile: EngineProfile, flags: dict, gpu_memory_GB: float, 
                            per_draft_token_us=profile.speculative_per_draft_token_us.value,
                            per_accepted_token_us=profile.speculative_per_accepted_token_us.value,
                            stop_check_us=profile.speculative_stop_check_us.value)
+    code = flags.get("script") or method  # whose step code runs: a harness script, else the method's
+    by_code = profile.speculative_host_by_code.value if profile.speculative_host_by_code else {}
+    host = by_code.get(code, host)
     out = {
         "cuda_graph_decode": graphs.decode and not no_graphs,
         "cuda_graph_verify": graphs.target_verify and not no_graphs,
@@ -237,6 +259,15 @@ def runtime_defaults(profile: EngineProfile, flags: dict, gpu_memory_GB: float, 
         out["allreduce"] = "nccl"
     sizes = captured_sizes(profile, flags, gpu_memory_GB, tp)
     out["speculative_graph_batch_sizes"] = sizes
+    if profile.eager_launch_us is not None:
+        out["eager_launch_us"] = profile.eager_launch_us.value
+    if profile.eager_kernels is not None:
+        counts = profile.eager_kernels.value
+        decoder = counts.decoder
+        if code in counts.tree_attention_by_code:
+            decoder = decoder.model_copy(update={"tree_attention": counts.tree_attention_by_code[code]})
+        head = counts.draft_head_by_code.get(code, counts.draft_head)
+        out["eager_kernels"] = {"decoder": decoder.model_dump(), "draft_head": head.model_dump() if head else None}
     return out
 
 

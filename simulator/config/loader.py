@@ -44,6 +44,13 @@ class Scenario:
         return self.spec.name
 
     @property
+    def host(self):
+        """The host the scenario's passes are launched from: the topology's, at its engine's eager launch cost where
+        the engine profile (runtime.eager_launch_us) has one."""
+        host, own = self.topology.host, self.spec.runtime.eager_launch_us
+        return host if own is None else host.model_copy(update={"eager_launch_us": own})
+
+    @property
     def base_dir(self) -> str:
         """The folder paths in the scenario are relative to."""
         return os.path.dirname(os.path.abspath(self.source)) if os.path.isfile(self.source) else "."

@@ -26,6 +26,9 @@ class SpeculativeHost(Strict):
     eager_ops_per_draft_step: NonNegativeInt = Field(0, description=(
         "Further eager ops per draft step after the first (the draft graph's per-step attention metadata), each at "
         "host.eager_launch_us"))
+    eager_ops_per_accepted_token: NonNegativeInt = Field(0, description=(
+        "Further eager ops per accepted draft token of each request, the bonus token excluded (copying its KV "
+        "entries into place), each at host.eager_launch_us"))
     syncs: NonNegativeInt = Field(0, description="Device-to-host synchronisations per speculative step beyond the end-of-step one (each costs topology host.sync_us)")
     per_request_us: float = Field(0.0, ge=0, le=1e4, description="Host (Python) time per running request per speculative step: result processing, stop checks, streaming")
     per_draft_token_us: float = Field(0.0, ge=0, le=1e3, description=(
@@ -35,6 +38,25 @@ class SpeculativeHost(Strict):
     stop_check_us: float = Field(0.0, ge=0, le=1e3, description=(
         "Host time of one finish check of a request that carries stop strings (the tail of its output decoded to "
         "text); the engine checks once per emitted token and once per request a step"))
+
+
+class DecoderKernels(Strict):
+    """Kernels an engine's own eager model code launches per dense decoder layer and per pass (the model card's
+    counts are SGLang's fused ones): counted from that code, every eager op that launches a kernel."""
+
+    attention: int = Field(gt=0, le=4096, description="Per layer, input norm through the residual add after o_proj")
+    dense_mlp: int = Field(gt=0, le=4096, description="Per layer, post-attention norm through the residual add")
+    per_pass: int = Field(ge=0, le=4096, description="Embedding, masks, final norm, lm_head and the step loop's ops")
+    verify_per_pass: int = Field(0, ge=0, le=4096, description="Extra per verify pass")
+    tree_attention: int = Field(0, ge=0, le=4096, description=(
+        "Extra per layer when the verify attention takes a tree mask (the method's own attention and KV-cache code)"))
+
+
+class EngineKernels(Strict):
+    """The engine's eager kernel counts for the target (and a separate draft model) and for an EAGLE-style head."""
+
+    decoder: DecoderKernels
+    draft_head: Optional[DecoderKernels] = Field(None, description="An EAGLE-style head's own code (None: decoder's)")
 
 
 class Runtime(Strict):
@@ -58,6 +80,11 @@ class Runtime(Strict):
     scheduler_step_us: Optional[float] = Field(None, ge=0, le=1e5, description=(
         "The engine's scheduler host time per step (the engine profile's; default: the topology's host.step_overhead_us)"))
     overlap_schedule_speculative: bool = Field(False, description="Scheduler host work overlaps the GPU while speculating too (SGLang's spec v2)")
+    eager_launch_us: Optional[float] = Field(None, gt=0, le=1e4, description=(
+        "Host time per eagerly launched kernel under this engine's Python (the engine profile's; default: the "
+        "topology's host.eager_launch_us)"))
+    eager_kernels: Optional[EngineKernels] = Field(None, description=(
+        "Kernels the engine's own eager model code launches (the engine profile's; default: the model cards' counts)"))
     speculative_host: SpeculativeHost = Field(SpeculativeHost(), description=(
         "Host work of the engine's speculative step outside the passes (eager ops behind syncs, syncs, per-request "
         "Python), exposed because the overlap scheduler is off while speculating"))

@@ -67,7 +67,7 @@ def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | 
     mask = main.spec_steps
     if not mask.any():
         return None
-    host = scenario.topology.host
+    host = scenario.host
     other = step_overhead_us(host, scenario.spec.runtime, speculating=False)
     planner = FastStepCosts(machine, scenario.spec.seed, np.random.default_rng(0))
     batches = steps["batch"][mask].astype(int)

@@ -56,7 +56,7 @@ class Server:
         self.fast = fidelity == "fast"
         self.runtime = spec.runtime
         self.workload = spec.workload
-        host = scenario.topology.host
+        host = scenario.host
         setup = build_speculation(scenario, speculate)
         self.slots = setup.slots
         self.policy = setup.policy

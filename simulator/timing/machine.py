@@ -138,7 +138,7 @@ class Machine:
         self.runtime = spec.runtime
         self.card = scenario.model
         self.gpu = GPU(scenario.topology.gpu)
-        self.host = Host(scenario.topology.host)
+        self.host = Host(scenario.host)
         loaded = scenario.gpu_as_loaded  # a what-if GPU: measured kernel times scaled by the roofline (KernelTimer)
         self.kernels = KernelTimer(self.gpu, spec.runtime.kernels, GPU(loaded) if loaded is not None else None)
         # every value the machine's figures depend on, as JSON (pydantic's serialiser: fields in their declared order)
@@ -149,18 +149,20 @@ class Machine:
                           spec.parallelism.model_dump_json(), self.runtime.model_dump_json(),
                           # the engine release: its custom all-reduce kernel's measured times (custom_allreduce_fit)
                           f"{scenario.engine.name} {scenario.engine.version}" if scenario.engine is not None else ""]
-        self.cards = {"target": self.card}
+        counts = self.runtime.eager_kernels  # the engine's own eager model code, where its profile counts it
+        self.cards = {"target": engine_kernels(self.card, counts, "decoder")}
         if self.card.draft_head is not None:
-            self.cards["draft_head"] = draft_head_card(self.card)
+            self.cards["draft_head"] = engine_kernels(draft_head_card(self.card), counts, "draft_head")
         if self.card.mtp_layers:
             self.cards["mtp"] = mtp_card(self.card)
         if scenario.draft_model is not None:
-            self.cards["draft_model"] = scenario.draft_model
+            self.cards["draft_model"] = engine_kernels(scenario.draft_model, counts, "decoder")
         self.cards.update(heads)
         self.memory = memory_budget(scenario, self.cards, self.tp)
         # what a pass's layout depends on: the model cards and the split, not the hardware (sweep points that
         # change only the machine share layouts)
-        self.model_key = hashlib.sha1("\0".join(cards).encode()).hexdigest()
+        own = self.runtime.eager_kernels  # the engine's own kernel counts replace the cards' (engine_kernels)
+        self.model_key = hashlib.sha1("\0".join(cards + [own.model_dump_json() if own else ""]).encode()).hexdigest()
 
     @property
     def value_key(self) -> str:
@@ -260,3 +262,13 @@ class Machine:
     def sample_rows(self, part: str, shape: PassShape, graph: bool, seed: int, rows: list[int]) -> np.ndarray:
         """samples()[rows], the same floats, evaluating those passes alone (timing.sampling)."""
         return sampling.sample_rows(self, part, shape, graph, seed, rows)
+
+
+def engine_kernels(card, counts, role: str):
+    """`card` with the kernel counts of the engine's own eager model code for `role` (runtime.eager_kernels:
+    decoder, or draft_head falling back to decoder), where the engine profile has them; else the card as it is."""
+    if counts is None:
+        return card
+    own = (counts.draft_head if role == "draft_head" else None) or counts.decoder
+    kernels = card.kernels.model_copy(update={**own.model_dump(), "attention_fused": 0})
+    return card.model_copy(update={"kernels": kernels})
