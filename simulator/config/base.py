@@ -14,7 +14,7 @@ class Strict(BaseModel):
     ignored key; `"yes"` is not a boolean, `"1000"` not a number, and a boolean not a number (pydantic would read
     `tp: true` as 1); an int is still accepted where a float is expected."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True, defer_build=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
 
     @model_validator(mode="before")
     @classmethod
