@@ -77,8 +77,7 @@ def sample_rows(machine, part: str, shape, graph: bool, seed: int, rows: list[in
     """samples()[rows] (the same floats, a copy), evaluating only those passes unless samples() has them all: the
     normals of those columns of the family's hypercube (drawn whole, once), so that every array has the layout it
     has in the whole table (numpy's reductions pick their order by layout), and at least two passes (a lone pass
-    reduces in another order). Stored by value (a run and its baseline draw the same prefill rows), and the normals
-    of those columns too (every machine's)."""
+    reduces in another order). Stored by value (a run and its baseline draw the same prefill rows)."""
     store = current()
     key = _key(machine, part, shape, graph, seed)
     hit = store.peek(("sampling.samples", *key))
@@ -88,9 +87,8 @@ def sample_rows(machine, part: str, shape, graph: bool, seed: int, rows: list[in
     def evaluate() -> np.ndarray:
         plan, draws_key = _plan(machine, part, shape, graph, seed)
         picked = rows if len(rows) > 1 else rows * 2
-        draws = store.get(("sampling.picked", draws_key, tuple(picked)), lambda: Host.normals(
-            _cube(machine, part, shape, graph, seed, draws_key, plan.num_segments), machine.tp, plan.num_segments,
-            not graph, picked))
+        draws = Host.normals(_cube(machine, part, shape, graph, seed, draws_key, plan.num_segments), machine.tp,
+                             plan.num_segments, not graph, picked)  # a few columns: not stored (cheap, rarely again)
         launch = None if graph else eager_launch(plan, machine.host, None, len(picked), draws)
         result = sample_passes(plan, machine.host, None, len(picked), draws, launch)
         return np.stack([result[f] for f in SAMPLE_FIELDS], axis=1)[:len(rows)]
