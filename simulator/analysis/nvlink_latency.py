@@ -33,8 +33,8 @@ def measured_rows(system: str) -> list[tuple[int, int, float]]:
     return [(int(g), 2 * int(m), 1e3 * float(t)) for g, m, t in zip(rows.num_gpus, rows.message_size, rows.latency)]
 
 
-def predicted_us(topology_data: dict, source: str, link_latency_us: float, ranks: int, nbytes: int) -> float:
-    """NCCL's all-reduce time over the topology with every NVLink link's latency set to `link_latency_us`."""
+def nccl_with_links(topology_data: dict, source: str, kind: str, field: str, value: float, ranks: int):
+    """NCCL's collectives over the topology with `field` of every `kind` link set to `value` (a fit's trial)."""
     from ..config.base import validate
     from ..config.topology import Topology
     from ..hardware.collectives import AllReduce
@@ -42,10 +42,15 @@ def predicted_us(topology_data: dict, source: str, link_latency_us: float, ranks
 
     data = copy.deepcopy(topology_data)
     for link in data["fabric"]["links"]:
-        if link["kind"] == "nvlink":
-            link["latency_us"] = link_latency_us
+        if link["kind"] == kind:
+            link[field] = value
     topology = validate(Topology, data, source)
-    return AllReduce(Fabric(topology), ranks, "nccl", topology.gpu.kernel_floor_us).cost(nbytes).time_us
+    return AllReduce(Fabric(topology), ranks, "nccl", topology.gpu.kernel_floor_us)
+
+
+def predicted_us(topology_data: dict, source: str, link_latency_us: float, ranks: int, nbytes: int) -> float:
+    """NCCL's all-reduce time over the topology with every NVLink link's latency set to `link_latency_us`."""
+    return nccl_with_links(topology_data, source, "nvlink", "latency_us", link_latency_us, ranks).cost(nbytes).time_us
 
 
 def fit(system: str, topology_path: str) -> tuple[float, float]:

@@ -10,7 +10,6 @@ fit is a plateau; the smallest value on it is kept.
 """
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 
@@ -36,17 +35,10 @@ def measured_rows(system: str, version: str, ranks: int) -> list[tuple[int, floa
 
 def predicted_us(topology_data: dict, source: str, socket_GBps: float, ranks: int, nbytes: int) -> float:
     """NCCL's ring all-gather of nbytes in all (nbytes / ranks from each rank) with the socket link at socket_GBps."""
-    from ..config.base import validate
-    from ..config.topology import Topology
-    from ..hardware.collectives import AllReduce
-    from ..hardware.interconnect import Fabric
+    from .nvlink_latency import nccl_with_links
 
-    data = copy.deepcopy(topology_data)
-    for link in data["fabric"]["links"]:
-        if link["kind"] == "socket":
-            link["bandwidth_GBps"] = socket_GBps
-    topology = validate(Topology, data, source)
-    return AllReduce(Fabric(topology), ranks, "nccl", topology.gpu.kernel_floor_us).allgather_us(nbytes // ranks)
+    return nccl_with_links(topology_data, source, "socket", "bandwidth_GBps", socket_GBps, ranks).allgather_us(
+        nbytes // ranks)
 
 
 def fit(system: str, version: str, topology_path: str) -> tuple[float, float]:
