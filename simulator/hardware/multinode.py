@@ -13,7 +13,6 @@ from . import nccl_tables as T
 from .collectives import AllReduce, CollectiveCost, NotPermitted, StepPlan, NCCL_NAME
 from .interconnect import Fabric
 from .nccl import Option, algo_time_us
-from .parallel_collectives import NET_OVERHEAD_US, multinode_allreduce_timed, multinode_setup
 
 
 def spans_machines(fabric: Fabric, ranks: int) -> bool:
@@ -34,6 +33,8 @@ def multinode_allgather_options(fabric: Fabric, ranks: int, cpu_vendor: str = "i
     """NCCL's ring all-gather over machines (tuning.cc, nNodes > 1): base + (nsteps - nInter) x max(intra step, net
     overhead) + nInter x the network step, nsteps = n - 1 and nInter = nNodes - 1; bus bandwidth as the all-reduce
     ring's (one channel per NIC, LL capped by llMaxBw, LL128 by its per-channel maximum)."""
+    from .parallel_collectives import NET_OVERHEAD_US, multinode_setup
+
     m = multinode_setup(fabric, ranks)
     a = T.arch(m.sm_version)
     col = 1 if m.machines <= 2 else 2
@@ -67,10 +68,14 @@ class MultiNodeAllReduce:
         self.ranks = ranks
         self.choice = choice
         self.value_key = (fabric.value_key, ranks, choice)  # what its costs are computed from (the run's store)
+        from .parallel_collectives import multinode_setup  # here: a one-machine run needs none of it
+
         multinode_setup(fabric, ranks)  # raises ValueError when the ranks are not spread evenly
 
     @stored
     def cost(self, nbytes: int) -> CollectiveCost:
+        from .parallel_collectives import multinode_allreduce_timed
+
         timed = multinode_allreduce_timed(self.fabric, self.ranks, nbytes)
         if self.choice in NCCL_NAME.values():
             timed = [(o, t) for o, t in timed if NCCL_NAME[o.algorithm] == self.choice]

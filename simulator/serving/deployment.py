@@ -20,8 +20,6 @@ import simpy
 from ..config import Scenario
 from ..config.errors import ConfigError
 from .simulate import ON_START, check_fidelity, simulate
-from .disaggregation import KVHandoff
-from ..timing.linkpass import SharedLinks
 from ..timing.machine import Machine
 from ..timing.placement import instance_gpus
 from .requests import make_requests
@@ -63,7 +61,11 @@ def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = Non
         return [simulate(scenario, machines[0], seed, fidelity, speculate, on_pass, max_steps,
                          sinks(0) if sinks is not None else None)]
     env = simpy.Environment()
-    links = SharedLinks(env, machines[0].fabric) if fidelity in ("link", "event") else None
+    links = None
+    if fidelity in ("link", "event"):  # timing.linkpass (flows and their routes) imported only then
+        from ..timing.linkpass import SharedLinks
+
+        links = SharedLinks(env, machines[0].fabric)
     servers = [Server(env, machine, instance_seed, fidelity, speculate, on_pass if i == 0 else None, max_steps,
                       routed=True, network=links.view(i) if links is not None else None)
                for i, (machine, instance_seed) in enumerate(zip(machines, instance_seeds(seed, len(machines))))]
@@ -85,6 +87,9 @@ def simulate_deployment(scenario: Scenario, machines: list[Machine] | None = Non
     if pool:  # prefill/decode disaggregation: the first `pool` instances prefill, the others decode
         # the KV transfers are flows at every fidelity: transfers in flight together share the links they cross (at
         # fast and layer fidelity on a network of their own, the collectives being closed forms)
+        from ..timing.linkpass import SharedLinks
+        from .disaggregation import KVHandoff
+
         handoff = KVHandoff(env, servers[:pool], servers[pool:], kind,
                             links if links is not None else SharedLinks(env, machines[0].fabric))
         env.process(handoff.run(processes[:pool]))

@@ -23,8 +23,6 @@ from .batch_view import BatchView
 from ..timing.costs import FastStepCosts
 from ..timing.stepspec import (PassSpec, StepSpec, expected_emitted, hidden_scheduler_us, speculative_host_us,
                                speculative_passes, step_overhead_us)
-from ..timing.layercosts import LayerStepCosts
-from ..timing.linkpass import SharedLinks
 from ..timing.machine import Machine
 from .records import (KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FACTS, STEP_FIELDS,  # noqa: F401  (re-exported)
                       StepFacts, StepLog)
@@ -65,13 +63,20 @@ class Server:
         self._primary = self.walks.primary
         jitter = np.random.default_rng(jitter_seq)
         # the breakdown of a step's cost is evaluated only if read (a sweep point reads the durations alone)
-        links = network or (SharedLinks(env, machine.fabric).view(0) if fidelity in ("link", "event") else None)
+        links = network or None
+        if links is None and fidelity in ("link", "event"):  # the flow network: imported only at these fidelities
+            from ..timing.linkpass import SharedLinks
+
+            links = SharedLinks(env, machine.fabric).view(0)
         if fidelity == "event":  # the ranks, collectives and drafter as processes (serving/)
             from .steps import EventStepCosts
             self.costs = EventStepCosts(env, machine, jitter, on_pass, seed=seed, network=links)
+        elif self.fast:
+            self.costs = FastStepCosts(machine, seed, jitter, deferred=True)
         else:
-            self.costs = FastStepCosts(machine, seed, jitter, deferred=True) if self.fast else \
-                LayerStepCosts(machine, jitter, on_pass, seed=seed, network=links)
+            from ..timing.layercosts import LayerStepCosts
+
+            self.costs = LayerStepCosts(machine, jitter, on_pass, seed=seed, network=links)
         self.max_steps = max_steps  # stop early (traces record the first steps only)
         # the scheduler's per-step host work overlaps the GPU in plain decode, not while speculating (SGLang)
         self._other_spec = step_overhead_us(host, spec.runtime, speculating=True)

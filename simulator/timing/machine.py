@@ -23,7 +23,6 @@ from ..hardware.collectives import NotPermitted
 from ..hardware.gpu import GPU, Host
 from ..hardware.interconnect import Fabric
 from ..hardware.multinode import make_allreduce
-from ..kernels.custom_allreduce_fit import simulation_model
 from ..kernels.timer import KernelTimer
 from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
 from ..model.heads import head_cards
@@ -177,7 +176,11 @@ class Machine:
             fabric = Fabric(scenario.topology, gpus)
             nvlink = self.tp > 1 and fabric.all_pairs_nvlink(self.tp)
             # only where the engines run their kernel (collectives.AllReduce.custom_options' rule)
-            custom = simulation_model(scenario, self.tp, nvlink) if nvlink or self.tp == 2 else None
+            custom = None
+            if nvlink or self.tp == 2:
+                from ..kernels.custom_allreduce_fit import simulation_model  # here: its measured tables only then
+
+                custom = simulation_model(scenario, self.tp, nvlink)
             allreduce = make_allreduce(fabric, self.tp, spec.runtime.allreduce, self.gpu.floor_us, custom)
             allgather = make_allreduce(fabric, self.tp, "nccl", self.gpu.floor_us)
             return fabric, allreduce, allgather, SplitCollectives(fabric, spec.parallelism, spec.runtime, self.card,

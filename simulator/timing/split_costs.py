@@ -15,8 +15,6 @@ import hashlib
 from ..cache import current
 from ..config.errors import ConfigError
 from ..hardware.collectives import StepPlan
-from ..hardware.expert_parallel import (deepep_reaches, ep_all_to_all_us, ep_latency_us, p2p_latency_us,
-                                        resolve_backend, stage_send_us)
 from ..hardware.interconnect import Fabric
 from ..hardware.multinode import make_allreduce
 from ..model.cost import PassShape, Segment
@@ -41,7 +39,11 @@ class SplitCollectives:
             self.allreduce["attention"] = make_allreduce(fabric, a, runtime.allreduce, kernel_floor_us)
             self.gather["attention"] = make_allreduce(fabric, a, "nccl", kernel_floor_us)
         self.ep_ranks = list(range(parallelism.ep))
-        self.nvlink = parallelism.ep > 1 and deepep_reaches(fabric, self.ep_ranks)
+        self.nvlink = False
+        if parallelism.ep > 1:  # hardware.expert_parallel imported only where experts are split (and pp > 1)
+            from ..hardware.expert_parallel import deepep_reaches
+
+            self.nvlink = deepep_reaches(fabric, self.ep_ranks)
         if parallelism.ep > 1 and runtime.ep_backend.startswith("deepep") and not self.nvlink:
             raise ConfigError(source, "runtime.ep_backend", f"{runtime.ep_backend} needs NVLink between the ep="
                               f"{parallelism.ep} ranks of a machine (DeepEP's intranode kernels) and RDMA between "
@@ -70,6 +72,8 @@ class SplitCollectives:
         if kind in ("dispatch", "combine"):
             return self._all_to_all(segment, shape, steps)
         if kind == "sendrecv":
+            from ..hardware.expert_parallel import p2p_latency_us, stage_send_us
+
             times = [(stage_send_us(self.fabric, pairs, nbytes), pairs) for pairs in self.boundaries]
             us, pairs = max(times)
             if not steps:
@@ -79,6 +83,8 @@ class SplitCollectives:
         raise ValueError(f"unknown collective {kind!r}")
 
     def _all_to_all(self, segment: Segment, shape: PassShape, steps: bool) -> tuple[float, StepPlan | None, bool]:
+        from ..hardware.expert_parallel import ep_all_to_all_us, ep_latency_us, resolve_backend
+
         m, ranks = self.card.moe, self.ep_ranks
         prefill = shape.tokens > 1 and not shape.verify
         backend = resolve_backend(self.runtime.ep_backend, self.nvlink, prefill)
