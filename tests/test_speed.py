@@ -151,6 +151,25 @@ def test_malloc_is_tuned_on_glibc():
     assert tune_malloc() is True
 
 
+def test_startup_gc_is_off_while_loading_frozen_for_the_run_and_undone_after():
+    import gc
+
+    from simulator.experiments.memory import startup_gc
+
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    made = []
+    with startup_gc() as started:
+        off = gc.isenabled()
+        made.append([made])  # a cycle made during the start-up
+        started()
+        on, frozen = gc.isenabled(), gc.get_freeze_count()
+    assert (off, on) == (False, True) and frozen > 0  # the start-up's objects left out of the run's collections
+    assert gc.isenabled() and gc.get_freeze_count() == 0  # undone: the cycle is collectable again
+    with pytest.raises(ValueError), startup_gc():
+        raise ValueError("a user's mistake while loading")
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
 def test_shared_launches_give_the_same_tables():
     from simulator.timing import sampling as module
 

@@ -38,6 +38,13 @@ def trace_limit() -> int:
 
 
 def main(args) -> int:
+    from ..experiments.memory import startup_gc
+
+    with startup_gc() as started:  # no cycle collection while importing and loading; what they made is then frozen
+        return _main(args, started)
+
+
+def _main(args, started) -> int:
     from ..results.report import to_csv, to_csv_long, to_json, to_table
     from ..results.files import check_outputs
     from ..results.limits import check_run
@@ -53,6 +60,7 @@ def main(args) -> int:
     check_run(scenario, args.max_work, runs=runs, memory_GB=args.max_memory_GB)  # before the estimate line
     from ..results.progress import shown
 
+    started()
     with shown(scenario, runs):  # long runs: progress and time left on stderr
         # the limits as given (checked above), and the steps log written as the run goes
         result = run(scenario, baseline=not args.no_baseline, max_work=args.max_work, max_memory_GB=args.max_memory_GB,
