@@ -27,7 +27,9 @@ def test_every_profile_loads_and_sources_every_input(path):
     required = {f for f, info in EngineProfile.model_fields.items()
                 if getattr(info.annotation, "__pydantic_generic_metadata__", {}).get("origin") is Sourced}
     optional = {f for f, info in EngineProfile.model_fields.items() if not info.is_required()} - required
-    assert required <= set(inputs) <= required | optional
+    top = {key for key in inputs if "." not in key}
+    assert required <= top <= required | optional
+    assert {key.split(".")[1] for key in inputs if key.startswith("speculative_host.")} >= {"default"}
     for key, item in inputs.items():
         assert item.kind in ("counted", "measured", "fitted", "estimated"), key
         if item.kind == "measured":  # names the script in this repository that timed it
@@ -86,9 +88,7 @@ def test_the_profile_sets_what_the_scenario_leaves_out():
                                                  graphs["draft_extend"])
     assert runtime.speculative_host.model_dump() == {
         "eager_ops_per_accepted_token": 0,  # no such input in SGLang's profile: nothing per accepted token
-        **{key: profile[f"speculative_{key}"]["value"]
-           for key in ("eager_ops", "eager_ops_per_draft_step", "syncs", "per_request_us", "per_draft_token_us",
-                       "per_accepted_token_us", "stop_check_us")}}
+        **{key: item["value"] for key, item in profile["speculative_host"]["default"].items()}}
     assert (runtime.overlap_schedule, runtime.overlap_schedule_speculative) == (True, False)
     # SGLang 0.4.4.post2's list: 1-8, odd 9-31, then 64, 96, 128, 160 (an 80 GB H100 captures up to 160)
     assert runtime.speculative_graph_batch_sizes == [*range(1, 9), *range(9, 32, 2), 64, 96, 128, 160]
@@ -175,6 +175,14 @@ def profile_rows() -> list[str]:
         data = yaml.safe_load(open(path))
         by = {kind: [key for key, item in data.items() if isinstance(item, dict) and item.get("kind") == kind]
               for kind in ("counted", "measured", "fitted", "estimated")}
+        codes: dict[int, list] = {}  # speculative_host's entries, the codes sharing one (a YAML alias) together
+        for code, work in data["speculative_host"].items():
+            codes.setdefault(id(work), [work]).append(code)
+        for kind, keys in by.items():  # per entry: speculative_host.<code>[/<code>] (field, ...)
+            for work, *names in codes.values():
+                fields = [name for name, item in work.items() if item["kind"] == kind]
+                if fields:
+                    keys.append(f"speculative_host.{'/'.join(names)} ({', '.join(fields)})")
         rows.append(f"| {data['engine']} {data['version']} | " + " | ".join(", ".join(by[k]) or "-" for k in by) + " |")
     return rows
 
@@ -187,17 +195,20 @@ def test_the_readme_table_says_what_each_profile_counts_fits_and_estimates():
 
 def test_a_host_drafter_takes_the_engines_host_drafter_path_not_the_model_drafters():
     """vLLM 0.8.5's EAGLE proposer ops (a fixed number, more a draft step) are not a host drafter's: an n-gram or
-    suffix scenario gets the profile's host_drafter_* inputs and no per-draft-step ops, however deep its drafts."""
+    suffix scenario gets the profile's speculative_host.suffix entry and no per-draft-step ops, however deep its
+    drafts; an EAGLE-3 one its default entry."""
     raw = yaml.safe_load(open(os.path.join(ROOT, "engines", "vllm", "0.8.5.yaml")))
     case = os.path.join(SCENARIOS, "validation", "cases", "h100x8_llama70b_vllm_modelfree.yaml")
     suffix = simulator.load_scenario(case)
     assert suffix.spec.speculation.method == "suffix" and suffix.spec.speculation.draft_tokens > 8
     host = suffix.spec.runtime.speculative_host
+    own = raw["speculative_host"]["suffix"]
+    assert "eager_ops_per_draft_step" not in own
     assert (host.eager_ops, host.eager_ops_per_draft_step, host.syncs) == (
-        raw["host_drafter_eager_ops"]["value"], 0, raw["host_drafter_syncs"]["value"])
+        own["eager_ops"]["value"], 0, own["syncs"]["value"])
     eagle = suffix.with_overrides({"speculation.method": "eagle3", "speculation.draft_tokens": 2,
                                    "speculation.acceptance": {"kind": "iid", "alpha": 0.7}})
     host = eagle.spec.runtime.speculative_host
+    default = raw["speculative_host"]["default"]
     assert (host.eager_ops, host.eager_ops_per_draft_step, host.syncs) == (
-        raw["speculative_eager_ops"]["value"], raw["speculative_eager_ops_per_draft_step"]["value"],
-        raw["speculative_syncs"]["value"])
+        default["eager_ops"]["value"], default["eager_ops_per_draft_step"]["value"], default["syncs"]["value"])

@@ -26,7 +26,7 @@ def test_a_plain_decode_step_is_the_counted_calls_times_the_fitted_call_time():
 def test_the_script_flag_selects_the_methods_own_step_code():
     spec_eagle = simulator.load_scenario(CASE, [("engine.script", "inference_eagle")]).spec.runtime
     spec_eagle2 = simulator.load_scenario(CASE, [("engine.script", "inference_eagle2")]).spec.runtime
-    profile = yaml.safe_load(open(PROFILE))["speculative_host_by_code"]["value"]
-    assert spec_eagle.speculative_host.eager_ops == profile["inference_eagle"]["eager_ops"]
-    assert spec_eagle2.speculative_host.per_draft_token_us == profile["inference_eagle2"]["per_draft_token_us"]
+    profile = yaml.safe_load(open(PROFILE))["speculative_host"]
+    assert spec_eagle.speculative_host.eager_ops == profile["inference_eagle"]["eager_ops"]["value"]
+    assert spec_eagle2.speculative_host.per_draft_token_us == profile["inference_eagle2"]["per_draft_token_us"]["value"]
 

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Generic, Literal, Optional, TypeVar
 
-from pydantic import Field, NonNegativeInt, PositiveInt, TypeAdapter
+from pydantic import Field, NonNegativeInt, PositiveInt, TypeAdapter, model_validator
 
 from .base import Strict, validate
 from .errors import ConfigError
@@ -64,6 +64,26 @@ class CustomAllReduce(Strict):
     one_shot_max_bytes: NonNegativeInt
     max_bytes: NonNegativeInt
     pcie_max_gpus: PositiveInt = Field(description="on a fabric without NVLink between all GPUs, at most this many")
+
+
+class HostWork(Strict):
+    """One drafter code's host work around a speculative step (SpeculativeHost's fields), each input with its
+    source; a field left out is zero."""
+
+    eager_ops: Optional[Sourced[NonNegativeInt]] = None
+    eager_ops_per_draft_step: Optional[Sourced[NonNegativeInt]] = None
+    eager_ops_per_accepted_token: Optional[Sourced[NonNegativeInt]] = None
+    syncs: Optional[Sourced[NonNegativeInt]] = None
+    per_request_us: Optional[Sourced[float]] = None
+    per_draft_token_us: Optional[Sourced[float]] = None
+    per_accepted_token_us: Optional[Sourced[float]] = None
+    stop_check_us: Optional[Sourced[float]] = None
+
+    def sourced(self) -> dict[str, Sourced]:
+        return {name: getattr(self, name) for name in type(self).model_fields if getattr(self, name) is not None}
+
+    def value(self) -> SpeculativeHost:
+        return SpeculativeHost(**{name: item.value for name, item in self.sourced().items()})
 
 
 class NgramHost(Strict):
@@ -118,20 +138,9 @@ class EngineProfile(Strict):
     cuda_graphs: Sourced[CapturedPasses]
     cuda_graph_max_bs: Sourced[list[MaxBatchTier]] = Field(description="the largest captured batch by machine")
     speculative_capture_bs: Sourced[list[BatchRange]] = Field(description="speculative graphs' batch sizes (padded up)")
-    speculative_eager_ops: Sourced[NonNegativeInt] = Field(description=(
-        "eager ops of a speculative step issued with the GPU idle, outside its passes (each host.eager_launch_us)"))
-    speculative_syncs: Sourced[NonNegativeInt] = Field(description=(
-        "device-to-host syncs of a speculative step beyond the end-of-step one (each host.sync_us)"))
-    speculative_eager_ops_per_draft_step: Sourced[NonNegativeInt] = Field(description="more per draft step after the first")
-    host_drafter_eager_ops: Sourced[NonNegativeInt] = Field(description=(
-        "for a drafter computed on the host CPU (ngram, suffix): the step's eager ops, in place of the model "
-        "drafter's speculative_eager_ops and _per_draft_step (its proposal's own cost: speculation.ngram / suffix)"))
-    host_drafter_syncs: Sourced[NonNegativeInt] = Field(description=(
-        "for a host drafter: the syncs beyond the end-of-step one, in place of speculative_syncs"))
-    speculative_per_request_us: Sourced[float] = Field(description="Python work a speculative step does per request")
-    speculative_per_draft_token_us: Sourced[float] = Field(description="host work per draft token of each request")
-    speculative_per_accepted_token_us: Sourced[float] = Field(description="Python work per emitted token, bonus included")
-    speculative_stop_check_us: Sourced[float] = Field(description="a finish check of a request with stop strings")
+    speculative_host: dict[str, HostWork] = Field(description=(
+        "the drafter's code (the engine's script flag, else the speculation method) -> the host work of its step; "
+        "`default`: every model drafter without an entry of its own"))
     custom_allreduce: Sourced[Optional[CustomAllReduce]] = Field(description="null: NCCL for every all-reduce")
     fuse_allreduce_rmsnorm: Sourced[bool]
     attention_backend: Sourced[dict[str, str]] = Field(description="GPU architecture (sm90, sm100, sm120, ...) -> backend")
@@ -144,12 +153,24 @@ class EngineProfile(Strict):
         "host time per eagerly launched kernel under the engine's Python; absent: the topology's host.eager_launch_us"))
     eager_kernels: Optional[Sourced[ProfileKernels]] = Field(None, description=(
         "the engine's own eager kernel counts; absent: the model cards' (SGLang's)"))
-    speculative_host_by_code: Optional[Sourced[dict[str, SpeculativeHost]]] = Field(None, description=(
-        "the method's code (the engine's script flag, else the speculation method) -> the host work of its own step "
-        "(replacing the speculative_* inputs)"))
+
+    @model_validator(mode="after")
+    def _has_default(self):
+        if "default" not in self.speculative_host:
+            raise ValueError("speculative_host needs a `default` entry (a model drafter's step)")
+        return self
 
     def inputs(self) -> dict[str, Sourced]:
-        return {name: getattr(self, name) for name in type(self).model_fields if isinstance(getattr(self, name), Sourced)}
+        """Every sourced input by name (speculative_host's as speculative_host.<code>.<field>)."""
+        out = {name: getattr(self, name) for name in type(self).model_fields if isinstance(getattr(self, name), Sourced)}
+        for code, work in self.speculative_host.items():
+            out.update({f"speculative_host.{code}.{name}": item for name, item in work.sourced().items()})
+        return out
+
+    def host_work(self, code: str, method: str) -> SpeculativeHost:
+        """The speculative step's host work of the drafter's code: its own entry, else its method's, else default."""
+        table = self.speculative_host
+        return table.get(code, table.get(method, table["default"])).value()
 
 
 def _with_ngram_host(spec, profile: EngineProfile) -> tuple:
@@ -216,29 +237,17 @@ def captured_sizes(profile: EngineProfile, flags: dict, gpu_memory_GB: float, tp
     return sorted(b for b in sizes if b <= max_bs) or [max_bs]
 
 
-HOST_DRAFTERS = ("ngram", "suffix")
-
-
 def runtime_defaults(profile: EngineProfile, flags: dict, gpu_memory_GB: float, tp: int, method: str = "none") -> dict:
     """The runtime keys this engine release runs a scenario with, its flags applied (runtime: keys set in the
-    scenario itself override these). `method`: the drafter, whose path through the engine sets the speculative
-    step's eager ops and syncs (a host drafter's, HOST_DRAFTERS, or the model drafter's)."""
+    scenario itself override these). `method`: the drafter, whose path through the engine (EngineProfile.host_work) sets the
+    speculative step's host work."""
     graphs = profile.cuda_graphs.value
     no_graphs = bool(flags.get("disable_cuda_graph") or flags.get("enforce_eager") or flags.get("compile") is False
                      or ("cuda_graph_config" in flags and flags["cuda_graph_config"] is None))
     overlap_off = flags.get("disable_overlap_schedule") or flags.get("disable_overlap_scheduler")
     overlap_on = flags.get("async_scheduling")
-    on_host = method in HOST_DRAFTERS
-    host = SpeculativeHost(eager_ops=(profile.host_drafter_eager_ops if on_host else profile.speculative_eager_ops).value,
-                           eager_ops_per_draft_step=0 if on_host else profile.speculative_eager_ops_per_draft_step.value,
-                           syncs=(profile.host_drafter_syncs if on_host else profile.speculative_syncs).value,
-                           per_request_us=profile.speculative_per_request_us.value,
-                           per_draft_token_us=profile.speculative_per_draft_token_us.value,
-                           per_accepted_token_us=profile.speculative_per_accepted_token_us.value,
-                           stop_check_us=profile.speculative_stop_check_us.value)
     code = flags.get("script") or method  # whose step code runs: a harness script, else the method's
-    by_code = profile.speculative_host_by_code.value if profile.speculative_host_by_code else {}
-    host = by_code.get(code, host)
+    host = profile.host_work(code, method)
     out = {
         "cuda_graph_decode": graphs.decode and not no_graphs,
         "cuda_graph_verify": graphs.target_verify and not no_graphs,

@@ -111,7 +111,7 @@ class Workload(Strict):
         "E2E latency count from then (docs/metrics.md); none: each request is sent when it arrives"))
     stop_strings: NonNegativeInt = Field(0, le=64, description=(
         "Stop strings each request carries (SGLang's frontend adds its chat template's end-of-turn string): the "
-        "engine then decodes the output's tail to text at each finish check (engine profile speculative_stop_check_us)"))
+        "engine then decodes the output's tail to text at each finish check (engine profile speculative_host.<code>.stop_check_us)"))
     max_prefill_tokens: PositiveInt = Field(8192, description="Prompt tokens per prefill step (chunked prefill)")
     kv_overflow: Literal["queue", "preempt"] = Field(
         "queue", description="queue: admit a request only when its whole KV cache fits; preempt: admit on its prompt, "
