@@ -108,7 +108,7 @@ def test_the_engine_steps_use_the_case_runtime():
     assert (extend.graph, extend.shape.batch, extend.shape.padding) == (False, 10, 0)
     host = scenario.topology.host
     profile = yaml.safe_load(open(os.path.join(ROOT, "engines", "sglang", "0.4.4.post2.yaml")))
-    value = {key[len("speculative_"):]: item["value"] for key, item in profile.items() if key.startswith("speculative_")}
+    value = {key: item["value"] for key, item in profile["speculative_host"]["default"].items()}
     emitted = 1 + 0.8 + 0.8 * 0.75 + 0.8 * 0.75 * 0.7  # the case's positional acceptance, chain of 3
     per_request = (value["per_request_us"] + 3 * value["per_draft_token_us"] + emitted * value["per_accepted_token_us"]
                    + (emitted + 1) * value["stop_check_us"])  # the case's requests carry one stop string
