@@ -244,6 +244,27 @@ def test_help_and_version_import_no_numerics():
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+# what a run on one machine at fast fidelity does not use (each imported where it is needed): issue 27's start-up
+NOT_ON_THE_MAIN_PATH = ("simulator.hardware.parallel_collectives", "simulator.hardware.flows",
+                        "simulator.hardware.expert_parallel", "simulator.timing.linkpass", "simulator.timing.layercosts",
+                        "simulator.serving.disaggregation", "simulator.kernels.custom_allreduce_fit", "scipy",
+                        "matplotlib", "pandas", "dask")
+
+
+def test_a_one_machine_fast_run_imports_only_what_it_uses():
+    """The reference machine's n-gram run (8 PCIe GPUs, fast fidelity) imports no multi-machine collectives, flow
+    network, expert-parallel all-to-all, disaggregation, custom all-reduce fit, plotting or data-frame library."""
+    import subprocess
+    import sys
+
+    code = ("import sys, contextlib, io\nfrom simulator.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+            "    main(['pcie8_ngram', '-q', '--set', 'workload.requests=1', '--set', 'workload.output_tokens=16'])\n"
+            f"print([m for m in {NOT_ON_THE_MAIN_PATH!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 # -- sweeps ---------------------------------------------------------------------------------------------------------
 def write_small_sweep(folder, metrics) -> str:
     import yaml
