@@ -8,7 +8,6 @@ Exit status: 0 success, 2 a user's mistake (one line on stderr), 1 an internal e
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import logging
 import os
@@ -104,6 +103,8 @@ def _with_command(argv: list[str]) -> list[str]:
 
             scenarios = names("scenario")
             if token not in scenarios:
+                import difflib  # here: only a mistyped command needs it
+
                 close = difflib.get_close_matches(token, [*COMMANDS, *scenarios], n=1, cutoff=0.6)
                 raise ConfigError("command line", token, "unknown command, and no scenario has this name" +
                                   (f"; did you mean {close[0]!r}?" if close else ""),
