@@ -222,3 +222,23 @@ def test_a_what_if_gpu_is_the_same_whether_its_overrides_come_at_once_or_one_by_
     assert load_scenario(path, [eff]).with_overrides(dict([bw])) == together
     base = load_scenario(path)
     assert base.with_overrides(dict([eff])).with_overrides(dict([bw, ("seed", base.spec.seed)])) == together
+
+
+def test_a_stated_read_bandwidth_scales_the_data_sheet_figure_once_however_it_comes():
+    """A board's measured read peak stated away from the topology's (a power-limited A100) runs the data-sheet
+    bandwidth scaled by their ratio, a what-if of the loaded GPU; the same through --set, one call after another,
+    and a second statement (from the first's board, not compounded); a stated data-sheet figure wins."""
+    from simulator.config import load_scenario
+
+    path = os.path.join(ROOT, "scenarios", "validation", "cases", "a100_llama2_decode.yaml")
+    base = load_scenario(path)
+    loaded = base.topology.gpu
+    read = ("topology.gpu.read_bandwidth_GBps", loaded.read_bandwidth_GBps / 2)
+    board = load_scenario(path, [read])
+    assert board.topology.gpu.memory_bandwidth_GBps == loaded.memory_bandwidth_GBps / 2
+    assert board.gpu_as_loaded.memory_bandwidth_GBps == loaded.memory_bandwidth_GBps  # the measured kernels' GPU
+    assert base.with_overrides(dict([read])) == board
+    quarter = board.with_overrides({"topology.gpu.read_bandwidth_GBps": loaded.read_bandwidth_GBps / 4})
+    assert quarter.topology.gpu.memory_bandwidth_GBps == loaded.memory_bandwidth_GBps / 4
+    both = load_scenario(path, [read, ("topology.gpu.memory_bandwidth_GBps", 1000)])
+    assert both.topology.gpu.memory_bandwidth_GBps == 1000

@@ -27,7 +27,8 @@ DRAFTER_FLAGS = {"ngram": {"algorithm", "branch_length", "min_match_window", "ma
 # a case's `set:` paths, by their first segments: the hardware's data-sheet figures and driver settings (not its
 # efficiencies, launch or host costs, which are fitted or estimated), the model card, the engine and its flags, ...
 SET_WHOLE = ("model", "engine")
-SET_PREFIXES = ("topology.gpu.memory_GB", "topology.gpu.memory_bandwidth_GBps", "topology.gpu.peak_TFLOPS",
+SET_PREFIXES = ("topology.gpu.memory_GB", "topology.gpu.memory_bandwidth_GBps", "topology.gpu.read_bandwidth_GBps",
+                "topology.gpu.peak_TFLOPS",
                 "topology.gpu.num_sms", "topology.gpu.sm_version", "fabric.p2p_level", "topology.fabric.p2p_level",
                 "model.", "engine.", "parallelism.", "workload.", "speculation.method", "speculation.draft_tokens",
                 "speculation.verify", "speculation.tree", "speculation.acceptance", "speculation.draft_model",

@@ -19,7 +19,7 @@ from .model_card import ModelCard
 from .checks import check
 from .engine_profile import EngineRun, apply_engine
 from .scenario import ScenarioSpec
-from .topology import GPUSpec, Topology, gpu_of, what_if_gpu
+from .topology import GPUSpec, Topology, board_gpu, gpu_of, what_if_gpu
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,8 @@ class Scenario:
         for path, value in overrides.items():
             set_path(raw, path, value, self.source)
         new = {part: validate(_PARTS[part], raw[part], f"{self.source} ({part})") for part in parts}
+        if "topology" in new:  # a board's measured read stated away from this one's (board_gpu)
+            new["topology"] = _on_board(self.topology.gpu, new["topology"])
         # the spec holds each part as build() leaves it: the validated part's dump
         spec = self.spec.model_copy(update={part: new[part].model_dump(mode="json") for part in parts})
         engine = self.engine
@@ -109,6 +111,12 @@ class Scenario:
     def _loaded_gpu(self, topology: Topology) -> GPUSpec | None:
         """gpu_as_loaded of a scenario derived from this one with `topology`: this one's loaded GPU, if it differs."""
         return what_if_gpu(self.gpu_as_loaded or self.topology.gpu, topology.gpu)
+
+
+def _on_board(loaded: GPUSpec | None, topology: Topology) -> Topology:
+    """The topology with its GPU as its board runs (topology.board_gpu: a stated read bandwidth scales the peak)."""
+    gpu = board_gpu(loaded, topology.gpu)
+    return topology if gpu is topology.gpu else topology.model_copy(update={"gpu": gpu})
 
 
 _PARTS = {"topology": Topology, "model": ModelCard}  # a scenario's parts loaded from their own files
@@ -332,6 +340,8 @@ def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any
         for sub, value in part_overrides[key]:
             set_path(data, sub, value, name)
         parts[key] = validate(model, data, name)
+        if key == "topology" and loaded_gpu is not None:  # a board's measured read stated away from the file's
+            parts[key] = _on_board(gpu_of(loaded_gpu), parts[key])
         raw[key] = parts[key].model_dump(mode="json")
     draft_card = None
     draft_cfg = (raw.get("speculation") or {}).get("draft_model") if isinstance(raw.get("speculation"), dict) else None

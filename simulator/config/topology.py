@@ -34,6 +34,10 @@ class GPUSpec(Strict):
     memory_GB: float = Field(gt=0, le=1e5, description="Device memory per GPU")
     memory_bandwidth_GBps: Rate = Field(description="Peak device-memory bandwidth")
     memory_efficiency: float = Field(ge=0.01, le=1, description="Achievable fraction of peak bandwidth in decode kernels")
+    read_bandwidth_GBps: Optional[Rate] = Field(None, description=(
+        "Highest device-memory bandwidth a streaming read reaches on this board (measured, below the data sheet's "
+        "peak); a scenario that states another board's figure (a power-limited one) runs the data-sheet bandwidth "
+        "scaled by the ratio of the two"))
     peak_TFLOPS: dict[Dtype, Rate] = Field(min_length=1, description="Dense tensor throughput per compute dtype")
     compute_efficiency: float = Field(ge=0.01, le=1, description="Achievable fraction of peak tensor throughput")
     kernel_floor_us: Micros = Field(description="Shortest time any kernel occupies the GPU (launch latency on device, ramp-up, tail)")
@@ -69,6 +73,18 @@ def what_if_gpu(loaded: "GPUSpec | None", gpu: "GPUSpec") -> "GPUSpec | None":
     if loaded is None or all(getattr(loaded, f) == getattr(gpu, f) for f in MEASURED_GPU_FIELDS):
         return None
     return gpu.model_copy(update={f: getattr(loaded, f) for f in MEASURED_GPU_FIELDS})
+
+
+def board_gpu(loaded: "GPUSpec | None", gpu: "GPUSpec") -> "GPUSpec":
+    """`gpu` as its board runs: where a scenario states a board's measured read bandwidth away from the loaded GPU's
+    (a power-limited board) and leaves the data-sheet figure as loaded, that figure scaled by the ratio of the two
+    reads (memory-bound kernels run at the board's pace)."""
+    if loaded is None or gpu.read_bandwidth_GBps is None or loaded.read_bandwidth_GBps is None \
+            or gpu.read_bandwidth_GBps == loaded.read_bandwidth_GBps \
+            or gpu.memory_bandwidth_GBps != loaded.memory_bandwidth_GBps:
+        return gpu
+    scaled = loaded.memory_bandwidth_GBps * gpu.read_bandwidth_GBps / loaded.read_bandwidth_GBps
+    return gpu.model_copy(update={"memory_bandwidth_GBps": scaled})
 
 
 class HostSpec(Strict):
