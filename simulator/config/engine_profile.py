@@ -141,6 +141,8 @@ class EngineProfile(Strict):
     speculative_host: dict[str, HostWork] = Field(description=(
         "the drafter's code (the engine's script flag, else the speculation method) -> the host work of its step; "
         "`default`: every model drafter without an entry of its own"))
+    speculative_verify_tokens: Optional[Sourced[Literal["fixed", "proposed"]]] = Field(None, description=(
+        "a model-free drafter's verify: its configured drafts (fixed) or what it proposed (proposed); absent: fixed"))
     custom_allreduce: Sourced[Optional[CustomAllReduce]] = Field(description="null: NCCL for every all-reduce")
     fuse_allreduce_rmsnorm: Sourced[bool]
     attention_backend: Sourced[dict[str, str]] = Field(description="GPU architecture (sm90, sm100, sm120, ...) -> backend")
@@ -268,6 +270,8 @@ def runtime_defaults(profile: EngineProfile, flags: dict, gpu_memory_GB: float, 
         out["allreduce"] = "nccl"
     sizes = captured_sizes(profile, flags, gpu_memory_GB, tp)
     out["speculative_graph_batch_sizes"] = sizes
+    if profile.speculative_verify_tokens is not None:
+        out["verify_tokens"] = profile.speculative_verify_tokens.value
     if profile.eager_launch_us is not None:
         out["eager_launch_us"] = profile.eager_launch_us.value
     if profile.eager_kernels is not None:

@@ -88,6 +88,9 @@ class Runtime(Strict):
     speculative_host: SpeculativeHost = Field(SpeculativeHost(), description=(
         "Host work of the engine's speculative step outside the passes (eager ops behind syncs, syncs, per-request "
         "Python), exposed because the overlap scheduler is off while speculating"))
+    verify_tokens: Literal["fixed", "proposed"] = Field("fixed", description=(
+        "A model-free drafter's verify (ngram prompt lookup, suffix): fixed (the configured drafts every step) or "
+        "proposed (1 + the tokens it proposed this step, the batch's mean; none proposed: a plain decode pass)"))
     kernels: Literal["measured", "roofline"] = Field(
         "measured", description="Kernel GPU times: measured (NVIDIA's aiconfigurator-core database, extra specsim[measured], "
         "where it covers the GPU and shape; the roofline elsewhere, said per kernel family) or roofline (every kernel)")

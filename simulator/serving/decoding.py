@@ -42,7 +42,8 @@ def runs_alone(server) -> bool:
     either a decision or no regime to move)."""
     adm = server.admission
     return (runs_fixed(server) and len(adm.active) == adm.concurrency == 1
-            and (server.policy.decision is not None or server.walks.primary is None))
+            and (server.policy.decision is not None or server.walks.primary is None)
+            and server.proposer(server.policy.decision) is None)  # a proposal-sized verify: step by step
 
 
 def decode(server):
@@ -73,6 +74,7 @@ def decode_steps(server):
     specs: dict = {}  # decision -> its step spec at this batch size
     batch = context = 0
     last, low, high = (), -1, -1  # the decision of the previous step (() before the first), its table's anchors
+    proposer, shown = None, -1  # a proposal-sized verify (Server.proposer): the drafts the current spec verifies
     now, due = server.now, peek()  # the next other event: it cannot change while this loop yields nothing
     while max_steps is None or len(log) < max_steps:
         if adm.waiting and len(active) + len(adm.prefilling) < adm.concurrency:
@@ -85,13 +87,21 @@ def decode_steps(server):
             if not active:
                 break
         if len(active) != batch:  # the first step, a request admitted, or one preempted away
-            batch, specs, last = len(active), {}, ()
+            batch, specs, last, shown = len(active), {}, (), -1
             context = sum(r.prompt_tokens + r.generated for r in active)
         if decision is not last:  # policies hand out long-lived decisions: usually the same object
             spec = specs.get(decision)
             if spec is None:
                 spec = specs[decision] = server.step_spec(KIND_SPEC if decision else KIND_DECODE, decision, batch)
-            last, low = decision, -1
+            last, low, proposer, shown = decision, -1, server.proposer(decision), -1
+        if proposer is not None:  # the engine verifies what the drafter proposed: the batch's mean, rounded up
+            proposed = -(-sum(proposer(r.acceptance_state, r.output_tokens - r.generated, decision.tree.num_drafts)
+                              for r in active) // batch)
+            if proposed != shown:
+                spec = specs.get((decision, proposed))
+                if spec is None:
+                    spec = specs[(decision, proposed)] = server.step_spec(KIND_SPEC, decision, batch, 1, proposed)
+                shown, low = proposed, -1
         kv_tokens = context + (decision.tree.size * batch if decision else batch)  # nothing is prefilling
         if kv_tokens > adm.kv_peak:
             adm.kv_peak = kv_tokens
@@ -123,7 +133,8 @@ def decode_steps(server):
             tree = decision.tree
             if accepted_all is not None:
                 accepted_all(tokens == batch * (tree.depth + 1))
-            facts += (KIND_SPEC, start, batch, tokens, tree.depth, decision.drafter, tree.size, kv_tokens, waiting,
+            depth, size = (tree.depth, tree.size) if proposer is None else (shown, shown + 1)
+            facts += (KIND_SPEC, start, batch, tokens, depth, decision.drafter, size, kv_tokens, waiting,
                       context)  # StepFacts' order (a tuple: hot path)
         else:
             tokens, done = plain(active, now)

@@ -18,6 +18,7 @@ from ..cache import current
 
 from ..model.cost import PassShape
 from ..speculation.setup import build_speculation
+from ..speculation.trees import Tree
 from .admission import Admission
 from .batch_view import BatchView
 from ..timing.costs import FastStepCosts
@@ -118,12 +119,21 @@ class Server:
         return self.admission.preemptions
 
     # -- step costs ----------------------------------------------------------------------------------------------
-    def step_spec(self, kind: int, decision, batch: int, tokens: int = 1) -> StepSpec:
-        """The passes and host costs of a step, in the run's store by value (the scenario's, the step's)."""
-        return current().get(("server.step_spec", self._spec_value, kind, decision, batch, tokens),
-                             lambda: self._step_spec(kind, decision, batch, tokens))
+    def step_spec(self, kind: int, decision, batch: int, tokens: int = 1, proposed: int | None = None) -> StepSpec:
+        """The passes and host costs of a step, in the run's store by value (the scenario's, the step's).
+        `proposed`: drafts a request the drafter proposed this step, where the engine verifies what was proposed
+        (runtime.verify_tokens: proposed)."""
+        return current().get(("server.step_spec", self._spec_value, kind, decision, batch, tokens, proposed),
+                             lambda: self._step_spec(kind, decision, batch, tokens, proposed))
 
-    def _step_spec(self, kind: int, decision, batch: int, tokens: int) -> StepSpec:
+    def proposer(self, decision):
+        """The drafter's proposal length per request (TextAcceptance.proposed) where the engine verifies what it
+        proposed; None where the verify is the decision's tree (runtime.verify_tokens fixed, or a model drafter)."""
+        if not decision or self.runtime.verify_tokens != "proposed":
+            return None
+        return getattr(self.slots[decision.drafter].acceptance, "proposed", None)
+
+    def _step_spec(self, kind: int, decision, batch: int, tokens: int, proposed: int | None = None) -> StepSpec:
         rt = self.runtime
         if kind == KIND_PREFILL:
             return StepSpec(PassSpec("target", PassShape(tokens, batch), False), other_us=self._other_spec,
@@ -133,8 +143,14 @@ class Server:
                             hidden_us=self._hidden_plain)
         slot, tree = self.slots[decision.drafter], decision.tree
         drafter, emitted = slot.drafter, expected_emitted(slot.acceptance, tree, self._acceptance_config)
+        drafted = drafter.host_us(tree, batch)  # the drafter's work, bounded by its configured drafts
+        if proposed == 0:  # nothing proposed: the engine runs a plain decode pass (no verify metadata), the drafter ran
+            return StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode), (), drafted,
+                            self._other_spec, self._hidden_verify)
+        if proposed is not None:
+            tree = Tree.chain(proposed)
         verify, drafts = speculative_passes(drafter, tree, batch, rt, rt.cuda_graph_verify)
-        return StepSpec(verify, drafts, drafter.host_us(tree, batch),
+        return StepSpec(verify, drafts, drafted,
                         self._other_spec + speculative_host_us(self._host, rt, batch, tree, emitted,
                                                                self.workload.stop_strings),
                         self._hidden_verify)

@@ -39,6 +39,7 @@ class TextAcceptance(AcceptanceModel):
         self._history: bytes | None = b""
         self._unapplied: list[tuple[int, np.ndarray]] = []
         self._key = None
+        self._peeked: dict = {}  # request -> (position, drafts, proposal) of proposed() for its next step
 
     def _shared(self):
         c = self.config
@@ -84,7 +85,9 @@ class TextAcceptance(AcceptanceModel):
                 self._flush()
             children = trie.propose(tokens, position, tree.num_drafts, state)
         else:
-            children = own.propose(tokens, position, tree.num_drafts)
+            peeked = self._peeked.pop(state, None)  # the proposal the engine scheduled this step's verify by
+            children = peeked[2] if peeked is not None and peeked[:2] == (position, tree.num_drafts) else \
+                own.propose(tokens, position, tree.num_drafts)
         taken = accepted(children, tokens[position:position + tree.num_drafts])  # the proposal's own shape
         emitted = taken + 1 if taken < remaining else remaining
         self._positions[state] = position + emitted
@@ -159,6 +162,21 @@ class TextAcceptance(AcceptanceModel):
         if self.method == "ngram" and self._trie is not None:  # the cache sees every generated token
             self._queue(state, self._positions[state])
         return state
+
+    def proposed(self, state, remaining: int, drafts: int) -> int:
+        """Drafts the request's own drafter (prompt lookup, suffix trees: a chain) proposes at this step, computed
+        before the step as the engine does (vLLM V1 drafts at the end of the step before and schedules 1 + those);
+        kept for the step. SGLang's shared trie pads to its drafts: `drafts`."""
+        tokens, prompt, output, own = self._requests[state]
+        if own is None:
+            return drafts
+        if self._unapplied:
+            self._materialize()
+        position = prompt + output - remaining
+        children = own.propose(tokens, position, drafts)
+        self._peeked[state] = (position, drafts, children)
+        self._history = None  # the drafter's caches moved outside a lone walk
+        return len(children) - 1
 
     def match_tokens(self, state) -> int:
         """The longest suffix the drafter would match now (a lookup of one draft, its proposal unused)."""

@@ -1,0 +1,64 @@
+"""An engine that verifies what a model-free drafter proposed (vLLM V1: runtime.verify_tokens proposed): the step's
+verify is 1 + the proposal, a plain decode pass where nothing was proposed, and the accepted tokens are those of the
+drafter run without the look-ahead."""
+import os
+
+import pytest
+
+import simulator
+from simulator.config.speculation import SuffixDrafter
+from simulator.speculation.textual import TextAcceptance
+from simulator.speculation.trees import Tree
+from tests.test_lookup_drafters import PROMPT, STREAM, Text
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CASE = os.path.join(ROOT, "scenarios", "validation", "cases", "h100x8_llama70b_vllm_modelfree.yaml")
+
+
+def walk(peek: bool) -> tuple[list, list]:
+    """(taken, proposed) per step of one request over the stub stream, the proposal looked up first or not."""
+    model = TextAcceptance("suffix", SuffixDrafter(max_tree_depth=16), Text())
+    request = type("R", (), {"request_id": 0, "prompt_tokens": PROMPT, "output_tokens": len(STREAM) - PROMPT,
+                             "generated": 1})()
+    state, remaining, tree = model.start_request(request), len(STREAM) - PROMPT - 1, Tree.chain(12)
+    taken_each, proposed_each = [], []
+    while remaining > 0:
+        if peek:
+            proposed_each.append(model.proposed(state, remaining, tree.num_drafts))
+        taken, emitted, state = model.step(tree, state, (), 0, 0, remaining)
+        taken_each.append(taken)
+        remaining -= emitted
+    return taken_each, proposed_each
+
+
+def test_the_look_ahead_proposal_is_the_steps_and_bounds_what_it_accepts():
+    taken, proposed = walk(peek=True)
+    assert taken == walk(peek=False)[0]
+    assert all(t <= p <= 12 for t, p in zip(taken, proposed))
+    assert 0 in proposed and max(proposed) > 3  # the stream has steps with no match and steps with long ones
+
+
+def test_a_proposal_sized_step_verifies_what_was_proposed():
+    import simpy
+
+    from simulator.serving.server import KIND_DECODE, KIND_SPEC, Server
+    from simulator.timing.machine import Machine
+
+    small = [("workload.corpus", "chat"), ("model", "../../models/llama_3_1_8b.yaml"), ("parallelism.tp", 1)]
+    scenario = simulator.load_scenario(CASE, small)
+    assert scenario.spec.runtime.verify_tokens == "proposed"  # vLLM 0.8.5's profile
+    server = Server(simpy.Environment(), Machine(scenario), seed=0, fidelity="fast")
+    decision = server.policy.decide(None)
+    assert server.proposer(decision) is not None and decision.tree.num_drafts == 64
+    none = server.step_spec(KIND_SPEC, decision, 1, 1, 0)
+    assert none.main == server.step_spec(KIND_DECODE, None, 1).main and none.draft_host_us > 0
+    assert server.step_spec(KIND_SPEC, decision, 1, 1, 5).main.shape.tokens == 6
+    assert server.step_spec(KIND_SPEC, decision, 1).main.shape.tokens == 65
+
+
+def test_a_fixed_verify_costs_more_and_accepts_the_same():
+    runs = {mode: simulator.run(CASE, workload__corpus="chat", workload__requests=2, workload__output_tokens=96,
+                                model="../../models/llama_3_1_8b.yaml", parallelism__tp=1,
+                                runtime__verify_tokens=mode) for mode in ("fixed", "proposed")}
+    assert list(runs["fixed"].run.accept_lengths) == list(runs["proposed"].run.accept_lengths)
+    assert runs["proposed"].throughput_tok_s > 1.05 * runs["fixed"].throughput_tok_s
