@@ -141,6 +141,8 @@ class EngineProfile(Strict):
     speculative_host: dict[str, HostWork] = Field(description=(
         "the drafter's code (the engine's script flag, else the speculation method) -> the host work of its step; "
         "`default`: every model drafter without an entry of its own"))
+    step_eager_ops: Optional[Sourced[NonNegativeInt]] = Field(None, description=(
+        "device ops every step issues before its first pass kernel (input uploads); absent: none counted"))
     speculative_verify_tokens: Optional[Sourced[Literal["fixed", "proposed"]]] = Field(None, description=(
         "a model-free drafter's verify: its configured drafts (fixed) or what it proposed (proposed); absent: fixed"))
     custom_allreduce: Sourced[Optional[CustomAllReduce]] = Field(description="null: NCCL for every all-reduce")
@@ -270,6 +272,8 @@ def runtime_defaults(profile: EngineProfile, flags: dict, gpu_memory_GB: float, 
         out["allreduce"] = "nccl"
     sizes = captured_sizes(profile, flags, gpu_memory_GB, tp)
     out["speculative_graph_batch_sizes"] = sizes
+    if profile.step_eager_ops is not None:
+        out["step_eager_ops"] = profile.step_eager_ops.value
     if profile.speculative_verify_tokens is not None:
         out["verify_tokens"] = profile.speculative_verify_tokens.value
     if profile.eager_launch_us is not None:

@@ -80,6 +80,9 @@ class Runtime(Strict):
     scheduler_step_us: Optional[float] = Field(None, ge=0, le=1e5, description=(
         "The engine's scheduler host time per step (the engine profile's; default: the topology's host.step_overhead_us)"))
     overlap_schedule_speculative: bool = Field(False, description="Scheduler host work overlaps the GPU while speculating too (SGLang's spec v2)")
+    step_eager_ops: NonNegativeInt = Field(0, le=10000, description=(
+        "Device ops every step issues before its first pass kernel (input and attention-metadata uploads), each at "
+        "host.eager_launch_us: serial with the GPU unless the overlap scheduler hides the scheduler's work"))
     eager_launch_us: Optional[float] = Field(None, gt=0, le=1e4, description=(
         "Host time per eagerly launched kernel under this engine's Python (the engine profile's; default: the "
         "topology's host.eager_launch_us)"))

@@ -15,12 +15,18 @@ class PassSpec:
     graph: bool
 
 
+def scheduler_us(host, runtime) -> float:
+    """The scheduler's host work a step: its time (the engine's, else the topology's) and the device ops it issues
+    before the step's first pass kernel (runtime.step_eager_ops, each at host.eager_launch_us)."""
+    scheduler = host.step_overhead_us if runtime.scheduler_step_us is None else runtime.scheduler_step_us
+    return scheduler + runtime.step_eager_ops * host.eager_launch_us
+
+
 def step_overhead_us(host, runtime, speculating: bool) -> float:
     """Host time around a step's passes: the end-of-step synchronisation, and the scheduler's work, which overlaps
     the GPU under an overlap scheduler (the engine profile's: in SGLang, in plain decode but not while speculating)."""
     hidden = runtime.overlap_schedule_speculative if speculating else runtime.overlap_schedule
-    scheduler = host.step_overhead_us if runtime.scheduler_step_us is None else runtime.scheduler_step_us
-    return host.sync_us + (0.0 if hidden else scheduler)
+    return host.sync_us + (0.0 if hidden else scheduler_us(host, runtime))
 
 
 def hidden_scheduler_us(host, runtime, speculating: bool) -> float:
@@ -28,8 +34,7 @@ def hidden_scheduler_us(host, runtime, speculating: bool) -> float:
     out: the fast fidelity takes it as hidden; the event fidelity runs it after the pass's launches, exposing what
     the GPU does not cover)."""
     hidden = runtime.overlap_schedule_speculative if speculating else runtime.overlap_schedule
-    scheduler = host.step_overhead_us if runtime.scheduler_step_us is None else runtime.scheduler_step_us
-    return scheduler if hidden else 0.0
+    return scheduler_us(host, runtime) if hidden else 0.0
 
 
 def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1.0, stop_strings: int = 0) -> float:
