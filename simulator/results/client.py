@@ -103,15 +103,23 @@ def itl_stats(run, done) -> tuple[dict | None, dict | None]:
     means are exact (the requests' decode time over their chunks, or over their tokens after the first); the
     spread comes from the steps' gaps, each request of a step taken to emit the step's mean tokens."""
     parts = [(i.steps, i.requests) for i in run.instances] if run.instances else [(run.steps, run.requests)]
-    pieces = [chunk_gaps(steps, np.array([r.first_token_at for r in reqs if r.first_token_at is not None], dtype=float))
-              for steps, reqs in parts]
-    gaps, counts, per_request = pieces[0] if len(pieces) == 1 else (np.concatenate(x) for x in zip(*pieces))
-    del pieces
+    pieces = [list(chunk_gaps(steps, np.array([r.first_token_at for r in reqs if r.first_token_at is not None],
+                                              dtype=float))) for steps, reqs in parts]
+    columns = []  # each column joined over the instances, their pieces freed as it is (a few step-sized arrays)
+    for k in range(3):
+        columns.append(pieces[0][k] if len(pieces) == 1 else np.concatenate([piece[k] for piece in pieces]))
+        for piece in pieces:
+            piece[k] = None
+    gaps, counts, per_request = columns
+    del pieces, columns
     decode_us = sum(r.completed_at - r.first_token_at for r in done)
     chunks, tokens = counts.sum(), sum(r.generated - 1 for r in done)
     per_chunk = weighted_stats_ms(gaps, counts, decode_us / chunks) if chunks else None
-    per_token = weighted_stats_ms(gaps / np.maximum(per_request, 1e-12), counts * per_request,
-                                  decode_us / tokens) if tokens else None
+    counts *= per_request  # SGLang's: each chunk's gap over its tokens, weighted by them (in place: the same floats)
+    np.maximum(per_request, 1e-12, out=per_request)
+    gaps /= per_request
+    del per_request
+    per_token = weighted_stats_ms(gaps, counts, decode_us / tokens) if tokens else None
     return per_chunk, per_token
 
 

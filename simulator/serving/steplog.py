@@ -6,12 +6,14 @@ as one row index into the run's cost tables (four bytes) and its context weight 
 (STEP_BYTES). The STEP_COST columns (duration, breakdown, all-reduce views: 88 bytes a step as float64) are never
 stored: each is blended when read, anchor[row] + weight x delta[row], the same floats as blending whole rows, and
 handed to the reader without being kept. Chunks are appended, each as large as the log so far up to CHUNK steps; reading the log
-joins them into one array per field, one field at a time.
+joins them into one array per field, one field at a time. Several logs read as one (a deployment's instances) are
+not copied: a column of the whole is its parts' columns concatenated when read (JoinedStore).
 
 A log given a sink (`--steps-log`) hands each block of steps to it as the run goes, as named columns.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Callable
 
 import numpy as np
@@ -72,26 +74,49 @@ class StepStore:
         return column
 
     @classmethod
-    def joined(cls, stores: list["StepStore"]) -> tuple["StepStore", list[slice]]:
-        """Several logs as one (their steps in turn, their tables end to end) and each one's slice of it. The
-        stores given are emptied field by field as they are copied (the peak is the joined log and one field)."""
-        tables = [t for store in stores for t in store.tables]
-        offsets = np.cumsum([0] + [sum(t.num_rows() for t in store.tables) for store in stores[:-1]])
-        ends = np.cumsum([0] + [len(store) for store in stores]).tolist()
-        fields = {}
-        for name in STORED:
-            parts = [store.fields.pop(name) for store in stores]
-            if name == "row":
-                parts = [part.astype(np.int64) + offset for part, offset in zip(parts, offsets.tolist())]
-            fields[name] = np.concatenate(parts).astype(STORED[name], copy=False)
-            del parts
-        return cls(fields, tables), [slice(a, b) for a, b in zip(ends[:-1], ends[1:])]
+    def joined(cls, stores: list["StepStore"]) -> tuple["StepStore", list["StepStore"]]:
+        """Several logs read as one (their steps in turn) without a copy of them: the whole and its parts (the
+        stores given)."""
+        return JoinedStore(stores), list(stores)
 
-    def part(self, at: slice) -> "StepStore":
-        """The steps in `at` (views, no copy) over the same tables."""
-        part = StepStore({name: array[at] for name, array in self.fields.items()}, self.tables)
-        part._ends = self._ends  # one copy of the tables end to end for the whole and its parts
-        return part
+
+class _JoinedFields(Mapping):
+    """The fields of several stores as one store's: each concatenated when read (read-only), not kept."""
+
+    def __init__(self, stores: list[StepStore]):
+        self._stores = stores
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name == "row":  # rows index each part's own tables: a joined row index would mean nothing
+            raise KeyError("row: a joined log's rows index its parts' tables (read its cost columns)")
+        parts = [store.fields[name] for store in self._stores]
+        out = np.concatenate(parts) if parts else np.zeros(0, dtype=STORED[name])
+        out.flags.writeable = False
+        return out
+
+    def __iter__(self):
+        return (name for name in STORED if name != "row")
+
+    def __len__(self) -> int:
+        return len(STORED) - 1
+
+
+class JoinedStore(StepStore):
+    """Several stores as one, in turn, holding no copy of their steps (a deployment's instance logs: the join
+    would double them at the run's peak). A fact or cost column is its parts' columns concatenated when read, the
+    same values as one store of all the steps (a cost is blended per step from its own part's tables)."""
+
+    def __init__(self, stores: list[StepStore]):
+        self.stores = stores
+        self.fields, self.tables = _JoinedFields(stores), [t for store in stores for t in store.tables]
+        self._ends = {}
+
+    def __len__(self) -> int:
+        return sum(len(store) for store in self.stores)
+
+    def cost(self, name: str) -> np.ndarray:
+        parts = [store.cost(name) for store in self.stores]
+        return np.concatenate(parts) if parts else np.zeros(0)
 
 
 class StepColumns:
@@ -154,10 +179,10 @@ class StepColumns:
 
     @classmethod
     def joined(cls, parts: list["StepColumns"]) -> tuple["StepColumns", list["StepColumns"]]:
-        """Several runs' columns as one (in turn) and each run's columns as a view of it (no second copy); the
-        columns given are consumed."""
-        store, slices = StepStore.joined([part._store for part in parts])
-        return cls(store), [cls(store.part(at)) for at in slices]
+        """Several runs' columns as one (in turn: each column its parts' concatenated when read) and each run's
+        own columns (no copy of the steps is held)."""
+        store, stores = StepStore.joined([part._store for part in parts])
+        return cls(store), [cls(part) for part in stores]
 
 
 def _step_columns(columns: dict[str, np.ndarray]) -> StepColumns:
