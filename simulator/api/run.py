@@ -85,6 +85,24 @@ def run_figures(scenario: Scenario, names: Iterable[str]) -> dict[str, Any]:
     return {name: json_of(FIGURES[name](parts)) for name in dict.fromkeys(names) if name in FIGURES}
 
 
+# Prefill families' Latin hypercubes (timing.sampling) kept past a run up to this many bytes: a bound, not a fitted
+# figure. A deployment draws its own per instance seed and prompt length (128 TP1 replicas at 100K requests: ~150 MB)
+# and no figure reads them after the runs; a single run's few stay for the next run of a sweep or bench.
+HYPERCUBE_KEEP_BYTES = 32 << 20
+
+
+def forget_hypercubes() -> None:
+    """Once a run and its baseline are done: forget the stored hypercubes above HYPERCUBE_KEEP_BYTES and return
+    their pages (a figure that draws again recomputes the same values: each is seeded by its family alone)."""
+    from ..cache import current
+    from ..experiments.memory import release_freed
+
+    store = current()
+    if store.nbytes_of("sampling.hypercube") > HYPERCUBE_KEEP_BYTES:
+        store.clear("sampling.hypercube")
+        release_freed()
+
+
 class Parts:
     """A run's simulations (the run, its baseline) and the intermediate figures several results share, each
     computed when first asked for."""
@@ -115,6 +133,8 @@ class Parts:
         self.base = summarize_servers(simulate_deployment(scenario, self.machines, fidelity=fidelity,
                                                           speculate=False)) \
             if (baseline and self.spec.speculation.method != "none") else self.main
+        forget_hypercubes()
+
 
     @cached_property
     def load(self) -> LoadFigures:

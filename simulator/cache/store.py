@@ -81,6 +81,10 @@ class Store:
         """Entries held of the computation `name`."""
         return sum(1 for key in self._entries if key[0] == name)
 
+    def nbytes_of(self, name: str) -> int:
+        """Bytes held by the entries of the computation `name`."""
+        return sum(size for key, (_, size) in self._entries.items() if key[0] == name)
+
     def clear(self, *names: str) -> None:
         """Forget the entries of the named computations (every entry where none is named)."""
         for key in [k for k in self._entries if not names or k[0] in names]:

@@ -107,7 +107,8 @@ class JoinedStore(StepStore):
     same values as one store of all the steps (a cost is blended per step from its own part's tables)."""
 
     def __init__(self, stores: list[StepStore]):
-        self.stores = stores
+        self.stores = [part for store in stores for part in (store.stores if isinstance(store, JoinedStore)
+                                                             else [store])]  # one level: a column joined once
         self.fields, self.tables = _JoinedFields(stores), [t for store in stores for t in store.tables]
         self._ends = {}
 
@@ -309,8 +310,20 @@ class StepLog:
         return StepColumns(self._snapshot())
 
     def detach(self) -> StepColumns:
-        """The columns of every step, the log forgetting them (its arrays are then the columns' alone)."""
-        columns = self.columns()
+        """The columns of every step, the log forgetting them (its arrays are then the columns' alone). Its chunks
+        are not joined (no copy at the run's end): several are read as one (JoinedStore), sharing one copy of the
+        tables laid end to end."""
+        self._flush()
+        if len(self._chunks) <= 1:
+            columns = self.columns()
+        else:
+            tables, ends, parts = list(self._tables), {}, []
+            for i, chunk in enumerate(self._chunks):
+                used = self._used if i == len(self._chunks) - 1 else len(chunk["kind"])
+                part = StepStore({name: chunk[name][:used] for name in STORED}, tables)
+                part._ends = ends
+                parts.append(part)
+            columns = StepColumns(JoinedStore(parts))
         self._chunks, self._used, self._size = [], 0, 0
         return columns
 
