@@ -135,7 +135,6 @@ class Parts:
             if (baseline and self.spec.speculation.method != "none") else self.main
         forget_hypercubes()
 
-
     @cached_property
     def load(self) -> LoadFigures:
         return load_metrics(self.main, self.spec.workload.target, self.spec.workload.max_concurrency)
