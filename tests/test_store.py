@@ -45,6 +45,16 @@ def test_bounded_in_bytes_least_recently_used_first():
     assert store.peek(("big",)) is None and len(store) == 3
 
 
+def test_a_computation_above_its_bound_is_forgotten_alone():
+    store = Store()
+    for i in range(4):
+        store.put(("big", i), np.zeros(1000))  # 8,000 bytes each
+    store.put(("small", 0), np.zeros(10))
+    assert not store.forget_above("big", 4 * 8000) and store.count("big") == 4  # at the bound: kept
+    assert store.forget_above("big", 4 * 8000 - 1) and store.count("big") == 0
+    assert store.count("small") == 1 and store.nbytes == store.nbytes_of("small") == 80
+
+
 def test_stored_arrays_are_read_only():
     store = Store()
     value = store.get(("t",), lambda: (np.ones(3), {"x": np.zeros(2)}))

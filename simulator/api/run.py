@@ -95,12 +95,8 @@ def forget_hypercubes() -> None:
     """Once a run and its baseline are done: forget the stored hypercubes above HYPERCUBE_KEEP_BYTES and return
     their pages (a figure that draws again recomputes the same values: each is seeded by its family alone)."""
     from ..cache import current
-    from ..experiments.memory import release_freed
 
-    store = current()
-    if store.nbytes_of("sampling.hypercube") > HYPERCUBE_KEEP_BYTES:
-        store.clear("sampling.hypercube")
-        release_freed()
+    current().forget_above("sampling.hypercube", HYPERCUBE_KEEP_BYTES)
 
 
 class Parts:

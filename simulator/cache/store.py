@@ -85,6 +85,21 @@ class Store:
         """Bytes held by the entries of the computation `name`."""
         return sum(size for key, (_, size) in self._entries.items() if key[0] == name)
 
+    def forget_above(self, name: str, keep_bytes: int) -> bool:
+        """Forget the entries of `name` if they hold more than keep_bytes, and return the heap's free pages to the
+        kernel (glibc's malloc_trim; elsewhere nothing more happens): many small values forgotten leave scattered
+        holes that larger arrays do not fit, which would stay resident. True if they were forgotten."""
+        if self.nbytes_of(name) <= keep_bytes:
+            return False
+        self.clear(name)
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).malloc_trim(0)
+        except (ImportError, OSError, AttributeError, TypeError):
+            pass
+        return True
+
     def clear(self, *names: str) -> None:
         """Forget the entries of the named computations (every entry where none is named)."""
         for key in [k for k in self._entries if not names or k[0] in names]:

@@ -44,18 +44,6 @@ def tune_malloc() -> bool:
                 mallopt(M_TOP_PAD, MALLOC_MMAP_BYTES) == 1])
 
 
-def release_freed() -> bool:
-    """Return the heap's free pages to the kernel now (glibc's malloc_trim; elsewhere nothing happens): after a
-    large run's many small stored values are forgotten, their scattered pages would stay resident, since the
-    figures' step-sized arrays do not fit the holes they leave. True if glibc released memory."""
-    try:
-        import ctypes
-
-        return bool(ctypes.CDLL(None).malloc_trim(0))
-    except (ImportError, OSError, AttributeError, TypeError):
-        return False
-
-
 @contextlib.contextmanager
 def sweep_gc() -> Iterator[None]:
     """While a sweep runs (in this process and the workers forked inside): what is alive now is frozen out of the
