@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator.config import load_scenario
-from simulator.hardware.flows import FlowNetwork, max_min_rates, reference_rates
+from simulator.hardware.flows import FlowNetwork
+from simulator.hardware.maxmin import max_min_rates, reference_rates
 from simulator.hardware.interconnect import Fabric
 from strategies import flow_sets
 

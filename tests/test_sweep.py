@@ -375,7 +375,7 @@ def test_two_sweeps_on_one_file_never_duplicate_a_point(tmp_path):
 
 def error_row(raw: bytes, width: int) -> bytes:
     """A well-formed, correctly checked error row for the point of `raw`."""
-    from simulator.experiments.store import line, parse
+    from simulator.experiments.rows import line, parse
 
     cells = parse(raw, width)
     return line([cells[0], *cells[1:-2], "error", "RuntimeError: flaky"]).rstrip(b"\n")

@@ -17,7 +17,7 @@ from pydantic import Field, PositiveFloat
 
 from ..api.run import resolve, run
 from ..config.base import Strict, validate
-from ..config.loader import read_yaml
+from ..config.yaml_files import read_yaml
 from ..config.errors import ConfigError
 from ..config.paths import PathNotFound, get_path
 

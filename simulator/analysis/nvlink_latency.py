@@ -55,7 +55,7 @@ def predicted_us(topology_data: dict, source: str, link_latency_us: float, ranks
 
 def fit(system: str, topology_path: str) -> tuple[float, float]:
     """(per-link latency in us, sum of squared relative errors) minimising the calibration rows' error."""
-    from ..config.loader import read_yaml
+    from ..config.yaml_files import read_yaml
 
     data, rows = read_yaml(topology_path), measured_rows(system)
     costs = []

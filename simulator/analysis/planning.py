@@ -62,7 +62,7 @@ def lever_nvlink_fabric(scenario: Scenario, path: str):
     topology = _nvlink_topology(scenario, path)
     if topology is None:
         return "topologies/nvlink8_h200.yaml not found"
-    from ..config.loader import read_yaml
+    from ..config.yaml_files import read_yaml
     return [{"topology.fabric": read_yaml(topology)["fabric"]}]
 
 

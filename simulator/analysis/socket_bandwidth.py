@@ -43,7 +43,7 @@ def predicted_us(topology_data: dict, source: str, socket_GBps: float, ranks: in
 
 def fit(system: str, version: str, topology_path: str) -> tuple[float, float]:
     """(socket link GB/s, sum of squared relative errors) minimising the calibration rows' error."""
-    from ..config.loader import read_yaml
+    from ..config.yaml_files import read_yaml
 
     data = read_yaml(topology_path)
     ranks = sum(1 for node in data["fabric"]["nodes"] if node["kind"] == "gpu")

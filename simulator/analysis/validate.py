@@ -16,7 +16,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from ..config.base import Strict, validate
 from ..config.errors import ConfigError
-from ..config.loader import read_yaml
+from ..config.yaml_files import read_yaml
 
 
 

@@ -98,7 +98,8 @@ def _load(args):
     from ..config.base import validate
     from ..config.errors import ConfigError
     from ..config.catalog import read_kind
-    from ..config.loader import parse_override, set_path
+    from ..config.paths import set_path
+    from ..config.yaml_files import parse_override
     from ..config.topology import Topology
 
     args.topology, data = read_kind(args.topology, "topology")  # a name or a path; a scenario is named as such

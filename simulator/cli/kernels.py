@@ -19,7 +19,7 @@ EXAMPLES = """
 
 def _load(path: str):
     from ..config.errors import ConfigError
-    from ..config.loader import read_yaml
+    from ..config.yaml_files import read_yaml
     from ..config.topology import Topology
 
     try:

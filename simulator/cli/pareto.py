@@ -72,7 +72,7 @@ def _fixed(args) -> dict:
 def main(args) -> int:
     from ..analysis import pareto
     from ..config.catalog import locate
-    from ..experiments.store import read_results
+    from ..experiments.rows import read_results
     from ..experiments.sweep import run_sweep
     from ..experiments.sweepfile import Sweep, SweepSpec
     from ..results.files import check_output_file

@@ -84,7 +84,7 @@ def main(args) -> int:
     log.info("%s", report.line())
     if rank_by:
         from ..experiments.ranking import ranking_table
-        from ..experiments.store import read_results
+        from ..experiments.rows import read_results
 
         print(ranking_table(read_results(report.out), rank_by, list(sweep.spec.axes), args.top))
     return 0

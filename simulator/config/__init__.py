@@ -7,5 +7,5 @@ from .lazy import lazy_names
 __all__ = ["Scenario", "ScenarioSpec", "Topology", "ModelCard", "build", "load_scenario", "parse_override"]
 
 __getattr__ = lazy_names(__name__, {"Scenario": ".loader", "build": ".loader", "load_scenario": ".loader",
-                                    "parse_override": ".loader", "ModelCard": ".model_card",
+                                    "parse_override": ".yaml_files", "ModelCard": ".model_card",
                                     "ScenarioSpec": ".scenario", "Topology": ".topology"}, globals())

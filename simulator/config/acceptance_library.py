@@ -38,7 +38,7 @@ def library_file() -> str:
 def entries() -> dict[str, LibraryEntry]:
     """Every entry of the shipped library, validated."""
     from .base import validate
-    from .loader import read_yaml
+    from .yaml_files import read_yaml
 
     path = library_file()
     return {name: validate(LibraryEntry, data, path, name) for name, data in (read_yaml(path) or {}).items()}

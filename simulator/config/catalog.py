@@ -145,7 +145,7 @@ def check_kind(data, expected: str, path: str) -> None:
 
 def read_kind(value: str, kind: str, referrer: str | None = None, base_dir: str | None = None):
     """(path, parsed YAML) of a file given by name or path, checked to be of `kind`."""
-    from .loader import read_yaml
+    from .yaml_files import read_yaml
 
     path = locate(value, kind, referrer, base_dir)
     data = read_yaml(path)
@@ -165,7 +165,7 @@ class Entry:
 
 def entries(kind: str) -> list[Entry]:
     """Every entry of a kind, with its description, for `specsim list`."""
-    from .loader import read_yaml
+    from .yaml_files import read_yaml
 
     out = []
     for name, path in names(kind).items():

@@ -11,170 +11,12 @@ sets itself under `runtime:` wins over both (a what-if, never in a validation ca
 
 import os
 from dataclasses import dataclass
-from typing import Generic, Literal, Optional, TypeVar
 
-from pydantic import Field, NonNegativeInt, PositiveInt, TypeAdapter, model_validator
+from pydantic import TypeAdapter
 
-from .base import Strict, validate
+from .base import validate
+from .engine_schema import EngineProfile, Sourced  # noqa: F401  (re-exported: the profile's types, read from here)
 from .errors import ConfigError
-from .scenario import DecoderKernels, SpeculativeHost
-
-T = TypeVar("T")
-SOURCE_KINDS = ("counted", "measured", "fitted", "estimated")
-
-
-class Sourced(Strict, Generic[T]):
-    """One engine-side input and where it comes from."""
-
-    value: T
-    kind: Literal[SOURCE_KINDS]  # type: ignore[valid-type]
-    source: str = Field(min_length=8, description="file and function at that release, or the calibration figure")
-
-
-class CapturedPasses(Strict):
-    """Which passes the engine replays from CUDA graphs (its graph runners), absent flags that turn them off."""
-
-    decode: bool
-    target_verify: bool
-    draft: bool
-    draft_extend: bool
-
-
-class MaxBatchTier(Strict):
-    """The largest captured batch where the GPU's memory is below a bound and the TP degree below another (the
-    first tier that matches wins; a tier without bounds matches every machine)."""
-
-    gpu_memory_below_GB: Optional[float] = Field(None, gt=0)
-    tp_below: Optional[PositiveInt] = None
-    max_bs: PositiveInt
-
-
-class BatchRange(Strict):
-    """Captured batch sizes start, start + step, ... up to stop (inclusive), as the engine's list comprehension."""
-
-    start: PositiveInt
-    stop: PositiveInt
-    step: PositiveInt = 1
-
-
-class CustomAllReduce(Strict):
-    """When the engine runs its own all-reduce kernel instead of NCCL's."""
-
-    kernel: str = Field(min_length=1, description="which kernel (one-shot / two-shot P2P, ...)")
-    one_shot_max_bytes: NonNegativeInt
-    max_bytes: NonNegativeInt
-    pcie_max_gpus: PositiveInt = Field(description="on a fabric without NVLink between all GPUs, at most this many")
-
-
-class HostWork(Strict):
-    """One drafter code's host work around a speculative step (SpeculativeHost's fields), each input with its
-    source; a field left out is zero."""
-
-    eager_ops: Optional[Sourced[NonNegativeInt]] = None
-    eager_ops_per_draft_step: Optional[Sourced[NonNegativeInt]] = None
-    eager_ops_per_accepted_token: Optional[Sourced[NonNegativeInt]] = None
-    syncs: Optional[Sourced[NonNegativeInt]] = None
-    per_request_us: Optional[Sourced[float]] = None
-    per_draft_token_us: Optional[Sourced[float]] = None
-    per_accepted_token_us: Optional[Sourced[float]] = None
-    stop_check_us: Optional[Sourced[float]] = None
-
-    def sourced(self) -> dict[str, Sourced]:
-        return {name: getattr(self, name) for name in type(self).model_fields if getattr(self, name) is not None}
-
-    def value(self) -> SpeculativeHost:
-        return SpeculativeHost(**{name: item.value for name, item in self.sourced().items()})
-
-
-class NgramHost(Strict):
-    """The n-gram drafter's host time (speculation.ngram's keys of the same names), as this engine computes it."""
-
-    host_us_per_step: float = Field(ge=0)
-    host_us_per_request: float = Field(ge=0)
-    host_us_per_node: float = Field(ge=0)
-
-
-NGRAM_HOST_KEYS = tuple(f"speculation.ngram.{name}" for name in NgramHost.model_fields)
-
-
-class QuantisedGemm(Strict):
-    """The kernels one linear layer of quantised weights runs: its GEMM and the activation quantisation before it."""
-
-    gemm: str = Field(min_length=1, description="the GEMM kernel (and its backend choice)")
-    activation_quant: Optional[str] = Field(description="the kernel quantising the activations first (null: none, "
-                                            "weight-only or not supported)")
-    activation_quant_kernels: NonNegativeInt = Field(description="its launches per linear layer")
-
-
-class KernelDatabase(Strict):
-    """The measured kernel tables (aiconfigurator-core) that stand for this engine's kernels."""
-
-    engine: str
-    version: str
-
-
-class ProfileKernels(Strict):
-    """The kernels an engine's own eager model code launches (its Python model, not SGLang's fused kernels)."""
-
-    decoder: DecoderKernels
-    draft_head: Optional[DecoderKernels] = None
-    draft_head_by_code: dict[str, DecoderKernels] = Field(default_factory=dict, description=(
-        "the method's code (speculation method, or the engine's script flag) -> its head's counts where they differ"))
-    tree_attention_by_code: dict[str, int] = Field(default_factory=dict, description=(
-        "the method's code -> its verify's extra kernels per layer where its own model code differs from the "
-        "decoder's tree_attention"))
-
-
-class EngineProfile(Strict):
-    """Every engine-side input of one engine release."""
-
-    engine: Literal["sglang", "vllm", "trtllm", "transformers", "gpt_fast", "magicdec"]
-    version: str
-    released: str = Field(description="release date (YYYY-MM-DD) and where the code was read")
-    scheduler_step_us: Sourced[Optional[float]] = Field(description=(
-        "the scheduler loop's host time per step; null: the topology's host.step_overhead_us"))
-    overlap_schedule: Sourced[bool] = Field(description="the scheduler's host work hidden behind the GPU in plain decode")
-    overlap_schedule_speculative: Sourced[bool] = Field(description="the same while speculating")
-    cuda_graphs: Sourced[CapturedPasses]
-    cuda_graph_max_bs: Sourced[list[MaxBatchTier]] = Field(description="the largest captured batch by machine")
-    speculative_capture_bs: Sourced[list[BatchRange]] = Field(description="speculative graphs' batch sizes (padded up)")
-    speculative_host: dict[str, HostWork] = Field(description=(
-        "the drafter's code (the engine's script flag, else the speculation method) -> the host work of its step; "
-        "`default`: every model drafter without an entry of its own"))
-    step_eager_ops: Optional[Sourced[NonNegativeInt]] = Field(None, description=(
-        "device ops every step issues before its first pass kernel (input uploads); absent: none counted"))
-    speculative_verify_tokens: Optional[Sourced[Literal["fixed", "proposed"]]] = Field(None, description=(
-        "a model-free drafter's verify: its configured drafts (fixed) or what it proposed (proposed); absent: fixed"))
-    custom_allreduce: Sourced[Optional[CustomAllReduce]] = Field(description="null: NCCL for every all-reduce")
-    fuse_allreduce_rmsnorm: Sourced[bool]
-    attention_backend: Sourced[dict[str, str]] = Field(description="GPU architecture (sm90, sm100, sm120, ...) -> backend")
-    quantised_gemm: Sourced[dict[Literal["fp8", "fp8_block", "fp4", "int8", "int4"], QuantisedGemm]] = Field(
-        description="weights' dtype -> the GEMM and activation-quantisation kernels the engine runs for it")
-    kernel_database: Sourced[KernelDatabase]
-    ngram_host: Optional[Sourced[NgramHost]] = Field(None, description=(
-        "the n-gram drafter's host time; absent: speculation.ngram's own (SGLang's trie costs)"))
-    eager_launch_us: Optional[Sourced[float]] = Field(None, description=(
-        "host time per eagerly launched kernel under the engine's Python; absent: the topology's host.eager_launch_us"))
-    eager_kernels: Optional[Sourced[ProfileKernels]] = Field(None, description=(
-        "the engine's own eager kernel counts; absent: the model cards' (SGLang's)"))
-
-    @model_validator(mode="after")
-    def _has_default(self):
-        if "default" not in self.speculative_host:
-            raise ValueError("speculative_host needs a `default` entry (a model drafter's step)")
-        return self
-
-    def inputs(self) -> dict[str, Sourced]:
-        """Every sourced input by name (speculative_host's as speculative_host.<code>.<field>)."""
-        out = {name: getattr(self, name) for name in type(self).model_fields if isinstance(getattr(self, name), Sourced)}
-        for code, work in self.speculative_host.items():
-            out.update({f"speculative_host.{code}.{name}": item for name, item in work.sourced().items()})
-        return out
-
-    def host_work(self, code: str, method: str) -> SpeculativeHost:
-        """The speculative step's host work of the drafter's code: its own entry, else its method's, else default."""
-        table = self.speculative_host
-        return table.get(code, table.get(method, table["default"])).value()
 
 
 def _with_ngram_host(spec, profile: EngineProfile) -> tuple:
@@ -208,7 +50,7 @@ def known_versions(name: str) -> list[str]:
 
 def load_profile(name: str, version: str, referrer: str = "<scenario>") -> tuple[EngineProfile, str]:
     """The profile of an engine release and its file; a version without one is a one-line error naming those there."""
-    from .loader import read_yaml
+    from .yaml_files import read_yaml
 
     path = profile_path(name, version)
     if not os.path.isfile(path):

@@ -32,7 +32,8 @@ from .metrics import PROVENANCE_COLUMNS, check_metrics
 from .memory import sweep_gc, tune_malloc
 from .pool import Died, Done, ForkPool
 from .worker import POINT_DEADLINE_FLOOR_S, ChunkTask, _one_line, base_scenario, run_chunk  # noqa: F401
-from .store import Store, read_results  # noqa: F401  (read_results re-exported for callers)
+from .rows import read_results  # noqa: F401  (re-exported for callers)
+from .store import Store
 from .sweepfile import (Point, Sweep, check_axes, iter_points, load_sweep, num_points, point_id,  # noqa: F401
                         points)
 

@@ -21,7 +21,7 @@ from pydantic import Field
 from ..config import Scenario, load_scenario
 from ..config.base import Strict, validate
 from ..config.errors import ConfigError
-from ..config.loader import read_yaml
+from ..config.yaml_files import read_yaml
 from .identity import base_id, point_id
 
 RESERVED = ("point_id", "status", "error", "check")

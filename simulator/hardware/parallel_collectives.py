@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Hashable, Sequence
 
 from . import nccl_tables as T
-from .flows import BYTES_PER_US_PER_GBPS, max_min_rates
+from .flows import BYTES_PER_US_PER_GBPS
+from .maxmin import max_min_rates
 from .interconnect import Fabric
 from .nccl import Option, algo_time_us
 

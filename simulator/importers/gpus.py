@@ -43,7 +43,7 @@ class GPUEntry:
 
 
 def _read(path: str) -> dict:
-    from ..config.loader import read_yaml
+    from ..config.yaml_files import read_yaml
 
     return read_yaml(path)
 
