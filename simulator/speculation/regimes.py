@@ -52,9 +52,29 @@ class RegimeModel(AcceptanceModel):
         return None if config is None else (type(self).__name__, config.model_dump_json())
 
     def step(self, tree: Tree, state, uniforms, at: int, switch_at: int, remaining: int):
-        accepted = self.accepted(tree, state, uniforms, at)
+        """AcceptanceModel.step on the walker of the state's regime and level, held in the row for the tree at hand
+        (walker_row): the run's store is asked once per regime and level, not once per request per step."""
+        easy, seen = state
+        level = self.level(easy, seen)
+        slot = level + self.LEVELS + 1 if easy else level
+        row = self.walker_row(tree)
+        walker = row[slot]
+        if walker is None:
+            walker = row[slot] = self.walker(tree, state)
+        accepted = 0 if uniforms[at] >= walker.root_limit else walker(uniforms, at)  # see Walker.root_limit
         emitted = accepted + 1 if accepted < remaining else remaining
         return accepted, emitted, self.advance(state, emitted, uniforms[switch_at])
+
+    def walker_row(self, tree: Tree) -> list:
+        """The walkers this model holds for the tree it walks now, as AcceptanceModel.step holds one: a slot per
+        regime and level (hard at 0..LEVELS, easy at LEVELS + 1 + level), each filled from the run's store when the
+        run first reaches it. The model is the run's own; a new tree (a policy's long-lived trees rarely change)
+        starts a new row, so the row never outlives what it was built for."""
+        last_tree, row = self._last
+        if tree is not last_tree:
+            row = [None] * (2 * self.LEVELS + 2)
+            self._last = (tree, row)
+        return row
 
     def walker(self, tree: Tree, state) -> Walker:
         """The walker of the state's regime and level, in the run's store by the tree, the regime, the level and
@@ -179,16 +199,15 @@ class NgramContextModel(RegimeModel):
         the table level and the switch probability (the same floats as level() and advance())."""
         easy, seen = state
         if easy:
-            level, per_token = -1, self._leave  # the easy regime's walker sits last in the tree's row
+            level, per_token = self._levels + 1, self._leave  # the easy regime's slot in walker_row (level 0)
         else:
             s3 = (seen / self._warmup) ** 3
             fill = s3 / (1.0 + s3)
             level = 0 if self._flat else min(self._levels, int(fill * self._levels + 0.5))
             per_token = self._repetitiveness * fill
         last_tree, walkers = self._last
-        if tree is not last_tree:  # per tree, a row of walkers: the hard regime's per level, then the easy one's
-            walkers = [None] * (self._levels + 2)
-            self._last = (tree, walkers)
+        if tree is not last_tree:  # walker_row, inlined
+            walkers = self.walker_row(tree)
         walker = walkers[level]
         if walker is None:
             walker = walkers[level] = self.walker(tree, state)
