@@ -160,6 +160,25 @@ def test_result_sections_are_named_records_read_as_their_json_too():
                                                        "allreduce_wait", "draft", "other"]
 
 
+def test_a_sections_optional_figure_is_no_key_while_it_is_none():
+    """A figure a section has only sometimes (a policy's drafter shares, a what-if that does not apply) is absent
+    from its keys and its JSON while None, present once set: the JSON the plain dicts wrote, unchanged."""
+    import json
+
+    from simulator.results.sections import GraphVerifyWhatIf, PolicyFigures, WhatIf, json_of
+
+    one = PolicyFigures(kind="static", steps=10, speculative_share=1.0)
+    assert list(one) == ["kind", "steps", "speculative_share"] and one.get("drafter_share") is None
+    assert json.dumps(json_of(one)) == '{"kind": "static", "steps": 10, "speculative_share": 1.0}'
+    with pytest.raises(KeyError):
+        one["drafter_share"]
+    two = PolicyFigures("multi_drafter", 4, 0.5, {"eagle3": 0.25, "ngram": 0.25})
+    assert two == {"kind": "multi_drafter", "steps": 4, "speculative_share": 0.5,
+                   "drafter_share": {"eagle3": 0.25, "ngram": 0.25}}
+    assert not WhatIf() and json_of(WhatIf()) == {} and WhatIf(GraphVerifyWhatIf(1.0, 2.0, 1.5))["cuda_graph_verify"] \
+        == {"verify_ms": 1.0, "breakeven_accept_len": 2.0, "speedup_at_this_accept_len": 1.5}
+
+
 def test_a_sink_gets_every_step_as_it_is_stored_and_joined_logs_view_the_same_columns():
     """A log with a sink hands each block over when it is stored (before the run ends: a steps log written as it
     goes), the blocks together are the log's columns; two logs joined give each one's columns as a view."""

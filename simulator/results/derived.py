@@ -16,10 +16,11 @@ from ..timing.costs import FastStepCosts
 from ..timing.stepspec import (PassSpec, StepSpec, extra_verify_tokens, speculative_passes, step_overhead_us,
                                verify_pass)
 from ..model.cost import PassShape
+from .sections import AllreduceChoice, AllreduceChoices, CollectiveFigures, CollectiveKind, GraphVerifyWhatIf, PolicyFigures, WhatIf
 from .summary import mean_step_us
 
 
-def allreduce_choice(scenario: Scenario, machine: Machine, slots) -> dict:
+def allreduce_choice(scenario: Scenario, machine: Machine, slots) -> AllreduceChoices:
     """The all-reduce a layer runs at a plain decode's message size, and at the scenario's verify size."""
     shapes = {"decode": PassShape(1, 1)}
     if slots:
@@ -29,16 +30,16 @@ def allreduce_choice(scenario: Scenario, machine: Machine, slots) -> dict:
     for name, shape in shapes.items():
         layout = machine.layout("target", shape)  # pass_layout(model, tp, shape, fused), memoised
         nbytes = layout.segments[1].collective_bytes  # an attention block's all-reduce
-        out[name] = {"bytes": nbytes, **machine.allreduce.cost(nbytes).as_dict()}
-    return out
+        out[name] = AllreduceChoice(nbytes, **machine.allreduce.cost(nbytes).as_dict())
+    return AllreduceChoices(**out)
 
 
-def collectives_per_pass(scenario: Scenario, machine: Machine) -> dict:
+def collectives_per_pass(scenario: Scenario, machine: Machine) -> CollectiveFigures:
     """What a plain decode pass moves under a wider split (DP-attention, expert or pipeline parallelism): per
     collective kind, how many close its segments and what each takes, at the workload's concurrency and prompt
     length. Empty for one plain TP group (the all-reduce lines say it all)."""
     if machine.split.is_plain:
-        return {}
+        return CollectiveFigures()
     w = scenario.spec.workload
     batch = min(w.concurrency, w.requests)
     context = typical_context(w) * batch
@@ -51,9 +52,9 @@ def collectives_per_pass(scenario: Scenario, machine: Machine) -> dict:
             entry = out.setdefault(kind, {"count": 0, "ms_per_pass": 0.0})
             entry["count"] += 1
             entry["ms_per_pass"] += us / 1e3
-    for entry in out.values():
-        entry["us_each"] = entry["ms_per_pass"] * 1e3 / entry["count"]
-    return {"batch": batch, "kinds": out}
+    kinds = {kind: CollectiveKind(e["count"], e["ms_per_pass"], e["ms_per_pass"] * 1e3 / e["count"])
+             for kind, e in out.items()}
+    return CollectiveFigures(batch, kinds)
 
 
 def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | None:
@@ -87,7 +88,7 @@ def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | 
     return float(steps["duration_us"][mask].sum()) / plain
 
 
-def what_if(scenario: Scenario, machine: Machine, main, base, slots) -> dict:
+def what_if(scenario: Scenario, machine: Machine, main, base, slots) -> WhatIf:
     """Quick levers for the report: the same steps with the verify pass captured in a CUDA graph.
 
     The graph verify is costed at each speculative step's batch (padded to a captured size where the engine names
@@ -97,8 +98,7 @@ def what_if(scenario: Scenario, machine: Machine, main, base, slots) -> dict:
     spec_mask = main.spec_steps
     base_step = mean_step_us(base, base.decode_steps)
     if not spec_mask.any() or not base_step:
-        return {}
-    out = {}
+        return WhatIf()
     runtime = scenario.spec.runtime
     if not runtime.cuda_graph_verify:
         per_request = typical_context(scenario.spec.workload)
@@ -115,23 +115,20 @@ def what_if(scenario: Scenario, machine: Machine, main, base, slots) -> dict:
         breakeven = step / base_step
         lengths = main.accept_lengths
         accept = float(lengths.mean()) if lengths.size else 1.0
-        out["cuda_graph_verify"] = {"verify_ms": verify_us / 1e3, "breakeven_accept_len": breakeven,
-                                    "speedup_at_this_accept_len": accept / breakeven}
-    return out
+        return WhatIf(GraphVerifyWhatIf(verify_us / 1e3, breakeven, accept / breakeven))
+    return WhatIf()
 
 
-def policy_summary(spec, run) -> dict:
+def policy_summary(spec, run) -> PolicyFigures:
     """How often the policy speculated, and with which drafter."""
     steps = run.steps
     decode_or_spec = steps["kind"] > 0
     n = int(decode_or_spec.sum())
     drafters = steps["drafter"][decode_or_spec]
     names = [spec.speculation.method] + ([spec.policy.fallback.method] if spec.policy.kind == "multi_drafter" else [])
-    out = {"kind": spec.policy.kind, "steps": n,
-           "speculative_share": float((drafters >= 0).mean()) if n else 0.0}
-    if len(names) > 1:
-        out["drafter_share"] = {name: float((drafters == i).mean()) if n else 0.0 for i, name in enumerate(names)}
-    return out
+    shares = {name: float((drafters == i).mean()) if n else 0.0 for i, name in enumerate(names)} \
+        if len(names) > 1 else None
+    return PolicyFigures(spec.policy.kind, n, float((drafters >= 0).mean()) if n else 0.0, shares)
 
 
 def expected_accept_len(scenario: Scenario, slots) -> float | None:

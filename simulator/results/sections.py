@@ -10,22 +10,31 @@ from typing import Any
 
 
 class Section(Mapping):
-    """A record read by key as well (its fields, in order); equal to any mapping with the same items."""
+    """A record read by key as well (its fields, in order); equal to any mapping with the same items. A field named
+    in `_optional` is no key while it is None (a figure the section has only sometimes: absent, not null, in JSON)."""
+
+    _optional: tuple[str, ...] = ()
 
     def __getitem__(self, key: str) -> Any:
-        if key not in self._keys():
+        if key not in self._present():
             raise KeyError(key)
         return getattr(self, key)
 
     def __iter__(self):
-        return iter(self._keys())
+        return iter(self._present())
 
     def __len__(self) -> int:
-        return len(self._keys())
+        return len(self._present())
 
     @classmethod
     def _keys(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
+
+    def _present(self) -> tuple[str, ...]:
+        """The keys this record has: its fields, less the optional ones that are None."""
+        if not self._optional:
+            return self._keys()
+        return tuple(k for k in self._keys() if not (k in self._optional and getattr(self, k) is None))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self._keys())})"
@@ -34,7 +43,7 @@ class Section(Mapping):
 def json_of(value: Any) -> Any:
     """The value with every Section (at any depth, in dicts, lists and tuples) as a plain dict."""
     if isinstance(value, Section):
-        return {key: json_of(getattr(value, key)) for key in value._keys()}
+        return {key: json_of(getattr(value, key)) for key in value._present()}
     if isinstance(value, dict):
         return {key: json_of(v) for key, v in value.items()}
     if isinstance(value, list):
@@ -156,3 +165,90 @@ class KernelSources(Section):
 
     source: str
     families: dict[str, str]
+
+
+@dataclass(frozen=True, eq=False)
+class AcceptWindow(Section):
+    """The speculative steps whose request had generated [start, end) tokens: how many, and their mean accept length."""
+
+    start: int
+    end: int
+    mean_accept_len: float
+    steps: int
+
+
+@dataclass(frozen=True, eq=False)
+class PolicyFigures(Section):
+    """How the policy chose: its kind, the plain and speculative steps it decided, the share that speculated and,
+    for a policy of several drafters, each drafter's share (absent otherwise)."""
+
+    kind: str
+    steps: int
+    speculative_share: float
+    drafter_share: dict[str, float] | None = None
+
+    _optional = ("drafter_share",)
+
+
+@dataclass(frozen=True, eq=False)
+class GraphVerifyWhatIf(Section):
+    """The run's speculative steps with the verify pass captured in a CUDA graph: its time, the accept length that
+    breaks even, and the speedup at the run's accept length."""
+
+    verify_ms: float
+    breakeven_accept_len: float
+    speedup_at_this_accept_len: float
+
+
+@dataclass(frozen=True, eq=False)
+class WhatIf(Section):
+    """The report's quick levers (results.derived.what_if); empty where none applies."""
+
+    cuda_graph_verify: GraphVerifyWhatIf | None = None
+
+    _optional = ("cuda_graph_verify",)
+
+
+@dataclass(frozen=True, eq=False)
+class CollectiveKind(Section):
+    """One kind of collective in a plain decode pass: how many close its segments, their time per pass and each."""
+
+    count: int
+    ms_per_pass: float
+    us_each: float
+
+
+@dataclass(frozen=True, eq=False)
+class CollectiveFigures(Section):
+    """What a plain decode pass moves under a wider split, at the workload's batch: per collective kind (empty for one
+    plain TP group: the all-reduce lines say it all)."""
+
+    batch: int | None = None
+    kinds: dict[str, CollectiveKind] | None = None
+
+    _optional = ("batch", "kinds")
+
+
+@dataclass(frozen=True, eq=False)
+class AllreduceChoice(Section):
+    """The all-reduce a layer runs at one pass's message size: its bytes and NCCL's (or the custom kernel's) choice
+    and cost there (hardware.collectives.CollectiveCost's fields)."""
+
+    bytes: int
+    algorithm: str
+    protocol: str
+    time_us: float
+    latency_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+    implementation: str
+
+
+@dataclass(frozen=True, eq=False)
+class AllreduceChoices(Section):
+    """The all-reduce at a plain decode's message size, and at the verify's where the run speculates."""
+
+    decode: AllreduceChoice
+    verify: AllreduceChoice | None = None
+
+    _optional = ("verify",)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -10,8 +10,12 @@ from ..serving.records import KIND_DECODE, KIND_SPEC, StepColumns
 from .client import client_metrics, send_times
 from .planner import target_check
 from .quantiles import percentiles
-from .sections import (AllreduceMs, BreakdownMs, KernelSources, LoadFigures, PercentilesMs, PlannerFigures,
-                       SpeculationFigures, StatsMs, StepTimesMs, json_of)
+from .sections import (AcceptWindow, AllreduceChoices, AllreduceMs, BreakdownMs, CollectiveFigures, KernelSources, LoadFigures,
+                       PercentilesMs, PlannerFigures, PolicyFigures, SpeculationFigures, StatsMs, StepTimesMs, WhatIf,
+                       json_of)
+
+if TYPE_CHECKING:
+    from .deployment import DeploymentFigures
 
 BREAKDOWN = BreakdownMs._keys()  # compute, memory, launch, allreduce_transfer, allreduce_wait, draft, other
 
@@ -31,29 +35,29 @@ def _stats_ms(values_us: np.ndarray) -> StatsMs | None:
 WINDOW_TOKENS = 512
 
 
-def accept_windows(lengths: np.ndarray, positions: np.ndarray, window: int = WINDOW_TOKENS) -> list[dict]:
+def accept_windows(lengths: np.ndarray, positions: np.ndarray, window: int = WINDOW_TOKENS) -> list[AcceptWindow]:
     """Mean accept length of the speculative steps whose request had generated [start, end) tokens."""
     if lengths.size == 0:
         return []
     bins = positions // window
     steps = np.bincount(bins)
     totals = np.bincount(bins, weights=lengths)  # integer lengths: exact sums, the same means as per-window masks
-    return [{"start": b * window, "end": (b + 1) * window, "mean_accept_len": total / count, "steps": count}
+    return [AcceptWindow(b * window, (b + 1) * window, total / count, count)
             for b, (total, count) in enumerate(zip(totals.tolist(), steps.tolist())) if count]
 
 
 MOST_WINDOWS = 8  # the report's line of accept-length windows holds at most this many (the JSON has them all)
 
 
-def merged_windows(windows: list[dict], most: int = MOST_WINDOWS) -> list[dict]:
+def merged_windows(windows: list[AcceptWindow], most: int = MOST_WINDOWS) -> list[AcceptWindow]:
     """Consecutive windows merged, a whole number of them each, into at most `most`: each mean weighted by steps."""
     size = -(-len(windows) // most)
     out = []
     for i in range(0, len(windows), size):
         group = windows[i:i + size]
-        steps = sum(w["steps"] for w in group)
-        out.append({"start": group[0]["start"], "end": group[0]["start"] + size * (group[0]["end"] - group[0]["start"]),
-                    "mean_accept_len": sum(w["mean_accept_len"] * w["steps"] for w in group) / steps, "steps": steps})
+        steps = sum(w.steps for w in group)
+        out.append(AcceptWindow(group[0].start, group[0].start + size * (group[0].end - group[0].start),
+                                sum(w.mean_accept_len * w.steps for w in group) / steps, steps))
     return out
 
 
@@ -128,21 +132,21 @@ class Result:
     sim_time_s: float
     wall_time_s: float
     tokens: int
-    allreduce_choice: dict[str, Any]
+    allreduce_choice: AllreduceChoices
     speculation: SpeculationFigures
     description: str = ""
     graph_verify: bool = False
     eager_verify: bool = True
-    accept_len_windows: list[dict] = field(default_factory=list)  # mean accept length per window of each request
-    policy: dict[str, Any] = field(default_factory=dict)  # how often the policy speculated, with which drafter
-    what_if: dict[str, Any] = field(default_factory=dict)  # the report's quick levers (derived.what_if)
+    accept_len_windows: list[AcceptWindow] = field(default_factory=list)  # per window of each request's tokens
+    policy: PolicyFigures | None = None  # how often the policy speculated, with which drafter
+    what_if: WhatIf = field(default_factory=WhatIf)  # the report's quick levers (derived.what_if)
     load: LoadFigures | None = None  # latency percentiles, goodput, queueing, KV use
     baseline_load: LoadFigures | None = None
     planner: PlannerFigures | None = None  # per GPU, goodput at the target, cost (results/planner.py)
     kernels: KernelSources | None = None  # which source timed each kernel family (measured/roofline)
     provenance: dict[str, Any] = field(default_factory=dict)  # what was run (results/provenance.py)
-    collectives: dict[str, Any] = field(default_factory=dict)  # a wider split's collectives per decode pass
-    deployment: dict[str, Any] = field(default_factory=dict)  # the instances and their figures (results/deployment.py)
+    collectives: CollectiveFigures = field(default_factory=CollectiveFigures)  # a wider split's, per decode pass
+    deployment: DeploymentFigures | None = None  # the instances and their figures (results/deployment.py)
     run: RunSummary | None = field(default=None, repr=False, compare=False)
     baseline: RunSummary | None = field(default=None, repr=False, compare=False)
 
