@@ -55,9 +55,9 @@ def merged_windows(windows: list[AcceptWindow], most: int = MOST_WINDOWS) -> lis
     out = []
     for i in range(0, len(windows), size):
         group = windows[i:i + size]
-        steps = sum(w.steps for w in group)
-        out.append(AcceptWindow(group[0].start, group[0].start + size * (group[0].end - group[0].start),
-                                sum(w.mean_accept_len * w.steps for w in group) / steps, steps))
+        steps = sum(w["steps"] for w in group)  # by key: AcceptWindows, or the mappings a caller wrote
+        out.append(AcceptWindow(group[0]["start"], group[0]["start"] + size * (group[0]["end"] - group[0]["start"]),
+                                sum(w["mean_accept_len"] * w["steps"] for w in group) / steps, steps))
     return out
 
 
