@@ -244,6 +244,9 @@ class RetouchingTrie:
                 cursor[token] = child = {} if child is None else child
                 cursor = child
 
+    def may_accept(self, tokens, length):
+        return True  # always proposes: SglangTrie's skip of a proposal that cannot be accepted is checked against it
+
     def propose(self, tokens, length, drafts, request=None):
         c, children, self.match_len = self.c, [{}], 0
         for window in range(min(length, c.max_match_window), c.min_match_window - 1, -1):

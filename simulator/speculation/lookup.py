@@ -91,6 +91,20 @@ class SglangTrie:
             tails.append(_descend(kids_of, 0, tokens[i:end]))
         self.run = (request, end, lo, tails)
 
+    def may_accept(self, tokens, length: int) -> bool:
+        """Whether a proposal for tokens[:length] can hold tokens[length] at its root at all: every root child is a
+        child of a matched window, whose last min_match_window + 1 tokens an insert put in the trie from the root,
+        so without that path the greedy verify accepts nothing and propose() need not run."""
+        start = length - self.min_window
+        if start < 0:
+            return False
+        node, kids_of = 0, self.kids
+        for token in tokens[start:length + 1]:
+            node = kids_of[node].get(token)
+            if node is None:
+                return False
+        return True
+
     def propose(self, tokens, length: int, drafts: int, request=None) -> list[dict]:
         """The draft tree for a request whose tokens so far are tokens[:length] (at most `drafts` nodes besides the
         root). A window's node is the tail of the request's last insert where that ended at `length` (the hot path:

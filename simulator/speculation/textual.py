@@ -83,12 +83,15 @@ class TextAcceptance(AcceptanceModel):
         if self.method == "ngram" and own is None:
             if state in self._pending:  # a new round: the previous round's inserts land before anyone looks up
                 self._flush()
-            children = trie.propose(tokens, position, tree.num_drafts, state)
+            # no root child can be the next token: nothing accepted, the proposal unread (its match_len too)
+            taken = (accepted(trie.propose(tokens, position, tree.num_drafts, state),
+                              tokens[position:position + tree.num_drafts])
+                     if trie.may_accept(tokens, position) else 0)
         else:
             peeked = self._peeked.pop(state, None)  # the proposal the engine scheduled this step's verify by
             children = peeked[2] if peeked is not None and peeked[:2] == (position, tree.num_drafts) else \
                 own.propose(tokens, position, tree.num_drafts)
-        taken = accepted(children, tokens[position:position + tree.num_drafts])  # the proposal's own shape
+            taken = accepted(children, tokens[position:position + tree.num_drafts])  # the proposal's own shape
         emitted = taken + 1 if taken < remaining else remaining
         self._positions[state] = position + emitted
         if self.method == "ngram" and own is None:
