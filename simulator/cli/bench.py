@@ -32,7 +32,8 @@ def configure(p) -> None:
 def main(args) -> int:
     from ..config.catalog import locate
     from ..config.errors import ConfigError
-    from ..experiments.bench import DEFAULT_REPEATS, DEFAULT_TOKENS, REFERENCE_SCENARIOS, TARGETS, measure, target_line
+    from ..experiments.bench import (DEFAULT_REPEATS, DEFAULT_TOKENS, REFERENCE_SCENARIOS, TARGETS, cold_warm, measure,
+                                     target_line)
     from . import note, progress
 
     if args.startup is not None:
@@ -73,6 +74,8 @@ def main(args) -> int:
               f"{row.best_tok_s:>11,.0f} {row.median_tok_s:>12,.0f} {row.faster_than_real_time:>11,.0f} "
               f"{row.floor_median:>13,.0f} {row.floor_ratio:>8.3f} {row.x_real_cpu:>10,.1f} "
               f"{row.tok_per_cpu_s:>11,.0f}", flush=True)
+        if repeats > 1:
+            print(f"{'':<30} x SimPy{cold_warm(row, 'floor_ratio')}; tok/CPU s{cold_warm(row, 'tok_per_cpu_s')}")
         if (scenario, fidelity, tokens) in targets:
             lines.append(target_line(row, *targets[scenario, fidelity, tokens], shipped=tokens is None))
     for line in lines:
