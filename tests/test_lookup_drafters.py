@@ -5,6 +5,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.cache import Store, held
 from simulator.config.speculation import NgramDrafter, SuffixDrafter
@@ -277,7 +279,19 @@ class RetouchingTrie:
 def test_sglang_trie_matches_the_retouching_trie_on_random_batches(seed):
     """Random token streams of a small alphabet (many repeats), 1-4 requests stepping in random rounds (some steps
     plain, moving only the position), random windows and breadths: the incremental trie accepts, emits and matches
-    exactly as the one that re-walks every suffix."""
+    exactly as the one that re-walks every suffix (and always proposes: SglangTrie skips the hopeless ones)."""
+    assert retouching_agrees(seed) > 10
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_sglang_trie_matches_the_retouching_trie_on_drawn_batches(seed):
+    """The same comparison over drawn seeds (each a stream, windows, breadths, requests and rounds)."""
+    retouching_agrees(seed)
+
+
+def retouching_agrees(seed) -> int:
+    """Steps the incremental and the re-touching tries took, asserting each agreed; see the tests above."""
     rng = np.random.default_rng(seed)
     window_max = int(rng.integers(2, 8))
     config = NgramDrafter(branch_length=int(rng.integers(window_max + 1, 14)), max_match_window=window_max,
@@ -316,7 +330,7 @@ def test_sglang_trie_matches_the_retouching_trie_on_random_batches(seed):
             remaining[rid] -= done
             if remaining[rid] <= 0:
                 del remaining[rid]
-    assert steps > 10
+    return steps
 
 
 class KeyedText(Text):
