@@ -194,12 +194,13 @@ def test_the_readme_table_says_what_each_profile_counts_fits_and_estimates():
 
 
 def test_a_host_drafter_takes_the_engines_host_drafter_path_not_the_model_drafters():
-    """vLLM 0.8.5's EAGLE proposer ops (a fixed number, more a draft step) are not a host drafter's: an n-gram or
-    suffix scenario gets the profile's speculative_host.suffix entry and no per-draft-step ops, however deep its
-    drafts; an EAGLE-3 one its default entry."""
-    raw = yaml.safe_load(open(os.path.join(ROOT, "engines", "vllm", "0.8.5.yaml")))
+    """vLLM's EAGLE proposer ops (a fixed number, more a draft step) are not a host drafter's: an n-gram or suffix
+    scenario gets the profile's speculative_host.suffix entry and no per-draft-step ops, however deep its drafts; an
+    EAGLE one its default entry (the profile the case names, read raw)."""
     case = os.path.join(SCENARIOS, "validation", "cases", "h100x8_llama70b_vllm_modelfree.yaml")
     suffix = simulator.load_scenario(case)
+    engine = yaml.safe_load(open(case))["engine"]
+    raw = yaml.safe_load(open(os.path.join(ROOT, "engines", engine["name"], f"{engine['version']}.yaml")))
     assert suffix.spec.speculation.method == "suffix" and suffix.spec.speculation.draft_tokens > 8
     host = suffix.spec.runtime.speculative_host
     own = raw["speculative_host"]["suffix"]
