@@ -213,3 +213,42 @@ def test_a_step_total_beyond_32_bits_is_refused():
     log.append((1, 0.0, 1, 1, 0, -1, 0, 2 ** 31, 0, 0), CostTable.measured(np.ones(len(STEP_COST))))
     with pytest.raises(OverflowError, match="kv_tokens"):
         log.flush()
+
+
+def test_a_runs_result_holds_records_at_every_depth_but_its_maps_keyed_by_data():
+    """A loaded run on a priced topology: every fixed-key part of its Result, nested ones too (provenance, the load's
+    target check and client figures, the planner's price), is a named record; a plain dict only where the keys are
+    data (accept lengths, pass kinds, kernel families, instances, drafters). The price is the topology file's."""
+    import os
+
+    import yaml
+
+    from simulator.api.run import run
+    from simulator.config.topology import GPUPrice
+    from simulator.results.sections import ClientFigures, GpuPrice, Provenance, Section, TargetCheck, json_of
+    from conftest import ROOT
+
+    keyed_by_data = {"accept_len_hist", "allreduce_ms_per_pass", "kernels.families", "collectives.kinds",
+                     "deployment.per_instance", "policy.drafter_share"}
+    r = run(scenario_path("nvlink8_h100_llama8b_poisson.yaml"), workload__requests=6, baseline=False)
+    plain = []
+
+    def walk(value, path):
+        if isinstance(value, dict) and path not in keyed_by_data:
+            plain.append(path)
+        if isinstance(value, (dict, Section)):
+            for key in value:
+                walk(value[key], f"{path}.{key}" if path else key)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item, path)
+
+    for name in r.to_dict():
+        walk(getattr(r, name), name)
+    assert plain == [] and r.accept_len_windows and r.load.client.itl_ms is not None
+    assert isinstance(r.provenance, Provenance) and r.provenance.overrides == ("workload.requests=6",)
+    assert isinstance(r.load.target, TargetCheck) and isinstance(r.load.client, ClientFigures)
+    assert r.load.client.ttft_ms.median == r.load.client["ttft_ms"]["median"] and r.planner.target_met is r.load.target.met
+    topology = yaml.safe_load(open(os.path.join(ROOT, "topologies", "nvlink8_h100.yaml")))
+    assert isinstance(r.planner.price, GpuPrice) and json_of(r.planner.price) == topology["price"]
+    assert GpuPrice._keys() == tuple(GPUPrice.model_fields)  # the record is the configuration's price, field for field

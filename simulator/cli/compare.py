@@ -11,6 +11,7 @@ import os
 import re
 
 from ..config.errors import ConfigError
+from ..results.sections import json_of
 from . import limit_options
 
 log = logging.getLogger("specsim")
@@ -162,7 +163,7 @@ def summary(label: str, result) -> dict:
             "kv_capacity_tokens": load.get("kv_capacity_tokens"), "kv_peak_fraction": load.get("kv_peak_fraction"),
             "error": "",
             "breakdown_ms_per_token": dict(result.breakdown_ms_per_token),
-            "accept_len_hist": dict(result.accept_len_hist), "provenance": result.provenance,
+            "accept_len_hist": dict(result.accept_len_hist), "provenance": json_of(result.provenance),
             "result": result}
 
 

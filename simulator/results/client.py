@@ -14,6 +14,7 @@ import numpy as np
 
 from ..serving.records import KIND_DECODE, KIND_SPEC
 from .quantiles import percentiles
+from .sections import ClientFigures, ClientStatsMs
 
 
 def send_times(requests, max_concurrency: int | None) -> list[float]:
@@ -36,14 +37,14 @@ def send_times(requests, max_concurrency: int | None) -> list[float]:
     return [by_id[r.request_id] for r in requests]
 
 
-def stats_ms(values_us) -> dict[str, float] | None:
+def stats_ms(values_us) -> ClientStatsMs | None:
     """mean, median, std (numpy's, population) and p90 / p99 of a sample in microseconds, in milliseconds."""
     a = np.asarray(values_us, dtype=float)
     if a.size == 0:
         return None
     a = a / 1e3
     p50, p90, p99 = percentiles(a, (50, 90, 99))
-    return {"mean": float(a.mean()), "median": p50, "std": float(a.std()), "p90": p90, "p99": p99}
+    return ClientStatsMs(mean=float(a.mean()), median=p50, std=float(a.std()), p90=p90, p99=p99)
 
 
 def chunk_gaps(steps, first_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -77,7 +78,7 @@ def chunk_gaps(steps, first_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray,
             np.concatenate([per_request[keep], per_request[first_step][joined_keep]]))
 
 
-def weighted_stats_ms(values_us: np.ndarray, weights: np.ndarray, mean_us: float) -> dict[str, float] | None:
+def weighted_stats_ms(values_us: np.ndarray, weights: np.ndarray, mean_us: float) -> ClientStatsMs | None:
     """mean (given: the clients' exact one), median, std, p90 and p99 of values each occurring `weights` times;
     percentiles by the inverted weighted CDF (each value holds its share of the weight)."""
     if values_us.size == 0 or weights.sum() <= 0:
@@ -94,11 +95,11 @@ def weighted_stats_ms(values_us: np.ndarray, weights: np.ndarray, mean_us: float
     average = float(np.average(v, weights=w))
     v -= average
     v *= v
-    return {"mean": float(mean_us) / 1e3, "median": median, "std": float(np.sqrt(np.average(v, weights=w))),
-            "p90": p90, "p99": p99}
+    return ClientStatsMs(mean=float(mean_us) / 1e3, median=median, std=float(np.sqrt(np.average(v, weights=w))),
+                         p90=p90, p99=p99)
 
 
-def itl_stats(run, done) -> tuple[dict | None, dict | None]:
+def itl_stats(run, done) -> tuple[ClientStatsMs | None, ClientStatsMs | None]:
     """vLLM's ITL (one gap per streamed chunk) and SGLang's (a chunk's gap split evenly over its tokens). Their
     means are exact (the requests' decode time over their chunks, or over their tokens after the first); the
     spread comes from the steps' gaps, each request of a step taken to emit the step's mean tokens."""
@@ -123,7 +124,7 @@ def itl_stats(run, done) -> tuple[dict | None, dict | None]:
     return per_chunk, per_token
 
 
-def client_metrics(run, max_concurrency: int | None) -> dict:
+def client_metrics(run, max_concurrency: int | None) -> ClientFigures:
     """TTFT, TPOT, ITL (vLLM's per chunk and SGLang's per token), E2E latency and the client's queueing, as
     the benchmark clients report them, with the output throughput over the benchmark's duration."""
     done = [r for r in run.requests if r.completed_at is not None and r.first_token_at is not None]
@@ -133,11 +134,11 @@ def client_metrics(run, max_concurrency: int | None) -> dict:
     tpot = [(r.completed_at - r.first_token_at) / (r.generated - 1) for r in done if r.generated > 1]
     per_chunk, per_token = itl_stats(run, done)
     duration_s = (max(r.completed_at for r in done) - min(sent.values())) / 1e6 if done else 0.0
-    return {"ttft_ms": stats_ms(ttft), "tpot_ms": stats_ms(tpot), "itl_ms": per_chunk,
-            "itl_per_token_ms": per_token, "e2e_latency_ms": stats_ms(e2e),
-            "client_queue_ms": stats_ms([sent[r.request_id] - r.arrived_at for r in done]),
-            "output_throughput_tok_s": sum(r.generated for r in done) / duration_s if duration_s > 0 else 0.0,
-            "max_concurrency": max_concurrency}
+    return ClientFigures(
+        ttft_ms=stats_ms(ttft), tpot_ms=stats_ms(tpot), itl_ms=per_chunk, itl_per_token_ms=per_token,
+        e2e_latency_ms=stats_ms(e2e), client_queue_ms=stats_ms([sent[r.request_id] - r.arrived_at for r in done]),
+        output_throughput_tok_s=sum(r.generated for r in done) / duration_s if duration_s > 0 else 0.0,
+        max_concurrency=max_concurrency)
 
 
 def client_line(load: dict) -> list[str]:

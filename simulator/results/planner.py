@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from .sections import PlannerFigures
+from .sections import GpuPrice, LoadFigures, PlannerFigures, TargetCheck
 
 
 class Ranking(NamedTuple):
@@ -38,7 +38,7 @@ RANKINGS: dict[str, Ranking] = {
 }
 
 
-def target_check(ttft_us: list[float], tpot_us: list[float], target) -> dict[str, Any]:
+def target_check(ttft_us: list[float], tpot_us: list[float], target) -> TargetCheck:
     """The target, the percentile latencies it is judged on (ms; None without requests) and whether both are met."""
     import numpy as np  # here, not at the top: `--help` lists the rankings without loading numpy
 
@@ -49,8 +49,8 @@ def target_check(ttft_us: list[float], tpot_us: list[float], target) -> dict[str
 
     ttft, tpot = at(ttft_us), at(tpot_us)
     met = bool(ttft_us) and ttft <= target.ttft_ms and (tpot is None or tpot <= target.tpot_ms)
-    return {"ttft_ms": target.ttft_ms, "tpot_ms": target.tpot_ms, "percentile": target.percentile,
-            "ttft_ms_at_percentile": ttft, "tpot_ms_at_percentile": tpot, "met": met}
+    return TargetCheck(ttft_ms=target.ttft_ms, tpot_ms=target.tpot_ms, percentile=target.percentile,
+                       ttft_ms_at_percentile=ttft, tpot_ms_at_percentile=tpot, met=met)
 
 
 def per_mtok_usd(gpus: int, usd_per_gpu_hour: float | None, tok_s: float) -> float | None:
@@ -61,22 +61,22 @@ def per_mtok_usd(gpus: int, usd_per_gpu_hour: float | None, tok_s: float) -> flo
     return gpus * usd_per_gpu_hour / 3600.0 / tok_s * 1e6
 
 
-def planner_figures(scenario, throughput_tok_s: float, baseline_tok_s: float, load: dict, baseline_load: dict
-                    ) -> PlannerFigures:
+def planner_figures(scenario, throughput_tok_s: float, baseline_tok_s: float, load: LoadFigures,
+                    baseline_load: LoadFigures) -> PlannerFigures:
     """The planner's figures of one run and its baseline (the `planner` section of a Result)."""
     gpus = scenario.spec.parallelism.num_gpus
     price = scenario.topology.price
     usd = price.usd_per_gpu_hour if price is not None else None
-    goodput, baseline_goodput = load.get("goodput_tok_s", 0.0), baseline_load.get("goodput_tok_s", 0.0)
+    goodput, baseline_goodput = load.goodput_tok_s, baseline_load.goodput_tok_s
     return PlannerFigures(
         gpus=gpus,
         throughput_tok_s_per_gpu=throughput_tok_s / gpus,
         baseline_tok_s_per_gpu=baseline_tok_s / gpus,
         goodput_tok_s_per_gpu=goodput / gpus,
         baseline_goodput_tok_s_per_gpu=baseline_goodput / gpus,
-        target_met=(load.get("target") or {}).get("met"),
-        baseline_target_met=(baseline_load.get("target") or {}).get("met"),
-        price=price.model_dump() if price is not None else None,
+        target_met=load.target.met if load.target is not None else None,
+        baseline_target_met=baseline_load.target.met if baseline_load.target is not None else None,
+        price=GpuPrice(**price.model_dump()) if price is not None else None,
         usd_per_mtok=per_mtok_usd(gpus, usd, throughput_tok_s),
         baseline_usd_per_mtok=per_mtok_usd(gpus, usd, baseline_tok_s),
         usd_per_good_mtok=per_mtok_usd(gpus, usd, goodput))
@@ -130,7 +130,7 @@ def table_lines(result) -> list[str]:
     p, load = result.planner, result.load
     if not p:
         return []
-    target = load.get("target") or {}
+    target = load.target or {}
     pct = f"p{target.get('percentile', 0):g}"
     at = lambda key: "-" if target.get(key) is None else f"{target[key]:,.1f}"  # noqa: E731
     lines = [f"  per GPU             {p['throughput_tok_s_per_gpu']:8.1f} tok/s on {p['gpus']} GPUs; goodput "
@@ -138,8 +138,8 @@ def table_lines(result) -> list[str]:
              f"TPOT <= {target.get('tpot_ms', 0):g} ms)",
              f"    latency target    {pct} TTFT {at('ttft_ms_at_percentile')} ms, {pct} TPOT "
              f"{at('tpot_ms_at_percentile')} ms: {'met' if p['target_met'] else 'NOT met'}"] + queueing_note(load)
-    if p.get("usd_per_mtok") is not None:
-        price = p["price"]
-        lines.append(f"    cost              ${p['usd_per_mtok']:,.2f} per million output tokens at "
-                     f"${price['usd_per_gpu_hour']:g} per GPU-hour ({price['source']}, {price['as_of']})")
+    if p.usd_per_mtok is not None:
+        price = p.price
+        lines.append(f"    cost              ${p.usd_per_mtok:,.2f} per million output tokens at "
+                     f"${price.usd_per_gpu_hour:g} per GPU-hour ({price.source}, {price.as_of})")
     return lines

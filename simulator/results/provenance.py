@@ -11,6 +11,7 @@ from typing import Any
 from ..config.catalog import display_path
 from ..config.loader import Scenario
 from ..config.version import __version__
+from .sections import Provenance
 
 DRAFTERS = {"eagle3": "EAGLE-3 head", "mtp": "MTP head", "ngram": "n-gram drafter", "draft_model": "draft model",
             "suffix": "suffix decoding", "medusa": "Medusa heads", "hydra": "Hydra heads",
@@ -38,25 +39,24 @@ def kernel_source(scenario: Scenario) -> str:
     return "roofline" if roofline_reason(choice, scenario.topology.gpu) else "measured"
 
 
-def provenance(scenario: Scenario) -> dict:
+def provenance(scenario: Scenario) -> Provenance:
     """The record every output carries (JSON, CSV, trace, figure metadata, sweep rows)."""
     files = dict(scenario.files)
-    return {
-        "specsim_version": __version__,
-        "scenario": scenario.spec.name,
-        "scenario_file": _file(scenario.source),
-        "topology": scenario.topology.name,
-        "topology_file": _file(files.get("topology")),
-        "model": scenario.model.name,
-        "model_file": _file(files.get("model")),
-        "overrides": [override_text(p, v) for p, v in scenario.overrides],
-        "seed": scenario.spec.seed,
-        "fidelity": scenario.spec.fidelity,
-        "kernel_source": kernel_source(scenario),
-        "engine": scenario.engine.label() if scenario.engine is not None else None,
-        "engine_profile": _file(scenario.engine.profile_file) if scenario.engine is not None else None,
-        "description": describe(scenario),
-    }
+    return Provenance(
+        specsim_version=__version__,
+        scenario=scenario.spec.name,
+        scenario_file=_file(scenario.source),
+        topology=scenario.topology.name,
+        topology_file=_file(files.get("topology")),
+        model=scenario.model.name,
+        model_file=_file(files.get("model")),
+        overrides=tuple(override_text(p, v) for p, v in scenario.overrides),
+        seed=scenario.spec.seed,
+        fidelity=scenario.spec.fidelity,
+        kernel_source=kernel_source(scenario),
+        engine=scenario.engine.label() if scenario.engine is not None else None,
+        engine_profile=_file(scenario.engine.profile_file) if scenario.engine is not None else None,
+        description=describe(scenario))
 
 
 def _tokens(length) -> str:

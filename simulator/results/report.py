@@ -10,6 +10,7 @@ from typing import Any
 from .deployment import deployment_lines
 from .planner import table_lines as planner_lines
 from .client import client_line
+from .sections import GpuPrice, LoadFigures, PercentilesMs, Provenance, StatsMs, TargetCheck
 from .summary import BREAKDOWN, Result, merged_windows
 
 
@@ -50,17 +51,16 @@ def to_json(result: Result) -> str:
 # The CSV columns, the same for every scenario: nested sections with their fixed sub-keys (a missing section, e.g.
 # the verify statistics of a run without speculation, leaves its cells empty). Histograms, windows and other
 # variable-length parts are in the long form (`--format csv-long`) and the JSON.
-STEP_STATS = ("mean", "p50", "p99")
-PERCENTILES = ("mean", "p50", "p90", "p99")
+STEP_STATS = StatsMs._keys()  # mean, p50, p99
+PERCENTILES = PercentilesMs._keys()  # mean, p50, p90, p99
 ALLREDUCE = ("bytes", "algorithm", "protocol", "time_us", "latency_us", "algbw_GBps", "busbw_GBps")
 LOAD = {**{k: PERCENTILES for k in ("ttft_ms", "tpot_ms", "queue_ms")}, "request_throughput_rps": None,
         "goodput_rps": None, "goodput_tok_s": None, "slo_attainment": None,
-        "target": ("ttft_ms", "tpot_ms", "percentile", "ttft_ms_at_percentile", "tpot_ms_at_percentile", "met"),
+        "target": TargetCheck._keys(),
         "kv_peak_tokens": None,
         "kv_capacity_tokens": None, "kv_peak_fraction": None, "preemptions": None, "mean_batch": None,
         "max_waiting": None}
-PROVENANCE = ("specsim_version", "scenario", "scenario_file", "topology", "topology_file", "model", "model_file",
-              "overrides", "seed", "fidelity", "kernel_source", "engine", "engine_profile", "description")
+PROVENANCE = Provenance._keys()
 CSV_SHAPE: dict[str, Any] = {
     "scenario": None, "fidelity": None, "seed": None, "throughput_tok_s": None, "baseline_tok_s": None,
     "speedup": None, "mean_accept_len": None, "breakeven_accept_len": None, "tokens": None, "sim_time_s": None,
@@ -79,7 +79,7 @@ CSV_SHAPE: dict[str, Any] = {
                                      "goodput_tok_s_per_gpu", "baseline_goodput_tok_s_per_gpu", "target_met",
                                      "baseline_target_met", "usd_per_mtok", "baseline_usd_per_mtok",
                                      "usd_per_good_mtok")},
-                "price": ("usd_per_gpu_hour", "source", "as_of")},
+                "price": GpuPrice._keys()},
     "provenance": PROVENANCE,
     "deployment": ("instances", "router", "tp", "gpus", "total_tok_s"),
 }
@@ -192,13 +192,14 @@ def verdict(result: Result) -> list[str]:
 
 def _header_lines(r: Result) -> list[str]:
     """What was run: version, scenario, description, overrides, fidelity, seed, size."""
-    lines = [f"specsim {r.provenance.get('specsim_version', '')}: {r.scenario}".replace(" :", ":")]
+    p = r.provenance
+    lines = [f"specsim {p.specsim_version if p else ''}: {r.scenario}".replace(" :", ":")]
     if r.description:
         lines.append(f"  {r.description}")
-    if r.provenance.get("engine"):
-        lines.append(f"  engine {r.provenance['engine']}, profile {r.provenance.get('engine_profile')}")
-    if r.provenance.get("overrides"):
-        lines.append(f"  overrides: {'; '.join(r.provenance['overrides'])}")
+    if p and p.engine:
+        lines.append(f"  engine {p.engine}, profile {p.engine_profile}")
+    if p and p.overrides:
+        lines.append(f"  overrides: {'; '.join(p.overrides)}")
     lines.append(f"fidelity {r.fidelity}, seed {r.seed}, {r.tokens:,} tokens, simulated {r.sim_time_s:,.1f} s "
                  f"in {r.wall_time_s:.2f} s wall")
     return lines + [""]
@@ -262,7 +263,7 @@ def _policy_lines(r: Result, spec: bool) -> list[str]:
     return lines
 
 
-def _load_lines(load: dict) -> list[str]:
+def _load_lines(load: LoadFigures | None) -> list[str]:
     """Latency percentiles, queueing, KV use and goodput, when the run was loaded (batches, KV pressure)."""
     if not load or not (load.get("mean_batch", 1) > 1.01 or load.get("kv_peak_fraction", 0) > 0.5
                         or load.get("preemptions")):
@@ -277,8 +278,8 @@ def _load_lines(load: dict) -> list[str]:
             f"{load['max_waiting']}); KV cache peak {load['kv_peak_tokens']:,} of "
             f"{load['kv_capacity_tokens']:,} tokens ({load['kv_peak_fraction']:.0%})"
             + (f"; {load['preemptions']} preemptions" if load.get("preemptions") else ""),
-            f"    goodput           {load['goodput_rps']:.3f} req/s meet TTFT <= {load['target']['ttft_ms']:g} ms "
-            f"and TPOT <= {load['target']['tpot_ms']:g} ms ({load['slo_attainment']:.0%} of requests)"]
+            f"    goodput           {load['goodput_rps']:.3f} req/s meet TTFT <= {load.target.ttft_ms:g} ms "
+            f"and TPOT <= {load.target.tpot_ms:g} ms ({load['slo_attainment']:.0%} of requests)"]
 
 
 def to_table(result: Result) -> str:

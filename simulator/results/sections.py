@@ -46,7 +46,7 @@ def json_of(value: Any) -> Any:
         return {key: json_of(getattr(value, key)) for key in value._present()}
     if isinstance(value, dict):
         return {key: json_of(v) for key, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [json_of(v) for v in value]
     return value
 
@@ -118,6 +118,47 @@ class PercentilesMs(Section):
 
 
 @dataclass(frozen=True, eq=False)
+class TargetCheck(Section):
+    """The workload's latency target (results.planner.target_check): its limits (ms) and percentile, the run's TTFT
+    and TPOT at that percentile (None without such requests) and whether both are within the limits."""
+
+    ttft_ms: float
+    tpot_ms: float
+    percentile: float
+    ttft_ms_at_percentile: float | None
+    tpot_ms_at_percentile: float | None
+    met: bool
+
+
+@dataclass(frozen=True, eq=False)
+class ClientStatsMs(Section):
+    """A latency as the benchmark clients summarise it, in milliseconds: mean, median, standard deviation
+    (population), p90 and p99."""
+
+    mean: float
+    median: float
+    std: float
+    p90: float
+    p99: float
+
+
+@dataclass(frozen=True, eq=False)
+class ClientFigures(Section):
+    """What the benchmark clients report (results.client.client_metrics): TTFT, TPOT, ITL per chunk (vLLM's) and per
+    token (SGLang's), end-to-end latency and the client's own queueing (None without such requests), the output
+    throughput over the benchmark's duration and the client's concurrency cap (None without one)."""
+
+    ttft_ms: ClientStatsMs | None
+    tpot_ms: ClientStatsMs | None
+    itl_ms: ClientStatsMs | None
+    itl_per_token_ms: ClientStatsMs | None
+    e2e_latency_ms: ClientStatsMs | None
+    client_queue_ms: ClientStatsMs | None
+    output_throughput_tok_s: float
+    max_concurrency: int | None
+
+
+@dataclass(frozen=True, eq=False)
 class LoadFigures(Section):
     """A run under its load: per-request latencies (None without such requests), request throughput and goodput under
     the latency target, the target's check (results.planner.target_check), KV cache use, preemptions, batch and
@@ -130,14 +171,24 @@ class LoadFigures(Section):
     goodput_rps: float
     goodput_tok_s: float
     slo_attainment: float
-    target: dict[str, Any] | None
+    target: TargetCheck | None
     kv_peak_tokens: int
     kv_capacity_tokens: int
     kv_peak_fraction: float
     preemptions: int
     mean_batch: float
     max_waiting: int
-    client: dict[str, Any]
+    client: ClientFigures
+
+
+@dataclass(frozen=True, eq=False)
+class GpuPrice(Section):
+    """The topology's rental price of one GPU (config.topology.GPUPrice, whose fields these are): US dollars per
+    GPU-hour, where it is published and the date it was read."""
+
+    usd_per_gpu_hour: float
+    source: str
+    as_of: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,10 +204,32 @@ class PlannerFigures(Section):
     baseline_goodput_tok_s_per_gpu: float
     target_met: bool | None
     baseline_target_met: bool | None
-    price: dict[str, Any] | None
+    price: GpuPrice | None
     usd_per_mtok: float | None
     baseline_usd_per_mtok: float | None
     usd_per_good_mtok: float | None
+
+
+@dataclass(frozen=True, eq=False)
+class Provenance(Section):
+    """What was run (results.provenance.provenance): the simulator's version, the scenario, topology and model by
+    name and file (None for one not read from a file), the overrides as 'a.b=value' texts, the seed, fidelity and
+    kernel-cost source, the engine profile (None without one) and the generated one-line description."""
+
+    specsim_version: str
+    scenario: str
+    scenario_file: str | None
+    topology: str
+    topology_file: str | None
+    model: str
+    model_file: str | None
+    overrides: tuple[str, ...]
+    seed: int
+    fidelity: str
+    kernel_source: str
+    engine: str | None
+    engine_profile: str | None
+    description: str
 
 
 @dataclass(frozen=True, eq=False)

@@ -11,7 +11,7 @@ from .client import client_metrics, send_times
 from .planner import target_check
 from .quantiles import percentiles
 from .sections import (AcceptWindow, AllreduceChoices, AllreduceMs, BreakdownMs, CollectiveFigures, KernelSources, LoadFigures,
-                       PercentilesMs, PlannerFigures, PolicyFigures, SpeculationFigures, StatsMs, StepTimesMs, WhatIf,
+                       PercentilesMs, PlannerFigures, PolicyFigures, Provenance, SpeculationFigures, StatsMs, StepTimesMs, WhatIf,
                        json_of)
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ class Result:
     baseline_load: LoadFigures | None = None
     planner: PlannerFigures | None = None  # per GPU, goodput at the target, cost (results/planner.py)
     kernels: KernelSources | None = None  # which source timed each kernel family (measured/roofline)
-    provenance: dict[str, Any] = field(default_factory=dict)  # what was run (results/provenance.py)
+    provenance: Provenance | None = None  # what was run (results/provenance.py)
     collectives: CollectiveFigures = field(default_factory=CollectiveFigures)  # a wider split's, per decode pass
     deployment: DeploymentFigures | None = None  # the instances and their figures (results/deployment.py)
     run: RunSummary | None = field(default=None, repr=False, compare=False)

@@ -135,6 +135,7 @@ def record(scenario: Scenario, steps: int = 20, seed: int | None = None) -> dict
     from .summary import step_table
 
     from .provenance import provenance
+    from .sections import json_of
 
     passes: list[dict] = []
     events: list[dict] = []
@@ -164,7 +165,7 @@ def record(scenario: Scenario, steps: int = 20, seed: int | None = None) -> dict
         "displayTimeUnit": "ms",
         "otherData": {"scenario": spec.name, "seed": spec.seed if seed is None else seed, "fidelity": fidelity,
                       "steps": len(server.log), "ranks": ranks, "passes": passes,
-                      "provenance": provenance(scenario)},
+                      "provenance": json_of(provenance(scenario))},
     }
 
 

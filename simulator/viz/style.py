@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 DPI = 100
 CATEGORY_COLORS = {"compute": "#4c72b0", "memory": "#55a868", "launch": "#c44e52", "allreduce_transfer": "#8172b2",
@@ -20,19 +21,20 @@ def _pyplot():
     return plt
 
 
-def metadata(svg: bool, provenance: dict | None = None) -> dict:
+def metadata(svg: bool, provenance: Mapping | None = None) -> dict:
     """The file's metadata: which specsim made it and, for a figure of one run, that run's provenance (JSON)."""
     import json
 
     from ..config.version import __version__
+    from ..results.sections import json_of
 
     out = {"Creator" if svg else "Software": f"specsim {__version__}"}
     if provenance:
-        out["Description"] = json.dumps(provenance, sort_keys=True)
+        out["Description"] = json.dumps(json_of(provenance), sort_keys=True)
     return out
 
 
-def _save(fig, path: str, provenance: dict | None = None) -> str:
+def _save(fig, path: str, provenance: Mapping | None = None) -> str:
     from ..results.files import atomic_write
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # API callers; the CLI checked it before
