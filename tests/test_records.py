@@ -252,3 +252,21 @@ def test_a_runs_result_holds_records_at_every_depth_but_its_maps_keyed_by_data()
     topology = yaml.safe_load(open(os.path.join(ROOT, "topologies", "nvlink8_h100.yaml")))
     assert isinstance(r.planner.price, GpuPrice) and json_of(r.planner.price) == topology["price"]
     assert GpuPrice._keys() == tuple(GPUPrice.model_fields)  # the record is the configuration's price, field for field
+
+
+def test_the_allreduce_section_is_the_collective_models_record_with_its_size():
+    """The Result's all-reduce choice has `bytes` and then exactly CollectiveCost's fields, in order, with their
+    defaults: a field added to or renamed in the collective model's record reaches the section (and its JSON)."""
+    from dataclasses import fields
+
+    from simulator.hardware.collectives import CollectiveCost
+    from simulator.results.report import CSV_COLUMNS
+    from simulator.results.sections import AllreduceChoice
+
+    names = [f.name for f in fields(CollectiveCost)]
+    assert AllreduceChoice._keys() == ("bytes", *names)
+    cost = CollectiveCost("nccl_ring", "LL", 12.5, 5.0, 1.25, 2.1875)
+    choice = AllreduceChoice(4096, **cost.as_dict())
+    assert dict(choice) == {"bytes": 4096, **cost.as_dict()} and choice.implementation == cost.implementation
+    assert [c for c in CSV_COLUMNS if c.startswith("allreduce_choice.decode.")] == \
+        [f"allreduce_choice.decode.{k}" for k in ("bytes", *names) if k != "implementation"]

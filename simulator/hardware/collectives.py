@@ -8,11 +8,12 @@ NCCL; its cost is a flag round trip per phase plus the reads every rank makes fr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass
 
 from ..cache import current, key_of, stored
 from . import nccl
 from . import nccl_tables as T
+from .collective_cost import IMPLEMENTATION_CUSTOM, IMPLEMENTATION_NCCL, CollectiveCost  # noqa: F401 (re-exported)
 from .interconnect import Fabric
 
 
@@ -24,8 +25,6 @@ CUSTOM_MAX_BYTES = 8 * 1024 * 1024
 NCCL_ALGORITHMS = ("nccl_ring", "nccl_tree", "nvls")
 CUSTOM_ALGORITHMS = ("one_shot", "two_shot")
 NCCL_NAME = {"ring": "nccl_ring", "tree": "nccl_tree", "nvls": "nvls"}
-IMPLEMENTATION_NCCL = f"NCCL {T.NCCL_VERSION} cost model"
-IMPLEMENTATION_CUSTOM = "engine custom all-reduce (vLLM/SGLang), not NCCL"
 
 
 @dataclass(frozen=True)
@@ -39,20 +38,6 @@ class StepPlan:
     step_latency_us: float
     transfer_us: float
     bandwidth_GBps: float
-
-
-@dataclass(frozen=True)
-class CollectiveCost:
-    algorithm: str
-    protocol: str
-    time_us: float
-    latency_us: float
-    algbw_GBps: float
-    busbw_GBps: float
-    implementation: str = IMPLEMENTATION_NCCL
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 class NotPermitted(ValueError):

@@ -10,7 +10,7 @@ from typing import Any
 from .deployment import deployment_lines
 from .planner import table_lines as planner_lines
 from .client import client_line
-from .sections import GpuPrice, LoadFigures, PercentilesMs, Provenance, StatsMs, TargetCheck
+from .sections import AllreduceChoice, GpuPrice, LoadFigures, PercentilesMs, Provenance, StatsMs, TargetCheck
 from .summary import BREAKDOWN, Result, merged_windows
 
 
@@ -53,7 +53,7 @@ def to_json(result: Result) -> str:
 # variable-length parts are in the long form (`--format csv-long`) and the JSON.
 STEP_STATS = StatsMs._keys()  # mean, p50, p99
 PERCENTILES = PercentilesMs._keys()  # mean, p50, p90, p99
-ALLREDUCE = ("bytes", "algorithm", "protocol", "time_us", "latency_us", "algbw_GBps", "busbw_GBps")
+ALLREDUCE = tuple(k for k in AllreduceChoice._keys() if k != "implementation")  # bytes, algorithm, ..., busbw_GBps
 LOAD = {**{k: PERCENTILES for k in ("ttft_ms", "tpot_ms", "queue_ms")}, "request_throughput_rps": None,
         "goodput_rps": None, "goodput_tok_s": None, "slo_attainment": None,
         "target": TargetCheck._keys(),

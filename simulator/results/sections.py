@@ -5,8 +5,10 @@ validation (`step_ms.verify.mean`) read them as before. `json_of` turns a sectio
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Any
+
+from ..hardware.collective_cost import CollectiveCost
 
 
 class Section(Mapping):
@@ -302,19 +304,18 @@ class CollectiveFigures(Section):
     _optional = ("batch", "kinds")
 
 
-@dataclass(frozen=True, eq=False)
-class AllreduceChoice(Section):
-    """The all-reduce a layer runs at one pass's message size: its bytes and NCCL's (or the custom kernel's) choice
-    and cost there (hardware.collectives.CollectiveCost's fields)."""
+def _at_a_size(name: str, cost: type, doc: str) -> type:
+    """A section of `bytes` then the fields of the cost record `cost` (their types and defaults): one list of fields,
+    written once in the hardware layer, so the section cannot drift from what the collective model returns."""
+    def copied(f):
+        return (f.name, f.type, field(default=f.default)) if f.default is not MISSING else (f.name, f.type)
+    return make_dataclass(name, [("bytes", int), *map(copied, fields(cost))], bases=(Section,), frozen=True,
+                          eq=False, namespace={"__doc__": doc, "__module__": __name__})
 
-    bytes: int
-    algorithm: str
-    protocol: str
-    time_us: float
-    latency_us: float
-    algbw_GBps: float
-    busbw_GBps: float
-    implementation: str
+
+AllreduceChoice = _at_a_size("AllreduceChoice", CollectiveCost, """The all-reduce a layer runs at one pass's message
+    size: its bytes, then NCCL's (or the custom kernel's) choice and cost there: hardware.collective_cost.CollectiveCost's
+    fields (algorithm, protocol, time_us, latency_us, algbw_GBps, busbw_GBps, implementation).""")
 
 
 @dataclass(frozen=True, eq=False)
