@@ -4,6 +4,7 @@ from typing import Generic, Literal, Optional, TypeVar
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
+from . import rules
 from .base import Strict
 from .scenario import DecoderKernels, SpeculativeHost
 
@@ -146,11 +147,7 @@ class EngineProfile(Strict):
     eager_kernels: Optional[Sourced[ProfileKernels]] = Field(None, description=(
         "the engine's own eager kernel counts; absent: the model cards' (SGLang's)"))
 
-    @model_validator(mode="after")
-    def _has_default(self):
-        if "default" not in self.speculative_host:
-            raise ValueError("speculative_host needs a `default` entry (a model drafter's step)")
-        return self
+    _has_default = model_validator(mode="after")(rules.engine_profile_default)
 
     def inputs(self) -> dict[str, Sourced]:
         """Every sourced input by name (speculative_host's as speculative_host.<code>.<field>)."""

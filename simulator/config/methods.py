@@ -3,6 +3,7 @@ lookahead decoding, EAGLE-2's dynamic tree and self-speculation with a sparse-KV
 
 from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
+from . import rules
 from .base import Strict
 
 
@@ -38,12 +39,7 @@ class DynamicTreeConfig(Strict):
     num_draft_tokens: int = Field(8, ge=2, le=256, description="--speculative-num-draft-tokens, the root included "
                                   "(SGLang's default 8); speculation.draft_tokens must be one less")
 
-    @model_validator(mode="after")
-    def _candidates(self):
-        if self.num_draft_tokens - 1 > self.eagle_topk * self.num_steps:
-            raise ValueError(f"{self.eagle_topk} x {self.num_steps} draft candidates cannot fill num_draft_tokens "
-                             f"{self.num_draft_tokens}; allowed: num_draft_tokens <= eagle_topk x num_steps + 1")
-        return self
+    _candidates = model_validator(mode="after")(rules.dynamic_tree_candidates)
 
 
 class SparseKVConfig(Strict):

@@ -4,6 +4,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
+from . import rules
 from .base import Strict
 from .topology import Dtype
 
@@ -40,11 +41,7 @@ class GQAHeads(Strict):
     num_kv_heads: PositiveInt = Field(description="Key/value heads (cached)")
     head_dim: Dim = Field(description="Width of a head")
 
-    @model_validator(mode="after")
-    def _groups(self):
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError("num_heads must be a multiple of num_kv_heads")
-        return self
+    _groups = model_validator(mode="after")(rules.gqa_groups)
 
 
 class GQAAttention(GQAHeads):
@@ -70,11 +67,7 @@ class MoESpec(Strict):
         "Share of a token's expert choices that repeat the previous token's of the same sequence (0: independent, "
         "uniform routing); lowers the distinct experts a multi-token verify touches"))
 
-    @model_validator(mode="after")
-    def _k(self):
-        if self.experts_per_token > self.num_experts:
-            raise ValueError("experts_per_token exceeds num_experts")
-        return self
+    _k = model_validator(mode="after")(rules.moe_top_k)
 
 
 class WeightDtypes(Strict):
@@ -96,14 +89,7 @@ class WeightDtypes(Strict):
         "Each group also stores a zero point in the scale's dtype (asymmetric, e.g. gpt-fast / tinygemm's bf16 "
         "scales_and_zeros); false: symmetric, scales only"))
 
-    @model_validator(mode="after")
-    def _zero_point(self):
-        stored = {self.attention, self.dense_mlp, self.experts, self.shared_experts, self.router, self.embedding,
-                  self.lm_head}
-        if self.quant_zero_point and ("fp4" in stored or "int4" not in stored):
-            raise ValueError(f"quant_zero_point is for int4 groups; these weights are {', '.join(sorted(stored))} (a "
-                             "float format's groups carry a scale only); allowed: false, or int4 weights without fp4")
-        return self
+    _zero_point = model_validator(mode="after")(rules.weights_zero_point)
 
 
 class EagerKernels(Strict):
@@ -147,13 +133,7 @@ class ModelCard(Strict):
     mtp_layers: NonNegativeInt = Field(0, le=MAX_LAYERS, description="Multi-token-prediction modules shipped with the model (each one decoder layer)")
     draft_head: Optional[DraftHead] = Field(None, description="An EAGLE-style draft head shipped with the model")
 
-    @model_validator(mode="after")
-    def _layers(self):
-        if self.num_dense_layers > self.num_layers:
-            raise ValueError("num_dense_layers exceeds num_layers")
-        if self.num_dense_layers < self.num_layers and self.moe is None:
-            raise ValueError("layers past num_dense_layers need a moe block")
-        return self
+    _layers = model_validator(mode="after")(rules.card_layers)
 
     @property
     def num_moe_layers(self) -> int:

@@ -4,6 +4,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
+from . import rules
 from .base import Strict
 from .speculation import Acceptance, TreeShape
 
@@ -78,12 +79,7 @@ class BatchTablePolicy(Strict):
     kind: Literal["batch_table"]
     table: list[BatchRow] = Field(min_length=1, description="Rows sorted by max_batch")
 
-    @model_validator(mode="after")
-    def _sorted(self):
-        bounds = [row.max_batch for row in self.table]
-        if bounds != sorted(bounds):
-            raise ValueError("table rows must be sorted by max_batch")
-        return self
+    _sorted = model_validator(mode="after")(rules.table_sorted)
 
 
 class GoodputPolicy(Strict):
@@ -98,11 +94,7 @@ class GoodputPolicy(Strict):
     prior_weight: NonNegativeFloat = Field(4.0, description="Pseudo-observations the prior is worth")
     memory: PositiveInt = Field(256, description="Observations per depth after which old ones fade")
 
-    @model_validator(mode="after")
-    def _choices(self):
-        if any(c < 0 for c in self.choices):
-            raise ValueError("draft lengths must be >= 0")
-        return self
+    _choices = model_validator(mode="after")(rules.choices_non_negative)
 
 
 class DynamicLengthPolicy(GoodputPolicy):

@@ -4,6 +4,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
 
+from . import rules
 from .base import Strict
 from .methods import DynamicTreeConfig, HeadsConfig, LookaheadConfig, SparseKVConfig
 
@@ -101,13 +102,7 @@ class NgramDrafter(Strict):
     prompt_lookup_min: PositiveInt = Field(2, description="vLLM: shortest n-gram matched (specsim's default; vLLM asks for it)")
     prompt_lookup_max: PositiveInt = Field(5, description="vLLM: longest n-gram matched (specsim's default; vLLM asks for it)")
 
-    @model_validator(mode="after")
-    def _windows(self):
-        if not self.min_match_window <= self.max_match_window < self.branch_length:
-            raise ValueError("need min_match_window <= max_match_window < branch_length")
-        if self.min_bfs_breadth > self.max_bfs_breadth or self.prompt_lookup_min > self.prompt_lookup_max:
-            raise ValueError("need min_bfs_breadth <= max_bfs_breadth and prompt_lookup_min <= prompt_lookup_max")
-        return self
+    _windows = model_validator(mode="after")(rules.ngram_windows)
 
 
 class SuffixDrafter(Strict):
@@ -156,23 +151,4 @@ class Speculation(Strict):
 
         return resolve(value)
 
-    @model_validator(mode="after")
-    def _consistent(self):
-        if self.method not in ("none", "ngram", "suffix") and self.acceptance is None:
-            raise ValueError("a speculation method needs an acceptance model (ngram and suffix compute theirs from "
-                             "workload.corpus)")
-        if self.method == "draft_model" and self.draft_model is None:
-            raise ValueError("method draft_model needs speculation.draft_model.model")
-        self._structure()
-        return self
-
-    def _structure(self):
-        """Methods whose verify shape follows from their own settings: draft_tokens must match them."""
-        la, dt = self.lookahead, self.dynamic_tree
-        need = {"lookahead": (la.guesses * (la.ngram - 1), "lookahead.guesses x (lookahead.ngram - 1)"),
-                "eagle2": (dt.num_draft_tokens - 1, "dynamic_tree.num_draft_tokens - 1")}.get(self.method)
-        if need is not None and self.draft_tokens != need[0]:
-            raise ValueError(f"method {self.method} verifies {need[1]} = {need[0]} drafts; draft_tokens is "
-                             f"{self.draft_tokens}; allowed: draft_tokens: {need[0]}")
-        if self.method in ("lookahead", "eagle2") and self.verify != "tree":
-            raise ValueError(f"method {self.method} verifies a token tree; allowed: verify: tree")
+    _consistent = model_validator(mode="after")(rules.speculation_consistent)

@@ -4,6 +4,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, NonNegativeFloat, model_validator
 
+from . import rules
 from .base import Strict
 
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
@@ -144,43 +145,7 @@ class Fabric(Strict):
     nvls: bool = Field(default=False, description="NVSwitch multicast (NVLink SHARP) available for all-reduce")
     network: Optional[Network] = Field(None, description="The network between machines; required with network links")
 
-    @model_validator(mode="after")
-    def _check_graph(self):
-        names = [n.name for n in self.nodes]
-        if len(set(names)) != len(names):
-            raise ValueError("node names must be unique")
-        known = set(names)
-        for link in self.links:
-            for end in link.between:
-                if end not in known:
-                    raise ValueError(f"link end {end!r} is not a node name")
-            if link.between[0] == link.between[1]:
-                raise ValueError(f"link joins {link.between[0]!r} to itself")
-        if not any(n.kind == "gpu" for n in self.nodes):
-            raise ValueError("the fabric has no node of kind gpu (zero GPUs)")
-        _check_machines(self)
-        return self
-
-
-def _check_machines(fabric: "Fabric") -> None:
-    """Machines are joined only by network links, which start at a NIC; every node but a switch names its machine
-    once any does."""
-    nodes = {n.name: n for n in fabric.nodes}
-    spans = any(n.machine is not None for n in fabric.nodes) or any(n.kind == "switch" for n in fabric.nodes)
-    for node in fabric.nodes:
-        if node.kind == "switch" and node.machine is not None:
-            raise ValueError(f"node {node.name!r}: a network switch sits between machines, not in {node.machine!r}")
-        if spans and node.kind != "switch" and node.machine is None:
-            raise ValueError(f"node {node.name!r} names no machine, but the topology spans machines")
-    for link in fabric.links:
-        a, b = (nodes[end] for end in link.between)
-        if link.kind == "network":
-            if {a.kind, b.kind} - {"nic", "switch"}:
-                raise ValueError(f"network link {a.name}-{b.name} must join nics and switches (a leaf to a spine)")
-            if fabric.network is None:
-                raise ValueError("network links need fabric.network (transport, gpudirect_rdma)")
-        elif a.machine != b.machine or "switch" in (a.kind, b.kind):
-            raise ValueError(f"{link.kind} link {a.name}-{b.name} joins two machines; only network links do")
+    _check_graph = model_validator(mode="after")(rules.fabric_graph)
 
 
 class GPUPrice(Strict):

@@ -4,10 +4,11 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
+from . import rules
 from .base import Strict
 
 
-MAX_SPAN_S = 1e8  # simulated seconds a workload may span: float64 microseconds stay finer than 1 us below ~9e9 s
+MAX_SPAN_S = rules.MAX_SPAN_S
 
 
 class FixedLength(Strict):
@@ -24,11 +25,7 @@ class UniformLength(Strict):
     low: PositiveInt = Field(description="Shortest length (tokens)")
     high: PositiveInt = Field(description="Longest length (tokens)")
 
-    @model_validator(mode="after")
-    def _order(self):
-        if self.high < self.low:
-            raise ValueError("high is below low")
-        return self
+    _order = model_validator(mode="after")(rules.uniform_order)
 
 
 class LognormalLength(Strict):
@@ -79,20 +76,7 @@ class LatencyTarget(Strict):
         "typical; 100: every request)"))
 
 
-OLD_NAMES = {"concurrency": "max_running_requests"}  # workload keys renamed, old -> new (old files keep loading)
-
-
-def renamed_concurrency(data, where: str):
-    """A workload mapping with its old keys under their new names; both an old key and its new one: an error."""
-    if not isinstance(data, dict) or not any(old in data for old in OLD_NAMES):
-        return data
-    data = dict(data)
-    for old, new in OLD_NAMES.items():
-        if old in data:
-            if new in data:
-                raise ValueError(f"{where}.{old} is the old name of {where}.{new}: give only {new}")
-            data[new] = data.pop(old)
-    return data
+OLD_NAMES, renamed_concurrency = rules.OLD_NAMES, rules.renamed_concurrency  # (read from here by loader)
 
 
 class Workload(Strict):
@@ -126,8 +110,7 @@ class Workload(Strict):
     @model_validator(mode="before")
     @classmethod
     def _old_name(cls, data):
-        """`concurrency` was this key's name before the client's concurrency (max_concurrency) was modelled."""
-        return renamed_concurrency(data, "workload")
+        return rules.workload_old_names(data)  # the mirror's Workload runs the same (config/mirror_gen.py)
 
     @property
     def concurrency(self) -> int:
@@ -137,10 +120,4 @@ class Workload(Strict):
             return self.max_running_requests
         return min(self.max_running_requests, self.max_concurrency)
 
-    @model_validator(mode="after")
-    def _span(self):
-        rate = getattr(self.arrival, "rate_per_s", None)
-        if rate is not None and self.requests / rate > MAX_SPAN_S:
-            raise ValueError(f"{self.requests} requests at {rate:g} per second arrive over {self.requests / rate:.3g} "
-                             f"s, more than {MAX_SPAN_S:.0e} s (simulated microseconds lose their resolution beyond)")
-        return self
+    _span = model_validator(mode="after")(rules.workload_span)
