@@ -59,6 +59,8 @@ def agree(model: type, data, pydantic_result) -> None:
     assert fast.model_dump(mode="json") == pydantic_result.model_dump(mode="json")
     assert fast.model_dump_json() == pydantic_result.model_dump_json()
     assert fast.model_dump() == pydantic_result.model_dump()
+    assert fast.model_dump(exclude_none=True) == pydantic_result.model_dump(exclude_none=True)
+    assert fast.model_dump_json(exclude_none=True) == pydantic_result.model_dump_json(exclude_none=True)
     again = mirror_of(model)._load(copy.deepcopy(data))
     assert fast == again and _hashable(fast) == _hashable(pydantic_result)
     if _hashable(fast):
@@ -199,3 +201,85 @@ def test_floats_are_written_as_pydantic_writes_them(x):
     assert dumps_json({"a": [x, "é"], "b": {"1": True, "c": None}}) == TypeAdapter(dict).dump_json(
         {"a": [x, "é"], "b": {"1": True, "c": None}}).decode()
     assert math.isfinite(x)
+
+
+# -- the whole load, fast against pydantic's alone ------------------------------------------------------------------
+
+def _load_both(path: str):
+    """(what the fast load gives, what the load gives with every document left to pydantic): a Scenario or the
+    error's type and text."""
+    from unittest import mock
+
+    from simulator.config.loader import load_scenario
+
+    def outcome():
+        try:
+            return load_scenario(path)
+        except Exception as exc:  # noqa: BLE001 - the error itself is what is compared
+            return type(exc).__name__, str(exc)
+
+    def refuse(cls, obj, data):
+        raise Decline
+
+    fast = outcome()
+    with mock.patch.object(Plain, "_fill", classmethod(refuse)):
+        slow = outcome()
+    return fast, slow
+
+
+def same_scenario(fast, slow) -> None:
+    if isinstance(slow, tuple) or isinstance(fast, tuple):
+        assert fast == slow
+        return
+    for part in ("spec", "topology", "model", "draft_model", "gpu_as_loaded"):
+        a, b = getattr(fast, part), getattr(slow, part)
+        assert (a is None) == (b is None), part
+        if b is not None:
+            assert a.model_dump_json() == b.model_dump_json(), part
+            _same_plain(a, b, part)
+    assert (fast.engine, fast.files, fast.overrides, fast.source) == (slow.engine, slow.files, slow.overrides,
+                                                                      slow.source)
+    assert fast == slow
+
+
+def _same_plain(a, b, where) -> None:
+    """Two mirror objects alike in class, set keys and values, all the way down."""
+    if isinstance(b, Plain):
+        assert type(a) is type(b) and a.model_fields_set == b.model_fields_set, where
+        for name in b._fields:
+            _same_plain(getattr(a, name), getattr(b, name), f"{where}.{name}")
+    elif isinstance(b, (list, tuple, dict)):
+        assert type(a) is type(b) and len(a) == len(b), where
+        for key in (b if isinstance(b, dict) else range(len(b))):
+            _same_plain(a[key], b[key], f"{where}[{key}]")
+    else:
+        assert type(a) is type(b) and a == b, where
+
+
+def test_every_shipped_scenario_loads_the_same_fast_and_through_pydantic():
+    paths = []
+    for path in sorted(glob.glob(os.path.join(SCENARIOS, "**", "*.yaml"), recursive=True)):
+        with open(path) as fh:
+            doc = yaml.safe_load(fh)
+        if isinstance(doc, dict) and "parallelism" in doc and "topology" in doc:
+            paths.append(path)
+    assert len(paths) > 40
+    for path in paths:
+        fast, slow = _load_both(path)
+        assert not isinstance(fast, tuple), fast
+        same_scenario(fast, slow)
+
+
+def test_mutated_scenarios_load_the_same_fast_and_through_pydantic(tmp_path_factory):
+    from test_fuzz_scenarios import documents
+
+    @settings(max_examples=40, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(text=documents())
+    def check(text):
+        path = tmp_path_factory.mktemp("mirror") / "scenario.yaml"
+        path.write_text(text)
+        fast, slow = _load_both(str(path))
+        same_scenario(fast, slow)
+
+    check()

@@ -16,6 +16,13 @@ class Strict(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
 
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs):
+        super().__pydantic_init_subclass__(**kwargs)
+        from .mirror_base import register
+
+        register(cls)  # an isinstance on its plain-class mirror (config/mirror.py) holds for this model's objects
+
     @model_validator(mode="before")
     @classmethod
     def _no_bool_for_numbers(cls, data: Any) -> Any:

@@ -15,7 +15,7 @@ from pydantic import Field, NonNegativeInt
 
 from .base import Strict
 
-ROUTERS = ("round_robin", "least_loaded")
+from .names import ROUTERS
 
 
 class Deployment(Strict):

@@ -13,8 +13,7 @@ from pydantic import Field, PositiveInt
 
 from .base import Strict
 
-ENGINE_NAMES = ("sglang", "vllm", "trtllm", "transformers", "gpt_fast", "magicdec")
-DEFAULT_ENGINE = {"name": "sglang", "version": "0.5.9"}  # the newest SGLang profile shipped; the reference's version
+from .names import DEFAULT_ENGINE, ENGINE_NAMES  # noqa: F401  (re-exported)
 # Spec-Bench's evaluation scripts (hemingkx/Spec-Bench evaluation/inference_*.py), each a method's reference code
 SPEC_BENCH_SCRIPTS = ("inference_eagle", "inference_eagle2", "inference_eagle3", "inference_medusa", "inference_hydra",
                       "inference_lookahead", "inference_pld", "inference_sps")
@@ -98,6 +97,4 @@ Engine = Annotated[Union[SGLangEngine, VLLMEngine, TRTLLMEngine, TransformersEng
                    Field(discriminator="name")]
 
 
-def flags_of(engine) -> dict:
-    """The flags a scenario set on its engine (name and version aside): what the profile's defaults give way to."""
-    return engine.model_dump(exclude_none=True, exclude={"name", "version"})
+from .engine_profile import flags_of  # noqa: E402,F401  (re-exported: read from here)

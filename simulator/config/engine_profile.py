@@ -12,14 +12,26 @@ sets itself under `runtime:` wins over both (a what-if, never in a validation ca
 import os
 from dataclasses import dataclass
 
-from pydantic import TypeAdapter
-
-from .base import validate
-from .engine_schema import EngineProfile, Sourced  # noqa: F401  (re-exported: the profile's types, read from here)
 from .errors import ConfigError
+from .mirror_base import validate
+from .names import DEFAULT_ENGINE
 
 
-def _with_ngram_host(spec, profile: EngineProfile) -> tuple:
+def __getattr__(name: str):
+    """The profile's pydantic types (EngineProfile, Sourced), read from here, imported when first asked for."""
+    if name in ("EngineProfile", "Sourced"):
+        from . import engine_schema
+
+        return getattr(engine_schema, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def flags_of(engine) -> dict:
+    """The flags a scenario set on its engine (name and version aside): what the profile's defaults give way to."""
+    return engine.model_dump(exclude_none=True, exclude={"name", "version"})
+
+
+def _with_ngram_host(spec, profile) -> tuple:
     """The spec with the profile's n-gram host costs where its speculation.ngram does not set them, and the keys
     taken (dotted)."""
     if profile.ngram_host is None:
@@ -48,8 +60,9 @@ def known_versions(name: str) -> list[str]:
     return sorted(os.path.splitext(f)[0] for f in os.listdir(folder) if f.endswith(".yaml"))
 
 
-def load_profile(name: str, version: str, referrer: str = "<scenario>") -> tuple[EngineProfile, str]:
+def load_profile(name: str, version: str, referrer: str = "<scenario>") -> tuple:
     """The profile of an engine release and its file; a version without one is a one-line error naming those there."""
+    from .mirror import EngineProfile
     from .yaml_files import read_yaml
 
     path = profile_path(name, version)
@@ -63,7 +76,7 @@ def load_profile(name: str, version: str, referrer: str = "<scenario>") -> tuple
     return profile, path
 
 
-def captured_sizes(profile: EngineProfile, flags: dict, gpu_memory_GB: float, tp: int) -> list[int] | None:
+def captured_sizes(profile, flags: dict, gpu_memory_GB: float, tp: int) -> list[int] | None:
     """The batch sizes the speculative graphs are captured at on this machine (None: every size, no padding)."""
     explicit = flags.get("cuda_graph_bs") or flags.get("cuda_graph_sizes") or \
         (flags.get("cuda_graph_config") or {}).get("batch_sizes")
@@ -83,7 +96,7 @@ def captured_sizes(profile: EngineProfile, flags: dict, gpu_memory_GB: float, tp
     return sorted(b for b in sizes if b <= max_bs) or [max_bs]
 
 
-def runtime_defaults(profile: EngineProfile, flags: dict, gpu_memory_GB: float, tp: int, method: str = "none") -> dict:
+def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method: str = "none") -> dict:
     """The runtime keys this engine release runs a scenario with, its flags applied (runtime: keys set in the
     scenario itself override these). `method`: the drafter, whose path through the engine (EngineProfile.host_work) sets the
     speculative step's host work."""
@@ -148,12 +161,12 @@ class EngineRun:
 def apply_engine(spec, topology, file: str, user_keys=None):
     """(the spec with its runtime resolved under its engine's profile, EngineRun). `user_keys`: the runtime keys the
     scenario set itself (default: those its runtime: mapping holds)."""
-    from .engine import DEFAULT_ENGINE, Engine, flags_of
-    from .scenario import Runtime
+    from .mirror import Runtime, ScenarioSpec
+    from .mirror_base import load_field
 
     engine, named = spec.engine, spec.engine is not None
     if engine is None:
-        engine = TypeAdapter(Engine).validate_python(DEFAULT_ENGINE)
+        engine = load_field(ScenarioSpec, "engine", DEFAULT_ENGINE)
     profile, path = load_profile(engine.name, engine.version, file)
     defaults = runtime_defaults(profile, flags_of(engine), topology.gpu.memory_GB, spec.parallelism.tp,
                                 spec.speculation.method)

@@ -6,10 +6,11 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from . import rules
 from .base import Strict
+from .surface import EngineProfileSurface, HostWorkSurface
 from .scenario import DecoderKernels, SpeculativeHost
 
 T = TypeVar("T")
-SOURCE_KINDS = ("counted", "measured", "fitted", "estimated")
+from .names import SOURCE_KINDS
 
 
 class Sourced(Strict, Generic[T]):
@@ -55,7 +56,7 @@ class CustomAllReduce(Strict):
     pcie_max_gpus: PositiveInt = Field(description="on a fabric without NVLink between all GPUs, at most this many")
 
 
-class HostWork(Strict):
+class HostWork(HostWorkSurface, Strict):
     """One drafter code's host work around a speculative step (SpeculativeHost's fields), each input with its
     source; a field left out is zero."""
 
@@ -67,12 +68,6 @@ class HostWork(Strict):
     per_draft_token_us: Optional[Sourced[float]] = None
     per_accepted_token_us: Optional[Sourced[float]] = None
     stop_check_us: Optional[Sourced[float]] = None
-
-    def sourced(self) -> dict[str, Sourced]:
-        return {name: getattr(self, name) for name in type(self).model_fields if getattr(self, name) is not None}
-
-    def value(self) -> SpeculativeHost:
-        return SpeculativeHost(**{name: item.value for name, item in self.sourced().items()})
 
 
 class NgramHost(Strict):
@@ -114,7 +109,7 @@ class ProfileKernels(Strict):
         "decoder's tree_attention"))
 
 
-class EngineProfile(Strict):
+class EngineProfile(EngineProfileSurface, Strict):
     """Every engine-side input of one engine release."""
 
     engine: Literal["sglang", "vllm", "trtllm", "transformers", "gpt_fast", "magicdec"]
@@ -148,15 +143,3 @@ class EngineProfile(Strict):
         "the engine's own eager kernel counts; absent: the model cards' (SGLang's)"))
 
     _has_default = model_validator(mode="after")(rules.engine_profile_default)
-
-    def inputs(self) -> dict[str, Sourced]:
-        """Every sourced input by name (speculative_host's as speculative_host.<code>.<field>)."""
-        out = {name: getattr(self, name) for name in type(self).model_fields if isinstance(getattr(self, name), Sourced)}
-        for code, work in self.speculative_host.items():
-            out.update({f"speculative_host.{code}.{name}": item for name, item in work.sourced().items()})
-        return out
-
-    def host_work(self, code: str, method: str) -> SpeculativeHost:
-        """The speculative step's host work of the drafter's code: its own entry, else its method's, else default."""
-        table = self.speculative_host
-        return table.get(code, table.get(method, table["default"])).value()

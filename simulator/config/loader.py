@@ -9,13 +9,12 @@ from typing import Any, Iterable, Mapping
 from .catalog import read_kind
 from .errors import ConfigError
 from .paths import set_path, split_path  # noqa: F401  (re-exported: the one reading of a dotted path)
-from .base import validate
-from .workload import OLD_NAMES, renamed_concurrency
-from .model_card import ModelCard
+from .mirror_base import validate  # the plain-class mirror where it takes the document, else pydantic (config/mirror.py)
+from .rules import OLD_NAMES, renamed_concurrency
 from .checks import check
 from .engine_profile import EngineRun, apply_engine
-from .scenario import ScenarioSpec
-from .topology import GPUSpec, Topology, board_gpu, gpu_of, what_if_gpu
+from .gpus import board_gpu, gpu_of, what_if_gpu
+from .mirror import GPUSpec, ModelCard, ScenarioSpec, Topology
 from .yaml_files import parse_override, read_yaml  # noqa: F401  (re-exported: read_yaml is read from here by tests)
 
 
@@ -141,7 +140,8 @@ def _is_cluster(data: Any) -> bool:
 
 def _generated_cluster(data: dict, file: str, base_dir: str) -> tuple[dict, str]:
     """A generated cluster's topology mapping, and the name to report its errors against."""
-    from .cluster import Cluster, generate  # only scenarios that generate a cluster build its classes
+    from .cluster import generate  # only scenarios that generate a cluster build its classes
+    from .mirror import Cluster
 
     cluster = validate(Cluster, data, file, "topology")
     try:

@@ -4,470 +4,564 @@ models (`python -m simulator.config.mirror_gen`); do not edit (tests/test_mirror
 from .mirror_base import (_MISSING, AnyJSON, Bool, Dict, Either, Float, Int, List, Lit, Model, NoneOnly,
                           Plain, Str, Tagged, Tuple, NoLibrary)
 from . import rules
+from .surface import EngineProfileSurface, HostWorkSurface, ModelCardSurface, ParallelismSurface, TopologySurface, WorkloadSurface
 
 class LibraryEntry(Plain):
     __slots__ = ('drafter', 'target', 'dataset', 'source', 'accept_lengths', 'note')
     _fields = ('drafter', 'target', 'dataset', 'source', 'accept_lengths', 'note')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.acceptance_library', 'LibraryEntry')
 
 class Cluster(Plain):
     __slots__ = ('node', 'nodes', 'network', 'name')
     _fields = ('node', 'nodes', 'network', 'name')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.cluster', 'Cluster')
 
 class ClusterNetwork(Plain):
     __slots__ = ('kind', 'nic_GBps', 'nics', 'transport', 'nics_per_leaf', 'latency_us')
     _fields = ('kind', 'nic_GBps', 'nics', 'transport', 'nics_per_leaf', 'latency_us')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.cluster', 'ClusterNetwork')
 
 class Deployment(Plain):
     __slots__ = ('router', 'prefill_instances')
     _fields = ('router', 'prefill_instances')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.deployment', 'Deployment')
 
 class TRTLLMCudaGraphConfig(Plain):
     __slots__ = ('max_batch_size', 'batch_sizes', 'enable_padding')
     _fields = ('max_batch_size', 'batch_sizes', 'enable_padding')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine', 'TRTLLMCudaGraphConfig')
 
 class _EngineBase(Plain):
     __slots__ = ('version',)
     _fields = ('version',)
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine', '_EngineBase')
 
 class GptFastEngine(_EngineBase):
     __slots__ = ('name', 'compile')
     _fields = ('version', 'name', 'compile')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine', 'GptFastEngine')
 
 class MagicDecEngine(_EngineBase):
     __slots__ = ('name',)
     _fields = ('version', 'name')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine', 'MagicDecEngine')
 
 class SGLangEngine(_EngineBase):
     __slots__ = ('name', 'disable_overlap_schedule', 'disable_cuda_graph', 'cuda_graph_max_bs', 'cuda_graph_bs', 'disable_cuda_graph_padding', 'disable_custom_all_reduce', 'enable_flashinfer_allreduce_fusion', 'mem_fraction_static')
     _fields = ('version', 'name', 'disable_overlap_schedule', 'disable_cuda_graph', 'cuda_graph_max_bs', 'cuda_graph_bs', 'disable_cuda_graph_padding', 'disable_custom_all_reduce', 'enable_flashinfer_allreduce_fusion', 'mem_fraction_static')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine', 'SGLangEngine')
 
 class TRTLLMEngine(_EngineBase):
     __slots__ = ('name', 'disable_overlap_scheduler', 'cuda_graph_config', 'free_gpu_memory_fraction')
     _fields = ('version', 'name', 'disable_overlap_scheduler', 'cuda_graph_config', 'free_gpu_memory_fraction')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine', 'TRTLLMEngine')
 
 class TransformersEngine(_EngineBase):
     __slots__ = ('name', 'script')
     _fields = ('version', 'name', 'script')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine', 'TransformersEngine')
 
 class VLLMEngine(_EngineBase):
     __slots__ = ('name', 'enforce_eager', 'cuda_graph_sizes', 'disable_custom_all_reduce', 'async_scheduling', 'gpu_memory_utilization')
     _fields = ('version', 'name', 'enforce_eager', 'cuda_graph_sizes', 'disable_custom_all_reduce', 'async_scheduling', 'gpu_memory_utilization')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine', 'VLLMEngine')
 
 class BatchRange(Plain):
     __slots__ = ('start', 'stop', 'step')
     _fields = ('start', 'stop', 'step')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'BatchRange')
 
 class CapturedPasses(Plain):
     __slots__ = ('decode', 'target_verify', 'draft', 'draft_extend')
     _fields = ('decode', 'target_verify', 'draft', 'draft_extend')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'CapturedPasses')
 
 class CustomAllReduce(Plain):
     __slots__ = ('kernel', 'one_shot_max_bytes', 'max_bytes', 'pcie_max_gpus')
     _fields = ('kernel', 'one_shot_max_bytes', 'max_bytes', 'pcie_max_gpus')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'CustomAllReduce')
 
-class EngineProfile(Plain):
+class EngineProfile(EngineProfileSurface, Plain):
     __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'kernel_database', 'ngram_host', 'eager_launch_us', 'eager_kernels')
     _fields = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'kernel_database', 'ngram_host', 'eager_launch_us', 'eager_kernels')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'EngineProfile')
 
-class HostWork(Plain):
+class HostWork(HostWorkSurface, Plain):
     __slots__ = ('eager_ops', 'eager_ops_per_draft_step', 'eager_ops_per_accepted_token', 'syncs', 'per_request_us', 'per_draft_token_us', 'per_accepted_token_us', 'stop_check_us')
     _fields = ('eager_ops', 'eager_ops_per_draft_step', 'eager_ops_per_accepted_token', 'syncs', 'per_request_us', 'per_draft_token_us', 'per_accepted_token_us', 'stop_check_us')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'HostWork')
 
 class KernelDatabase(Plain):
     __slots__ = ('engine', 'version')
     _fields = ('engine', 'version')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'KernelDatabase')
 
 class MaxBatchTier(Plain):
     __slots__ = ('gpu_memory_below_GB', 'tp_below', 'max_bs')
     _fields = ('gpu_memory_below_GB', 'tp_below', 'max_bs')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'MaxBatchTier')
 
 class NgramHost(Plain):
     __slots__ = ('host_us_per_step', 'host_us_per_request', 'host_us_per_node')
     _fields = ('host_us_per_step', 'host_us_per_request', 'host_us_per_node')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'NgramHost')
 
 class ProfileKernels(Plain):
     __slots__ = ('decoder', 'draft_head', 'draft_head_by_code', 'tree_attention_by_code')
     _fields = ('decoder', 'draft_head', 'draft_head_by_code', 'tree_attention_by_code')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'ProfileKernels')
 
 class QuantisedGemm(Plain):
     __slots__ = ('gemm', 'activation_quant', 'activation_quant_kernels')
     _fields = ('gemm', 'activation_quant', 'activation_quant_kernels')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'QuantisedGemm')
 
 class Sourced(Plain):
     __slots__ = ('value', 'kind', 'source')
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced')
 
 class Sourced_Annotated_int_Ge(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[Annotated[int, Ge]]')
 
 class Sourced_CapturedPasses(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[CapturedPasses]')
 
 class Sourced_KernelDatabase(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[KernelDatabase]')
 
 class Sourced_Literal_fixed_proposed(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', "Sourced[Literal['fixed', 'proposed']]")
 
 class Sourced_NgramHost(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[NgramHost]')
 
 class Sourced_ProfileKernels(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[ProfileKernels]')
 
 class Sourced_Union_CustomAllReduce_NoneType(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[Union[CustomAllReduce, NoneType]]')
 
 class Sourced_Union_float_NoneType(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[Union[float, NoneType]]')
 
 class Sourced_bool(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[bool]')
 
 class Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', "Sourced[dict[Literal['fp8', 'fp8_block', 'fp4', 'int8', 'int4'], QuantisedGemm]]")
 
 class Sourced_dict_str_str(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[dict[str, str]]')
 
 class Sourced_float(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[float]')
 
 class Sourced_list_BatchRange(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[list[BatchRange]]')
 
 class Sourced_list_MaxBatchTier(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[list[MaxBatchTier]]')
 
 class DynamicTreeConfig(Plain):
     __slots__ = ('eagle_topk', 'num_steps', 'num_draft_tokens')
     _fields = ('eagle_topk', 'num_steps', 'num_draft_tokens')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.methods', 'DynamicTreeConfig')
 
 class HeadsConfig(Plain):
     __slots__ = ('num_heads', 'num_layers')
     _fields = ('num_heads', 'num_layers')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.methods', 'HeadsConfig')
 
 class LookaheadConfig(Plain):
     __slots__ = ('window', 'ngram', 'guesses', 'host_us_per_step', 'host_us_per_request')
     _fields = ('window', 'ngram', 'guesses', 'host_us_per_step', 'host_us_per_request')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.methods', 'LookaheadConfig')
 
 class SparseKVConfig(Plain):
     __slots__ = ('kv_budget_tokens',)
     _fields = ('kv_budget_tokens',)
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.methods', 'SparseKVConfig')
 
 class EagerKernels(Plain):
     __slots__ = ('attention', 'dense_mlp', 'moe', 'per_pass', 'verify_per_pass', 'tree_attention', 'attention_fused', 'moe_fused')
     _fields = ('attention', 'dense_mlp', 'moe', 'per_pass', 'verify_per_pass', 'tree_attention', 'attention_fused', 'moe_fused')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.model_card', 'EagerKernels')
 
 class GQAHeads(Plain):
     __slots__ = ('num_heads', 'num_kv_heads', 'head_dim')
     _fields = ('num_heads', 'num_kv_heads', 'head_dim')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.model_card', 'GQAHeads')
 
 class DraftHead(GQAHeads):
     __slots__ = ('num_layers', 'intermediate_size', 'draft_vocab_size')
     _fields = ('num_heads', 'num_kv_heads', 'head_dim', 'num_layers', 'intermediate_size', 'draft_vocab_size')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.model_card', 'DraftHead')
 
 class GQAAttention(GQAHeads):
     __slots__ = ('kind',)
     _fields = ('num_heads', 'num_kv_heads', 'head_dim', 'kind')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.model_card', 'GQAAttention')
 
 class MLAAttention(Plain):
     __slots__ = ('kind', 'num_heads', 'q_lora_rank', 'kv_lora_rank', 'qk_nope_head_dim', 'qk_rope_head_dim', 'v_head_dim')
     _fields = ('kind', 'num_heads', 'q_lora_rank', 'kv_lora_rank', 'qk_nope_head_dim', 'qk_rope_head_dim', 'v_head_dim')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.model_card', 'MLAAttention')
 
 class MoESpec(Plain):
     __slots__ = ('num_experts', 'experts_per_token', 'num_shared_experts', 'intermediate_size', 'shared_experts_overlap', 'routing_locality')
     _fields = ('num_experts', 'experts_per_token', 'num_shared_experts', 'intermediate_size', 'shared_experts_overlap', 'routing_locality')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.model_card', 'MoESpec')
 
-class ModelCard(Plain):
+class ModelCard(ModelCardSurface, Plain):
     __slots__ = ('name', 'num_layers', 'num_dense_layers', 'hidden_size', 'vocab_size', 'attention', 'dense_intermediate_size', 'moe', 'weights', 'activation_dtype', 'kv_cache_dtype', 'kernels', 'mtp_layers', 'draft_head')
     _fields = ('name', 'num_layers', 'num_dense_layers', 'hidden_size', 'vocab_size', 'attention', 'dense_intermediate_size', 'moe', 'weights', 'activation_dtype', 'kv_cache_dtype', 'kernels', 'mtp_layers', 'draft_head')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.model_card', 'ModelCard')
 
 class WeightDtypes(Plain):
     __slots__ = ('attention', 'dense_mlp', 'experts', 'shared_experts', 'router', 'embedding', 'lm_head', 'quant_group_size', 'quant_scale_dtype', 'quant_zero_point')
     _fields = ('attention', 'dense_mlp', 'experts', 'shared_experts', 'router', 'embedding', 'lm_head', 'quant_group_size', 'quant_scale_dtype', 'quant_zero_point')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.model_card', 'WeightDtypes')
 
-class Parallelism(Plain):
+class Parallelism(ParallelismSurface, Plain):
     __slots__ = ('tp', 'dp', 'ep', 'pp', 'dp_attention', 'gpus')
     _fields = ('tp', 'dp', 'ep', 'pp', 'dp_attention', 'gpus')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.parallelism', 'Parallelism')
 
 class AdaptiveLengthPolicy(Plain):
     __slots__ = ('kind', 'choices', 'ema_alpha', 'spare')
     _fields = ('kind', 'choices', 'ema_alpha', 'spare')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.policy', 'AdaptiveLengthPolicy')
 
 class BatchRow(Plain):
     __slots__ = ('max_batch', 'draft_tokens')
     _fields = ('max_batch', 'draft_tokens')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.policy', 'BatchRow')
 
 class BatchTablePolicy(Plain):
     __slots__ = ('kind', 'table')
     _fields = ('kind', 'table')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.policy', 'BatchTablePolicy')
 
 class BatchThresholdPolicy(Plain):
     __slots__ = ('kind', 'max_batch')
     _fields = ('kind', 'max_batch')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.policy', 'BatchThresholdPolicy')
 
 class FallbackDrafter(Plain):
     __slots__ = ('method', 'draft_tokens', 'verify', 'tree', 'acceptance')
     _fields = ('method', 'draft_tokens', 'verify', 'tree', 'acceptance')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.policy', 'FallbackDrafter')
 
 class GoodputPolicy(Plain):
     __slots__ = ('kind', 'choices', 'prior_acceptance', 'prior_weight', 'memory')
     _fields = ('kind', 'choices', 'prior_acceptance', 'prior_weight', 'memory')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.policy', 'GoodputPolicy')
 
 class DynamicLengthPolicy(GoodputPolicy):
     __slots__ = ('max_graph_tokens',)
     _fields = ('kind', 'choices', 'prior_acceptance', 'prior_weight', 'memory', 'max_graph_tokens')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.policy', 'DynamicLengthPolicy')
 
 class HybridPolicy(Plain):
     __slots__ = ('kind', 'estimator', 'ema_alpha', 'window', 'hysteresis', 'probe_every', 'max_probe_every', 'probe_alpha')
     _fields = ('kind', 'estimator', 'ema_alpha', 'window', 'hysteresis', 'probe_every', 'max_probe_every', 'probe_alpha')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.policy', 'HybridPolicy')
 
 class MultiDrafterPolicy(Plain):
     __slots__ = ('kind', 'min_match_tokens', 'fallback')
     _fields = ('kind', 'min_match_tokens', 'fallback')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.policy', 'MultiDrafterPolicy')
 
 class StaticPolicy(Plain):
     __slots__ = ('kind',)
     _fields = ('kind',)
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.policy', 'StaticPolicy')
 
 class DecoderKernels(Plain):
     __slots__ = ('attention', 'dense_mlp', 'per_pass', 'verify_per_pass', 'tree_attention')
     _fields = ('attention', 'dense_mlp', 'per_pass', 'verify_per_pass', 'tree_attention')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'DecoderKernels')
 
 class EngineKernels(Plain):
     __slots__ = ('decoder', 'draft_head')
     _fields = ('decoder', 'draft_head')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'EngineKernels')
 
 class Runtime(Plain):
     __slots__ = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'speculative_host', 'verify_tokens', 'kernels', 'ep_backend', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
     _fields = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'speculative_host', 'verify_tokens', 'kernels', 'ep_backend', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'Runtime')
 
 class ScenarioSpec(Plain):
     __slots__ = ('name', 'description', 'topology', 'model', 'parallelism', 'engine', 'deployment', 'runtime', 'workload', 'speculation', 'policy', 'seed', 'fidelity')
     _fields = ('name', 'description', 'topology', 'model', 'parallelism', 'engine', 'deployment', 'runtime', 'workload', 'speculation', 'policy', 'seed', 'fidelity')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'ScenarioSpec')
 
 class SpeculativeHost(Plain):
     __slots__ = ('eager_ops', 'eager_ops_per_draft_step', 'eager_ops_per_accepted_token', 'syncs', 'per_request_us', 'per_draft_token_us', 'per_accepted_token_us', 'stop_check_us')
     _fields = ('eager_ops', 'eager_ops_per_draft_step', 'eager_ops_per_accepted_token', 'syncs', 'per_request_us', 'per_draft_token_us', 'per_accepted_token_us', 'stop_check_us')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'SpeculativeHost')
 
 class BurstyAcceptance(Plain):
     __slots__ = ('kind', 'easy', 'hard', 'mean_easy_tokens', 'mean_hard_tokens', 'start_easy')
     _fields = ('kind', 'easy', 'hard', 'mean_easy_tokens', 'mean_hard_tokens', 'start_easy')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.speculation', 'BurstyAcceptance')
 
 class DraftModel(Plain):
     __slots__ = ('model',)
     _fields = ('model',)
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.speculation', 'DraftModel')
 
 class IIDAcceptance(Plain):
     __slots__ = ('kind', 'alpha')
     _fields = ('kind', 'alpha')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.speculation', 'IIDAcceptance')
 
 class NgramContextAcceptance(Plain):
     __slots__ = ('kind', 'repetitiveness', 'warmup_tokens', 'mean_copy_tokens', 'novel_gain', 'copying', 'novel')
     _fields = ('kind', 'repetitiveness', 'warmup_tokens', 'mean_copy_tokens', 'novel_gain', 'copying', 'novel')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.speculation', 'NgramContextAcceptance')
 
 class NgramDrafter(Plain):
     __slots__ = ('host_us_per_step', 'host_us_per_request', 'host_us_per_node', 'algorithm', 'branch_length', 'min_match_window', 'max_match_window', 'min_bfs_breadth', 'max_bfs_breadth', 'prompt_lookup_min', 'prompt_lookup_max')
     _fields = ('host_us_per_step', 'host_us_per_request', 'host_us_per_node', 'algorithm', 'branch_length', 'min_match_window', 'max_match_window', 'min_bfs_breadth', 'max_bfs_breadth', 'prompt_lookup_min', 'prompt_lookup_max')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.speculation', 'NgramDrafter')
 
 class PositionalAcceptance(Plain):
     __slots__ = ('kind', 'probs', 'sibling_decay', 'repeat_last')
     _fields = ('kind', 'probs', 'sibling_decay', 'repeat_last')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.speculation', 'PositionalAcceptance')
 
 class Regime(Plain):
     __slots__ = ('probs', 'sibling_decay')
     _fields = ('probs', 'sibling_decay')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.speculation', 'Regime')
 
 class Speculation(Plain):
     __slots__ = ('method', 'draft_tokens', 'verify', 'tree', 'acceptance', 'ngram', 'suffix', 'draft_model', 'heads', 'lookahead', 'dynamic_tree', 'sparse_kv')
     _fields = ('method', 'draft_tokens', 'verify', 'tree', 'acceptance', 'ngram', 'suffix', 'draft_model', 'heads', 'lookahead', 'dynamic_tree', 'sparse_kv')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.speculation', 'Speculation')
 
 class SuffixDrafter(Plain):
     __slots__ = ('max_tree_depth', 'max_spec_factor', 'max_spec_offset', 'min_token_prob', 'cache_requests', 'host_us_per_step', 'host_us_per_request', 'host_us_per_node')
     _fields = ('max_tree_depth', 'max_spec_factor', 'max_spec_offset', 'min_token_prob', 'cache_requests', 'host_us_per_step', 'host_us_per_request', 'host_us_per_node')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.speculation', 'SuffixDrafter')
 
 class TraceAcceptance(Plain):
     __slots__ = ('kind', 'file', 'column')
     _fields = ('kind', 'file', 'column')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.speculation', 'TraceAcceptance')
 
 class TreeShape(Plain):
     __slots__ = ('kind', 'k', 'depth', 'parents')
     _fields = ('kind', 'k', 'depth', 'parents')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.speculation', 'TreeShape')
 
 class Fabric(Plain):
     __slots__ = ('nodes', 'links', 'p2p_level', 'shm_hop_latency_us', 'nvls', 'network')
     _fields = ('nodes', 'links', 'p2p_level', 'shm_hop_latency_us', 'nvls', 'network')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.topology', 'Fabric')
 
 class FabricLink(Plain):
     __slots__ = ('between', 'kind', 'bandwidth_GBps', 'latency_us')
     _fields = ('between', 'kind', 'bandwidth_GBps', 'latency_us')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.topology', 'FabricLink')
 
 class FabricNode(Plain):
     __slots__ = ('name', 'kind', 'machine')
     _fields = ('name', 'kind', 'machine')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.topology', 'FabricNode')
 
 class GPUPrice(Plain):
     __slots__ = ('usd_per_gpu_hour', 'source', 'as_of')
     _fields = ('usd_per_gpu_hour', 'source', 'as_of')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.topology', 'GPUPrice')
 
 class GPUSpec(Plain):
     __slots__ = ('name', 'memory_GB', 'memory_bandwidth_GBps', 'memory_efficiency', 'read_bandwidth_GBps', 'peak_TFLOPS', 'compute_efficiency', 'kernel_floor_us', 'num_sms', 'roofline', 'kernel_database', 'sm_version')
     _fields = ('name', 'memory_GB', 'memory_bandwidth_GBps', 'memory_efficiency', 'read_bandwidth_GBps', 'peak_TFLOPS', 'compute_efficiency', 'kernel_floor_us', 'num_sms', 'roofline', 'kernel_database', 'sm_version')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.topology', 'GPUSpec')
 
 class HostSpec(Plain):
     __slots__ = ('eager_launch_us', 'launch_jitter_cv', 'rank_skew_cv', 'graph_launch_us', 'graph_node_us', 'step_overhead_us', 'sync_us')
     _fields = ('eager_launch_us', 'launch_jitter_cv', 'rank_skew_cv', 'graph_launch_us', 'graph_node_us', 'step_overhead_us', 'sync_us')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.topology', 'HostSpec')
 
 class KernelEfficiency(Plain):
     __slots__ = ('memory_efficiency', 'compute_efficiency', 'overhead_us', 'wave_us')
     _fields = ('memory_efficiency', 'compute_efficiency', 'overhead_us', 'wave_us')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.topology', 'KernelEfficiency')
 
 class Network(Plain):
     __slots__ = ('transport', 'gpudirect_rdma')
     _fields = ('transport', 'gpudirect_rdma')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.topology', 'Network')
 
-class Topology(Plain):
+class Topology(TopologySurface, Plain):
     __slots__ = ('name', 'description', 'gpu', 'host', 'fabric', 'price')
     _fields = ('name', 'description', 'gpu', 'host', 'fabric', 'price')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.topology', 'Topology')
 
 class AllAtOnce(Plain):
     __slots__ = ('kind',)
     _fields = ('kind',)
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.workload', 'AllAtOnce')
 
 class ArrivalTrace(Plain):
     __slots__ = ('kind', 'file')
     _fields = ('kind', 'file')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.workload', 'ArrivalTrace')
 
 class FixedLength(Plain):
     __slots__ = ('kind', 'value')
     _fields = ('kind', 'value')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.workload', 'FixedLength')
 
 class LatencyTarget(Plain):
     __slots__ = ('ttft_ms', 'tpot_ms', 'percentile')
     _fields = ('ttft_ms', 'tpot_ms', 'percentile')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.workload', 'LatencyTarget')
 
 class LognormalLength(Plain):
     __slots__ = ('kind', 'median', 'sigma', 'max')
     _fields = ('kind', 'median', 'sigma', 'max')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.workload', 'LognormalLength')
 
 class RateArrivals(Plain):
     __slots__ = ('kind', 'rate_per_s')
     _fields = ('kind', 'rate_per_s')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.workload', 'RateArrivals')
 
 class UniformLength(Plain):
     __slots__ = ('kind', 'low', 'high')
     _fields = ('kind', 'low', 'high')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.workload', 'UniformLength')
 
-class Workload(Plain):
+class Workload(WorkloadSurface, Plain):
     __slots__ = ('requests', 'arrival', 'prompt_tokens', 'output_tokens', 'max_running_requests', 'max_concurrency', 'stop_strings', 'max_prefill_tokens', 'kv_overflow', 'target', 'seed_offset', 'corpus', 'corpus_stream')
     _fields = ('requests', 'arrival', 'prompt_tokens', 'output_tokens', 'max_running_requests', 'max_concurrency', 'stop_strings', 'max_prefill_tokens', 'kv_overflow', 'target', 'seed_offset', 'corpus', 'corpus_stream')
+    model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.workload', 'Workload')
 
 

@@ -4,9 +4,11 @@ strict models accept. A checker that meets anything it does not know raises Decl
 which reports today's error (or builds the model, the schema of record). No pydantic import here."""
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
+from abc import ABCMeta
 from typing import Any, Callable
 
 
@@ -17,11 +19,16 @@ class Decline(Exception):
 _MISSING = object()
 
 
-class Plain:
-    """A frozen, slotted configuration object with the surface of a frozen pydantic model that the code reads."""
+class Plain(metaclass=ABCMeta):
+    """A frozen, slotted configuration object with the surface of a frozen pydantic model that the code reads. The
+    pydantic model of the same name registers as a virtual subclass (config/base.py), so an `isinstance` on a mirror
+    class holds for both; `Cls(**values)` validates as the model's constructor does (pydantic where the mirror
+    declines, its error unchanged)."""
 
     __slots__ = ("model_fields_set",)
     _fields: tuple[str, ...] = ()
+    _pydantic: tuple[str, str] = ("", "")  # the model's module and qualified name
+    _pyd_cls = None  # the model itself, once its module is imported
     _checks: tuple = ()  # (name, checker, default or _MISSING, default factory or None) per field
     _rules: tuple = ()  # after-validators (config/rules.py), in pydantic's order
     _before: Callable | None = None  # a before-validator of the whole mapping (or None)
@@ -32,10 +39,33 @@ class Plain:
     def __delattr__(self, name):
         raise TypeError(f"{type(self).__name__} is frozen")
 
+    def __init__(self, **data):
+        try:
+            type(self)._fill(self, data)
+        except Decline:
+            _copy_into(self, self._pydantic_model()(**data))  # pydantic's ValidationError where it refuses
+
+    @classmethod
+    def model_validate(cls, data: Any) -> "Plain":
+        """pydantic's model_validate: the mirror's object, or pydantic's ValidationError where it refuses."""
+        try:
+            return cls._load(data)
+        except Decline:
+            return from_pydantic(cls._pydantic_model().model_validate(data))
+
+    @classmethod
+    def _pydantic_model(cls):
+        if cls._pyd_cls is None:
+            importlib.import_module(cls._pydantic[0])  # its classes register with the mirror (config/base.py)
+        return cls._pyd_cls
+
     def __eq__(self, other):
-        if type(other) is not type(self):
+        if type(other) is not type(self) and type(other) is not type(self)._pyd_cls:
             return NotImplemented
         return all(getattr(self, f) == getattr(other, f) for f in self._fields)
+
+    def __str__(self):
+        return " ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
 
     def __hash__(self):
         return hash(type(self)) + hash(tuple(getattr(self, f) for f in self._fields))
@@ -55,6 +85,12 @@ class Plain:
     @classmethod
     def _load(cls, data: Any) -> "Plain":
         """The object of a mapping as the strict model would build it, or Decline."""
+        obj = object.__new__(cls)
+        cls._fill(obj, data)
+        return obj
+
+    @classmethod
+    def _fill(cls, obj: "Plain", data: Any) -> None:
         if type(data) is not dict or cls._checks is None:
             raise Decline
         if cls._before is not None:
@@ -62,7 +98,6 @@ class Plain:
                 data = cls._before(data)
             except (ValueError, TypeError):
                 raise Decline from None
-        obj = object.__new__(cls)
         seen = 0
         for name, check, default, factory in cls._checks:
             value = data.get(name, _MISSING)
@@ -87,7 +122,6 @@ class Plain:
                 rule(obj)
             except (ValueError, AssertionError, TypeError):
                 raise Decline from None
-        return obj
 
     @classmethod
     def _make(cls, values: dict, fields_set=frozenset()) -> "Plain":
@@ -121,6 +155,73 @@ class Plain:
 
     def model_dump_json(self, include=None, exclude=None, exclude_none: bool = False) -> str:
         return dumps_json(self.model_dump(mode="json", include=include, exclude=exclude, exclude_none=exclude_none))
+
+
+def from_pydantic(value: Any) -> Any:
+    """A pydantic configuration object (or a container of them) as the mirror's: the same values and set keys."""
+    twin = _twin(type(value))
+    if twin is not None:
+        return twin._make({f: from_pydantic(getattr(value, f)) for f in twin._fields}, value.model_fields_set)
+    kind = type(value)
+    if kind is list:
+        return [from_pydantic(v) for v in value]
+    if kind is tuple:
+        return tuple(from_pydantic(v) for v in value)
+    if kind is dict:
+        return {k: from_pydantic(v) for k, v in value.items()}
+    return value
+
+
+def _twin(cls) -> "type[Plain] | None":
+    if not hasattr(cls, "__pydantic_fields__"):
+        return None
+    from .mirror import BY_PYDANTIC
+
+    twin = BY_PYDANTIC.get((cls.__module__, cls.__qualname__))
+    if twin is None:
+        raise TypeError(f"{cls.__qualname__} has no mirror class (python -m simulator.config.mirror_gen)")
+    return twin
+
+
+def _copy_into(obj: Plain, model) -> None:
+    twin = from_pydantic(model)
+    for f in obj._fields:
+        object.__setattr__(obj, f, getattr(twin, f))
+    object.__setattr__(obj, "model_fields_set", twin.model_fields_set)
+
+
+def register(model) -> None:
+    """Called for each pydantic configuration class as it is built: it becomes a virtual subclass of its mirror."""
+    from .mirror import BY_PYDANTIC
+
+    twin = BY_PYDANTIC.get((model.__module__, model.__qualname__))
+    if twin is not None:  # (none while a new model waits for the generator)
+        twin.register(model)
+        twin._pyd_cls = model
+
+
+def validate(model: "type[Plain]", data: Any, file: str | None, prefix: str = "") -> Plain:
+    """`data` as the mirror class `model`: the fast path where it takes the document, else pydantic's validate() (its
+    one-line ConfigError, or its object, as the mirror's)."""
+    try:
+        return model._load(data)
+    except Decline:
+        pass
+    from .base import validate as strict_validate
+
+    return from_pydantic(strict_validate(model._pydantic_model(), data, file, prefix))
+
+
+def load_field(model: "type[Plain]", field: str, value: Any) -> Any:
+    """`value` as `model`'s field `field` holds it (a tagged union's member): the mirror's checker, else pydantic's."""
+    check = next(c for name, c, _, _ in model._checks if name == field)
+    try:
+        return check(value)
+    except Decline:
+        pass
+    from pydantic import TypeAdapter
+
+    return from_pydantic(TypeAdapter(model._pydantic_model().model_fields[field].annotation).validate_python(value))
 
 
 def _rebuild(cls, values, fields_set):

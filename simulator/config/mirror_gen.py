@@ -17,8 +17,10 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from . import rules
+from . import rules, surface
 from .base import Strict
+
+SURFACES = tuple(n for n in vars(surface) if n.endswith("Surface"))
 
 OUT = os.path.join(os.path.dirname(__file__), "mirror.py")
 
@@ -223,6 +225,21 @@ class Gen:
         return text, "None"
 
     # -- the module --------------------------------------------------------------------------------------------------
+    def mixins(self, cls) -> list[str]:
+        """The plain mixins (config/surface.py) a model inherits its methods from; any other member is an error."""
+        known = set(cls.model_fields) | {"model_config", "_abc_impl"}
+        known |= set(cls.__pydantic_decorators__.model_validators) | set(cls.__pydantic_decorators__.field_validators)
+        for name, value in vars(cls).items():
+            if not (name.startswith("__") or name in known or name.startswith("model_")):
+                raise ValueError(f"{cls.__name__}.{name}: a member outside config/surface.py's mixins")
+        out = []
+        for base in cls.__bases__:
+            if base.__module__ == surface.__name__:
+                out.append(base.__name__)
+            elif not (issubclass(base, BaseModel) or base is typing.Generic or base.__module__ == "typing"):
+                raise ValueError(f"{cls.__name__}: a base {base} the mirror does not know")
+        return out
+
     def validators(self, cls) -> tuple[list[str], str | None, dict[str, str]]:
         decorators = cls.__pydantic_decorators__
         after, before = [], None
@@ -256,6 +273,7 @@ class Gen:
             "from .mirror_base import (_MISSING, AnyJSON, Bool, Dict, Either, Float, Int, List, Lit, Model, NoneOnly,",
             "                          Plain, Str, Tagged, Tuple, NoLibrary)",
             "from . import rules",
+            "from .surface import " + ", ".join(sorted(SURFACES)),
             "",
         ]
         for cls in self.models:
@@ -268,10 +286,12 @@ class Gen:
             parent = next((b for b in cls.__bases__ if b in self.names), None)
             origin = cls.__pydantic_generic_metadata__.get("origin")
             base = self.names[origin] if origin is not None else self.names[parent] if parent is not None else "Plain"
+            mixins = self.mixins(cls)
             fields = tuple(cls.model_fields)
-            lines += [f"class {self.names[cls]}({base}):",
+            lines += [f"class {self.names[cls]}({''.join(m + ', ' for m in mixins)}{base}):",
                       f"    __slots__ = {tuple(f for f in fields if not _inherited(f, base, self, cls))!r}",
                       f"    _fields = {fields!r}",
+                      f"    model_fields = dict.fromkeys(_fields)",
                       f"    _pydantic = ({cls.__module__!r}, {cls.__qualname__!r})", ""]
         lines += ["", "NS = {"] + [f"    {self.names[c]!r}: {self.names[c]}," for c in self.models] + ["}", ""]
         for cls in self.models:

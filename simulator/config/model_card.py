@@ -6,6 +6,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from . import rules
 from .base import Strict
+from .surface import ModelCardSurface
 from .topology import Dtype
 
 # A matrix dimension past 2^31 - 1 cannot be one GEMM or one attention kernel: cuBLAS (cublasGemmEx) and the attention
@@ -117,7 +118,7 @@ class DraftHead(GQAHeads):
     draft_vocab_size: Dim = Field(description="Tokens the head's lm_head scores (EAGLE-3 uses a reduced vocabulary)")
 
 
-class ModelCard(Strict):
+class ModelCard(ModelCardSurface, Strict):
     name: str = Field(description="The model's name, for reports")
     num_layers: PositiveInt = Field(le=MAX_LAYERS, description="Decoder layers")
     num_dense_layers: NonNegativeInt = Field(description="Leading layers with a dense MLP; the rest use the MoE block")
@@ -134,7 +135,3 @@ class ModelCard(Strict):
     draft_head: Optional[DraftHead] = Field(None, description="An EAGLE-style draft head shipped with the model")
 
     _layers = model_validator(mode="after")(rules.card_layers)
-
-    @property
-    def num_moe_layers(self) -> int:
-        return self.num_layers - self.num_dense_layers if self.moe else 0

@@ -12,8 +12,7 @@ from .policy import Policy, StaticPolicy
 from .speculation import Speculation
 from .workload import Workload
 
-ALLREDUCE_CHOICES = ("auto", "nccl", "nccl_ring", "nccl_tree", "nvls", "one_shot", "two_shot")
-EP_BACKENDS = ("auto", "deepep_low_latency", "deepep_normal", "nccl")
+from .names import ALLREDUCE_CHOICES, EP_BACKENDS
 
 
 class SpeculativeHost(Strict):

@@ -1,11 +1,14 @@
 """A machine: its GPUs, the host that launches their kernels, and the fabric graph that joins them."""
 
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import Field, NonNegativeFloat, model_validator
 
 from . import rules
 from .base import Strict
+from .gpus import board_gpu, gpu_of, what_if_gpu  # noqa: F401  (re-exported: read from here)
+from .names import MEASURED_GPU_FIELDS, ROOFLINE_SETS  # noqa: F401  (MEASURED_GPU_FIELDS re-exported)
+from .surface import TopologySurface
 
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 # Physical ranges: anything outside is a typo, and would make simulated times overflow or vanish
@@ -14,9 +17,7 @@ Micros = Annotated[float, Field(ge=0.0, le=1e6)]  # up to a second
 PositiveMicros = Annotated[float, Field(gt=0.0, le=1e6)]
 
 
-RooflineSet = Literal["gemm_bf16", "gemm_fp8", "gemm_fp4", "moe_bf16", "moe_fp8", "moe_int4", "moe_fp4", "mla_bmm_bf16",
-                      "mla_bmm_fp8", "attention_decode_bf16", "attention_decode_fp8", "attention_prefill",
-                      "mla_decode_bf16", "mla_decode_fp8", "mla_prefill"]
+RooflineSet = Literal[ROOFLINE_SETS]  # type: ignore[valid-type]
 
 
 class KernelEfficiency(Strict):
@@ -52,40 +53,6 @@ class GPUSpec(Strict):
         "rtx_pro_6000_server, ...); unset: the roofline times every kernel"))
     sm_version: int = Field(90, ge=60, le=200, description="CUDA compute capability x 10 (80 A100, 90 H100/H200, 100 B200, "
                             "120 RTX PRO 6000): selects NCCL's per-architecture tables and channel-search speeds")
-
-
-# the GPU's physical fields a kernel's measured time depends on: a scenario that sets one away from its topology file's
-# value runs a what-if GPU, whose measured kernel times are scaled by the roofline (kernels.timer.KernelTimer)
-MEASURED_GPU_FIELDS = ("memory_bandwidth_GBps", "peak_TFLOPS", "kernel_floor_us", "num_sms")
-
-
-def gpu_of(data: Any) -> "GPUSpec | None":
-    """A topology's GPU mapping as loaded, validated; None where it is not a valid GPU by itself (an override mends it)."""
-    try:
-        return GPUSpec.model_validate(data) if isinstance(data, dict) else None
-    except ValueError:  # pydantic's ValidationError
-        return None
-
-
-def what_if_gpu(loaded: "GPUSpec | None", gpu: "GPUSpec") -> "GPUSpec | None":
-    """Where `gpu` differs from the GPU as loaded (before overrides) in a MEASURED_GPU_FIELDS field: `gpu` with those
-    fields as loaded (what the measured times depend on; the other fields as run, so that the order the overrides
-    came in does not matter), else None."""
-    if loaded is None or all(getattr(loaded, f) == getattr(gpu, f) for f in MEASURED_GPU_FIELDS):
-        return None
-    return gpu.model_copy(update={f: getattr(loaded, f) for f in MEASURED_GPU_FIELDS})
-
-
-def board_gpu(loaded: "GPUSpec | None", gpu: "GPUSpec") -> "GPUSpec":
-    """`gpu` as its board runs: where a scenario states a board's measured read bandwidth away from the loaded GPU's
-    (a power-limited board) and leaves the data-sheet figure as loaded, that figure scaled by the ratio of the two
-    reads (memory-bound kernels run at the board's pace)."""
-    if loaded is None or gpu.read_bandwidth_GBps is None or loaded.read_bandwidth_GBps is None \
-            or gpu.read_bandwidth_GBps == loaded.read_bandwidth_GBps \
-            or gpu.memory_bandwidth_GBps != loaded.memory_bandwidth_GBps:
-        return gpu
-    scaled = loaded.memory_bandwidth_GBps * gpu.read_bandwidth_GBps / loaded.read_bandwidth_GBps
-    return gpu.model_copy(update={"memory_bandwidth_GBps": scaled})
 
 
 class HostSpec(Strict):
@@ -156,7 +123,7 @@ class GPUPrice(Strict):
     as_of: str = Field(min_length=1, description="The date the price was read (YYYY-MM-DD); prices change")
 
 
-class Topology(Strict):
+class Topology(TopologySurface, Strict):
     """A machine (or machines): GPUs, hosts and fabric."""
 
     name: str = Field(description="The machine's name (also its catalog name)")
@@ -166,16 +133,3 @@ class Topology(Strict):
     fabric: Fabric = Field(description="How the GPUs are connected")
     price: Optional[GPUPrice] = Field(None, description=(
         "Optional rental price per GPU-hour with its source: results then give the cost per million output tokens"))
-
-    @property
-    def gpu_names(self) -> list[str]:
-        return [n.name for n in self.fabric.nodes if n.kind == "gpu"]
-
-    @property
-    def num_gpus(self) -> int:
-        return len(self.gpu_names)
-
-    @property
-    def machine_of(self) -> dict[str, str]:
-        """Each GPU's machine ("node0" on a single-machine topology)."""
-        return {n.name: n.machine or "node0" for n in self.fabric.nodes if n.kind == "gpu"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .workload import FixedLength, LognormalLength, UniformLength, Workload
+from .mirror import FixedLength, LognormalLength, UniformLength, Workload
 
 def mean_length(length) -> float:
     """The mean of a length setting (an int or a distribution)."""

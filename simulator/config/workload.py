@@ -6,6 +6,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_va
 
 from . import rules
 from .base import Strict
+from .surface import WorkloadSurface
 
 
 MAX_SPAN_S = rules.MAX_SPAN_S
@@ -79,7 +80,7 @@ class LatencyTarget(Strict):
 OLD_NAMES, renamed_concurrency = rules.OLD_NAMES, rules.renamed_concurrency  # (read from here by loader)
 
 
-class Workload(Strict):
+class Workload(WorkloadSurface, Strict):
     """The requests to serve: arrivals, prompt and output lengths, batching and the latency target."""
 
     requests: PositiveInt = Field(1, description="Requests to serve (a trace file sets its own)")
@@ -111,13 +112,5 @@ class Workload(Strict):
     @classmethod
     def _old_name(cls, data):
         return rules.workload_old_names(data)  # the mirror's Workload runs the same (config/mirror_gen.py)
-
-    @property
-    def concurrency(self) -> int:
-        """Requests one instance runs at once: the engine's cap, and the client's where it is lower (one instance:
-        the client holds back what the engine would otherwise queue, so the batches are the same)."""
-        if self.max_concurrency is None:
-            return self.max_running_requests
-        return min(self.max_running_requests, self.max_concurrency)
 
     _span = model_validator(mode="after")(rules.workload_span)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cache import stored
-from ..config.topology import GPUSpec, HostSpec
+from ..config.mirror import GPUSpec, HostSpec
 from .normal import normal_quantile
 
 

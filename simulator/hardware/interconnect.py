@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..cache import current
-from ..config.topology import Topology
+from ..config.mirror import Topology
 from .routes import Routes, routes_of
 
 # Path classes, nearest first, as NCCL's path types NVL < PXB < PHB < SYS < NET (the last: between machines).

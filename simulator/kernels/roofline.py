@@ -24,9 +24,7 @@ GPU spec's memory_efficiency, compute_efficiency and kernel_floor_us stand for e
 from __future__ import annotations
 
 import math
-from typing import get_args
-
-from ..config.topology import RooflineSet
+from ..config.names import ROOFLINE_SETS
 
 from .shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
 
@@ -45,7 +43,7 @@ GROUP_SCALED = ("int4",)
 # reaches a different share of peak than a bf16 one); attention and MLA split into decode-like passes (a few query
 # tokens per request, per KV-cache dtype) and prefill (another kernel)
 PREFILL_QUERY = 16  # more query tokens per request than this: a prefill kernel
-PARAMETER_SETS = get_args(RooflineSet)
+PARAMETER_SETS = ROOFLINE_SETS
 
 
 def parameter_set(shape: KernelShape) -> str:

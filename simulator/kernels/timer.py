@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ..cache import current, key_of
-from ..config.topology import MEASURED_GPU_FIELDS
+from ..config.names import MEASURED_GPU_FIELDS
 from ..hardware.gpu import GPU
 from .roofline import ShapeRoofline
 from .source import kernel_source

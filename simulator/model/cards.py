@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from ..cache import stored
-from ..config.model_card import GQAAttention, MLAAttention, ModelCard
+from ..config.mirror import GQAAttention, MLAAttention, ModelCard
 
 BYTES_PER_VALUE = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
 

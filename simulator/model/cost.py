@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..config.model_card import DraftHead, EagerKernels, GQAAttention, MLAAttention, ModelCard
+from ..config.mirror import DraftHead, EagerKernels, GQAAttention, MLAAttention, ModelCard
 from ..kernels.shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
 from .cards import (BYTES_PER_VALUE, busiest_expert_group, bytes_per_param, compute_dtype,
                     expected_distinct_experts, independent_tokens, kv_bytes_per_token_layer)

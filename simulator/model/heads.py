@@ -11,7 +11,7 @@ like the target's (logits all-gathered), the ResBlocks are replicated on every r
 """
 from __future__ import annotations
 
-from ..config.model_card import ModelCard
+from ..config.mirror import ModelCard
 from .cards import BYTES_PER_VALUE, bytes_per_param, compute_dtype
 
 

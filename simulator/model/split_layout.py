@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..config.model_card import ModelCard
+from ..config.mirror import ModelCard
 from .cards import BYTES_PER_VALUE, bytes_per_param, compute_dtype
 from .cost import (Kernel, PassLayout, PassShape, Segment, _attention_kernels, _dense_mlp_kernels, _expert_kernels,
                    _gemm, _router_kernel, _sampling_kernels, _segment, pass_layout)

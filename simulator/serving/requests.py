@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config.workload import (MAX_SPAN_S, ArrivalTrace, FixedLength, LognormalLength, RateArrivals, UniformLength,
-                              Workload)
+from ..config.mirror import ArrivalTrace, FixedLength, LognormalLength, RateArrivals, UniformLength, Workload
+from ..config.rules import MAX_SPAN_S
 from ..config.csv_rows import csv_rows
 from ..config.errors import ConfigError
 from ..config.typical import max_length, mean_length  # noqa: F401  (re-exported)

@@ -7,7 +7,7 @@ least_loaded compares the requests each instance holds (waiting, prefilling or d
 """
 from __future__ import annotations
 
-from ..config.deployment import ROUTERS
+from ..config.names import ROUTERS
 
 
 class Router:

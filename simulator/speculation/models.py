@@ -1,8 +1,8 @@
 """An acceptance model built from its configuration, and the positional table a tree is shaped for."""
 from __future__ import annotations
 
-from ..config.speculation import (BurstyAcceptance, IIDAcceptance, NgramContextAcceptance, PositionalAcceptance,
-                                  TraceAcceptance)
+from ..config.mirror import (BurstyAcceptance, IIDAcceptance, NgramContextAcceptance, PositionalAcceptance,
+                             TraceAcceptance)
 from .acceptance import AcceptanceModel, TraceModel
 from .regimes import BurstyModel, NgramContextModel, RegimeModel
 from .trace_file import read_trace

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..config.policy import (AdaptiveLengthPolicy, BatchTablePolicy, BatchThresholdPolicy, DynamicLengthPolicy,
+from ..config.mirror import (AdaptiveLengthPolicy, BatchTablePolicy, BatchThresholdPolicy, DynamicLengthPolicy,
                              GoodputPolicy, HybridPolicy, MultiDrafterPolicy, StaticPolicy)
 from .protocols import BatchState, Decision, Policy
 from .trees import Tree

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from ..cache import current, key_of
-from ..config.speculation import BurstyAcceptance, NgramContextAcceptance, Regime
+from ..config.mirror import BurstyAcceptance, NgramContextAcceptance, Regime
 from .acceptance import AcceptanceModel, positional_table
 from .trees import Tree, Walker
 

@@ -7,7 +7,7 @@ import os
 
 from ..config.csv_rows import csv_rows
 from ..config.errors import ConfigError
-from ..config.speculation import TraceAcceptance
+from ..config.mirror import TraceAcceptance
 
 
 def read_trace(config: TraceAcceptance, base_dir: str, scenario_file: str) -> list[int]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..config import Scenario
 from ..config.errors import ConfigError
-from ..config.parallelism import Parallelism
+from ..config.mirror import Parallelism
 from ..model.cards import attention_params, bytes_per_param
 from ..model.cost import draft_head_card, mtp_card
 from ..model.split_layout import stage_layers
