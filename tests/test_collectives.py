@@ -242,3 +242,26 @@ def test_p2p_board_socket_link_is_the_fit_to_its_all_gather_rows():
     data = read_yaml(topology)
     nccl_figure = [socket_bandwidth.predicted_us(data, topology, 22.0, 8, b) / t - 1 for b, t in rows]
     assert cost < 0.05 and min(nccl_figure) > 0.1  # the fit within ~10% a row; 22 GB/s leaves every row >10% slow
+
+
+def test_l40s_box_switch_uplinks_are_the_fit_to_its_4_gpu_all_gather_rows():
+    """The L40S box's switch uplinks (the peer traffic its root complex forwards between switches) are the
+    least-squares fit to its 4-GPU all-gather rows (never to the all-reduce rows, the validation cases); PCIe 4.0's
+    24 GB/s there leaves every row several times too fast, the fit within ~6% a row."""
+    pytest.importorskip("pyarrow")
+    from simulator.analysis import socket_bandwidth
+    from simulator.config.loader import read_yaml
+    from simulator.kernels.measured import data_root
+
+    if data_root() is None:
+        pytest.skip("aiconfigurator-core not installed")
+    topology = "topologies/pcie8_l40s.yaml"
+    rows = socket_bandwidth.measured_rows("l40s", "2.27.3", 4)
+    assert len(rows) == 5 and min(b for b, _ in rows) == 32 << 20 and max(b for b, _ in rows) == 512 << 20
+    best, cost = socket_bandwidth.fit_uplinks("l40s", "2.27.3", topology, 4)
+    data = read_yaml(topology)
+    kinds = {n["name"]: n["kind"] for n in data["fabric"]["nodes"]}
+    uplinks = [l for l in data["fabric"]["links"] if socket_bandwidth.is_uplink(l, kinds)]
+    assert len(uplinks) == 4 and {l["bandwidth_GBps"] for l in uplinks} == {best}
+    pcie = [socket_bandwidth.predicted_us(data, topology, 24.0, 4, b, uplinks=True) / t - 1 for b, t in rows]
+    assert cost < 5 * 0.06 ** 2 and max(pcie) < -0.7

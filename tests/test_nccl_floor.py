@@ -78,7 +78,7 @@ def test_every_nccl_table_is_checked_or_named():
 def test_the_l40s_box_is_what_its_tables_say():
     """topologies/pcie8_l40s.yaml's stated evidence, read from the database: custom all-reduce (P2P between every pair)
     ran at 4 and 8 GPUs; the 8-GPU 512 B floor is below the host-memory path over the same board; and the peer
-    bandwidth collapse beyond two GPUs that the large 4-GPU cases' miss is put down to (bus bandwidth at 512 MiB)."""
+    bandwidth collapse beyond two GPUs that the board's calibrated root-complex uplinks stand for (bus bandwidth at 512 MiB)."""
     import pyarrow.parquet as pq
 
     from simulator.config.base import validate

@@ -33,16 +33,18 @@ def measured_rows(system: str) -> list[tuple[int, int, float]]:
     return [(int(g), 2 * int(m), 1e3 * float(t)) for g, m, t in zip(rows.num_gpus, rows.message_size, rows.latency)]
 
 
-def nccl_with_links(topology_data: dict, source: str, kind: str, field: str, value: float, ranks: int):
-    """NCCL's collectives over the topology with `field` of every `kind` link set to `value` (a fit's trial)."""
+def nccl_with_links(topology_data: dict, source: str, kind: str, field: str, value: float, ranks: int, select=None):
+    """NCCL's collectives over the topology with `field` of every `kind` link set to `value` (a fit's trial); select:
+    a further test select(link, {node name: node kind}) a link must pass."""
     from ..config.base import validate
     from ..config.topology import Topology
     from ..hardware.collectives import AllReduce
     from ..hardware.interconnect import Fabric
 
     data = copy.deepcopy(topology_data)
+    kinds = {node["name"]: node["kind"] for node in data["fabric"]["nodes"]}
     for link in data["fabric"]["links"]:
-        if link["kind"] == kind:
+        if link["kind"] == kind and (select is None or select(link, kinds)):
             link[field] = value
     topology = validate(Topology, data, source)
     return AllReduce(Fabric(topology), ranks, "nccl", topology.gpu.kernel_floor_us)

@@ -1,4 +1,4 @@
-"""Calibrate a PCIe board's socket link (the peer traffic it carries per direction) from measured all-gathers.
+"""Calibrate a PCIe board's link (the peer traffic it carries per direction) from measured all-gathers.
 
 With peer-to-peer across sockets, an 8-GPU ring crosses the CPU interconnect twice, so NCCL's channel search (and
 so every large collective) is set by what that link carries. Neither the source nor NCCL's topology code knows the
@@ -7,6 +7,9 @@ NCCL's ring all-gather over the board to the box's measured **all-gather** rows 
 (aiconfigurator-core, comm/nccl/<version>/nccl_perf.parquet); the all-reduce rows stay out of sample (they are the
 validation set's cases, scenarios/validation/aiconfigurator_nccl.yaml). The search's speeds are discrete, so the
 fit is a plateau; the smallest value on it is kept.
+
+Two links are fitted so: the socket link (`fit`), and the PCIe switch uplinks that carry peer traffic between two
+switches through a CPU's root complex (`fit_uplinks`: the root complex's peer-to-peer forwarding rate).
 """
 from __future__ import annotations
 
@@ -33,12 +36,25 @@ def measured_rows(system: str, version: str, ranks: int) -> list[tuple[int, floa
     return [(2 * int(m), 1e3 * float(t)) for m, t in zip(rows.message_size, rows.latency)]
 
 
-def predicted_us(topology_data: dict, source: str, socket_GBps: float, ranks: int, nbytes: int) -> float:
-    """NCCL's ring all-gather of nbytes in all (nbytes / ranks from each rank) with the socket link at socket_GBps."""
+UPLINK_GRID_GBPS = tuple(0.5 * i for i in range(2, 49))  # 1 .. 24 GB/s, a PCIe 4.0 x16 link's NCCL figure at most
+
+
+def is_uplink(link: dict, kinds: dict[str, str]) -> bool:
+    """A PCIe link between a PCIe switch and a CPU socket (the switch's uplink into the root complex)."""
+    return link["kind"] == "pcie" and sorted(kinds[end] for end in link["between"]) == ["cpu", "pcie_switch"]
+
+
+def predicted_us(topology_data: dict, source: str, socket_GBps: float, ranks: int, nbytes: int,
+                 uplinks: bool = False) -> float:
+    """NCCL's ring all-gather of nbytes in all (nbytes / ranks from each rank) with the socket link (or, uplinks=True,
+    every PCIe switch's uplink) at socket_GBps."""
     from .nvlink_latency import nccl_with_links
 
-    return nccl_with_links(topology_data, source, "socket", "bandwidth_GBps", socket_GBps, ranks).allgather_us(
-        nbytes // ranks)
+    if not uplinks:
+        return nccl_with_links(topology_data, source, "socket", "bandwidth_GBps", socket_GBps, ranks).allgather_us(
+            nbytes // ranks)
+    return nccl_with_links(topology_data, source, "pcie", "bandwidth_GBps", socket_GBps, ranks,
+                           select=is_uplink).allgather_us(nbytes // ranks)
 
 
 def fit(system: str, version: str, topology_path: str) -> tuple[float, float]:
@@ -52,3 +68,16 @@ def fit(system: str, version: str, topology_path: str) -> tuple[float, float]:
              for x in GRID_GBPS]
     best = int(np.argmin(costs))
     return GRID_GBPS[best], costs[best]
+
+
+def fit_uplinks(system: str, version: str, topology_path: str, ranks: int) -> tuple[float, float]:
+    """(switch uplink GB/s, sum of squared relative errors) minimising the error on `ranks` GPUs' all-gather rows:
+    choose `ranks` so that the ring crosses a root complex (two switches of one socket) and no socket link."""
+    from ..config.yaml_files import read_yaml
+
+    data = read_yaml(topology_path)
+    rows = measured_rows(system, version, ranks)
+    costs = [float(np.sum(np.square([predicted_us(data, topology_path, x, ranks, b, uplinks=True) / t - 1.0
+                                     for b, t in rows]))) for x in UPLINK_GRID_GBPS]
+    best = int(np.argmin(costs))  # argmin takes the first (smallest) value of a plateau
+    return UPLINK_GRID_GBPS[best], costs[best]
