@@ -7,6 +7,7 @@ import pytest
 import simulator
 from simulator.cli import main
 from simulator.config.workload import RateArrivals, Workload
+from simulator.serving.records import KIND_SPEC
 from simulator.serving.requests import make_requests
 from conftest import scenario_path
 
@@ -116,7 +117,7 @@ def test_batch_threshold_turns_speculation_off_for_big_batches():
                       workload__output_tokens={"kind": "uniform", "low": 50, "high": 400},
                       policy={"kind": "batch_threshold", "max_batch": 4}, baseline=False)
     steps = r.run.steps
-    spec = steps["kind"] == 2
+    spec = steps["kind"] == KIND_SPEC
     assert spec.any() and steps["batch"][spec].max() <= 4
     assert (steps["batch"][steps["kind"] == 1] > 4).all()
 
@@ -137,3 +138,27 @@ def test_breakeven_moves_with_batch_on_the_reference_machine():
     """Decode gets costlier with the batch (more experts touched), the eager verify's host cost does not."""
     be = [simulator.run(EAGLE3, workload__requests=16, workload__concurrency=c).breakeven_accept_len for c in (1, 8)]
     assert be[1] < be[0] - 0.3
+
+
+def test_kv_reserved_for_the_policys_longest_draft_not_the_scenarios():
+    """A batch-table policy that always drafts a chain of 7 on a scenario whose draft_tokens is 1: a request in a
+    speculative step holds its context + 8 tokens (the verified chain and its root), not + 2. Worked by hand, from
+    the machine's KV capacity C (read from a 1-request run) with two requests of P = (C - 12) // 2 prompt and 4 output
+    tokens sent at once, two batch slots, queue mode: reserving P + 4 + 2 each, both fit (2P + 12 <= C) and their
+    first speculative step together holds 2 (P + 1) + 2 x 8 = 2P + 18 > C tokens; reserving P + 4 + 8 each
+    (2P + 24 > C) admits one at a time, whose steps hold at most P + 3 + 8 <= C."""
+    memory = {"runtime__memory_fraction": 0.25}  # Llama-3.1-8B's 16 GB of weights on 20 GB: a cache of tens of K tokens
+    probe = simulator.run(LLAMA, **memory, workload__requests=1, workload__output_tokens=2, baseline=False)
+    capacity = probe.load.kv_capacity_tokens
+    prompt = (capacity - 12) // 2
+    assert 1000 < prompt and 2 * prompt + 12 <= capacity < 2 * prompt + 18
+    r = simulator.run(LLAMA, **memory, workload__requests=2, workload__max_running_requests=2,
+                      workload__prompt_tokens=prompt, workload__output_tokens=4, workload__kv_overflow="queue",
+                      speculation__draft_tokens=1, speculation__verify="chain",
+                      policy={"kind": "batch_table", "table": [{"max_batch": 64, "draft_tokens": 7}]}, baseline=False)
+    steps = r.run.steps
+    spec = steps["kind"] == KIND_SPEC
+    assert spec.any() and set(steps["verify_tokens"][spec].tolist()) == {8}  # the policy's chain of 7, root included
+    assert steps["kv_tokens"].max() <= capacity and r.load.kv_peak_tokens <= capacity
+    assert steps["batch"][steps["kind"] > 0].max() == 1  # one request at a time: two would not fit
+    assert r.tokens == 8

@@ -106,7 +106,7 @@ def check_start(scenario: Scenario, machines: list[Machine] | None = None) -> li
 
     machines = machines or instance_machines(scenario)
     prefill_pool(scenario, len(machines))
-    lookahead = max((slot.tree.size for slot in build_speculation(scenario, True).slots), default=0)
+    lookahead = build_speculation(scenario, True).lookahead
     requests = make_requests(scenario.spec.workload, scenario.spec.seed, scenario.base_dir, scenario.source)
     for capacity in dict.fromkeys(machine.memory["kv_capacity_tokens"] for machine in machines):
         machine = next(m for m in machines if m.memory["kv_capacity_tokens"] == capacity)

@@ -92,7 +92,7 @@ class Server:
         self.on_prefilled = None  # a prefill instance's hand-off of prefilled requests (serving.disaggregation)
         self.kv_received: list[tuple[float, float]] = []  # a decode instance's KV transfers: (bytes per rank, us)
         self.requests = [] if routed else make_requests(self.workload, seed, scenario.base_dir, scenario.source)
-        self.lookahead = max((slot.tree.size for slot in self.slots), default=0)
+        self.lookahead = setup.lookahead  # the largest tree the drafters or the policy may verify
         self.kv_capacity = machine.memory["kv_capacity_tokens"]
         self.admission = Admission(self.workload, self.kv_capacity, self.lookahead)
         self.admission.check_fits(self.requests, machine.memory, scenario.source)

@@ -1,8 +1,9 @@
 """Speculation policies: each step, speculate (with which drafter and tree) or decode plainly; they observe steps.
 
 A decision is a `Decision` (drafter index, tree) or None for plain decode; drafter 0 is the scenario's, 1 a policy's
-fallback. Every policy hands out decisions it built once (the loop caches a decision's step cost by value). A policy
-sees the running batch only through a read-only `BatchState` view.
+fallback. Every policy hands out decisions it built once (the loop caches a decision's step cost by value) and names
+their trees (`trees`: the server reserves KV cache for the largest). A policy sees the running batch only through a
+read-only `BatchState` view.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class Static:
 
     def __init__(self, tree: Tree | None):
         self.decision = Decision(0, tree) if tree is not None else None
+        self.trees = (tree,) if tree is not None else ()
 
     def decide(self, view: BatchState | None) -> Decision | None:
         return self.decision
@@ -41,6 +43,7 @@ class Hybrid:
         self.config = config
         self.tree = tree
         self.decision = Decision(0, tree)
+        self.trees = (tree,)
         self.on = False  # first a plain step to learn its cost, then a probe
         self.accept: float | None = None
         self.recent: deque = deque(maxlen=config.window)
@@ -98,6 +101,7 @@ class AdaptiveLength:
         self.config = config
         self.choices = sorted(config.choices)
         self.decisions = {k: Decision(0, make_tree(k)) for k in self.choices}
+        self.trees = tuple(d.tree for d in self.decisions.values())
         self.accept: float | None = None
         self.current = self.choices[-1]
 
@@ -120,6 +124,7 @@ class MultiDrafter:
         self.config = config
         self.primary = Decision(0, primary_tree)
         self.fallback = Decision(1, fallback_tree)
+        self.trees = (primary_tree, fallback_tree)
 
     def decide(self, view: BatchState) -> Decision:
         matches = view.match_tokens()
@@ -136,6 +141,7 @@ class BatchThreshold:
     def __init__(self, config: BatchThresholdPolicy, tree: Tree):
         self.max_batch = config.max_batch
         self.decision = Decision(0, tree)
+        self.trees = (tree,)
 
     def decide(self, view: BatchState) -> Decision | None:
         return self.decision if view.batch <= self.max_batch else None
@@ -150,6 +156,7 @@ class BatchTable:
     def __init__(self, config: BatchTablePolicy, make_tree):
         self.rows = [(row.max_batch, Decision(0, make_tree(row.draft_tokens)) if row.draft_tokens else None)
                      for row in config.table]
+        self.trees = tuple(d.tree for _, d in self.rows if d is not None)
 
     def decide(self, view: BatchState) -> Decision | None:
         batch = view.batch
@@ -174,6 +181,7 @@ class Goodput:
         self.choices = sorted(set(config.choices))
         depth = max(self.choices)
         self.decisions = {k: (Decision(0, make_tree(k)) if k else None) for k in self.choices}
+        self.trees = tuple(d.tree for d in self.decisions.values() if d is not None)
         self.trials = [0.0] * (depth + 1)
         self.accepts = [0.0] * (depth + 1)
 

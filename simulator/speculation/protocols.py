@@ -38,7 +38,10 @@ class BatchState(Protocol):
 
 @runtime_checkable
 class Policy(Protocol):
-    """Each step: speculate (a Decision) or decode plainly (None); then it observes what the step did."""
+    """Each step: speculate (a Decision) or decode plainly (None); then it observes what the step did. `trees`: every
+    tree its decisions may carry (a step's KV cache needs the largest)."""
+
+    trees: tuple[Tree, ...]
 
     def decide(self, view: BatchState | None) -> Decision | None: ...
 

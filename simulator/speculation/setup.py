@@ -101,6 +101,13 @@ class SpeculationSetup:
     slots: list[DrafterSlot]
     policy: Policy
 
+    @property
+    def lookahead(self) -> int:
+        """The KV cache a request may need beyond its context in one step: the largest verify tree (root included)
+        among the drafters' trees and every tree the policy may choose (a dynamic length's longest, not the
+        scenario's draft_tokens); 0 without speculation."""
+        return max((tree.size for tree in (*(slot.tree for slot in self.slots), *self.policy.trees)), default=0)
+
 
 def build_speculation(scenario, speculate: bool = True) -> SpeculationSetup:
     spec = scenario.spec
