@@ -71,3 +71,23 @@ def test_kv_transfer_is_the_prompts_cache_on_every_rank(rows):
             assert r["kv_GBps_at_prefill_rate"] > 0
     table = markdown_table(rows, "p90", kv=True)
     assert " 17 | " in table and table.splitlines()[1].count("---") == 9
+
+
+@pytest.mark.parametrize("question", deployments.QUESTIONS, ids=[q.name for q in deployments.QUESTIONS])
+def test_each_shipped_deployment_table_names_its_kernel_source(question):
+    """Every shipped plots/deploy_*.csv has today's columns and, on each row with figures, the kernel source that
+    made it: the one its base scenario's golden result was made with (a table regenerated without the measured
+    kernels, or one older than the column, fails here)."""
+    import json
+    import os
+
+    from conftest import ROOT
+
+    path = os.path.join(ROOT, "plots", f"{question.name}.csv")
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = list(reader)
+    assert tuple(reader.fieldnames) == deployments.COLUMNS
+    golden = json.load(open(os.path.join(ROOT, "tests", "golden", f"{question.scenario}.json")))
+    simulated = [r for r in rows if not r["error"]]
+    assert simulated and {r["kernel_source"] for r in simulated} == {golden["provenance"]["kernel_source"]}

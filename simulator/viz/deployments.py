@@ -84,14 +84,13 @@ def _per_rank(overrides: Overrides, deployment: Overrides) -> Overrides:
 
 
 def figures_of(result) -> dict[str, Any]:
-    p, target = result.planner, result.load.get("target") or {}
-    return {"gpus": p["gpus"], "tok_s": result.throughput_tok_s, "tok_s_per_gpu": p["throughput_tok_s_per_gpu"],
-            "goodput_tok_s_per_gpu": p["goodput_tok_s_per_gpu"], "usd_per_mtok": p["usd_per_mtok"],
-            "target_met": p["target_met"], "ttft_ms_p": target.get("ttft_ms_at_percentile"),
-            "tpot_ms_p": target.get("tpot_ms_at_percentile"), "error": "",
-            "kernel_source": result.provenance.get("kernel_source", ""),
-            "target": f"p{target.get('percentile', 0):g} TTFT <= {target.get('ttft_ms', 0):g} ms, TPOT <= "
-                      f"{target.get('tpot_ms', 0):g} ms"}
+    """A row's figures from the run's planner, latency target check (results.sections) and kernel source."""
+    p, target = result.planner, result.load.target
+    return {"gpus": p.gpus, "tok_s": result.throughput_tok_s, "tok_s_per_gpu": p.throughput_tok_s_per_gpu,
+            "goodput_tok_s_per_gpu": p.goodput_tok_s_per_gpu, "usd_per_mtok": p.usd_per_mtok,
+            "target_met": p.target_met, "ttft_ms_p": target.ttft_ms_at_percentile,
+            "tpot_ms_p": target.tpot_ms_at_percentile, "error": "", "kernel_source": result.provenance.kernel_source,
+            "target": f"p{target.percentile:g} TTFT <= {target.ttft_ms:g} ms, TPOT <= {target.tpot_ms:g} ms"}
 
 
 def run_question(question: Question, quick: bool = False) -> list[dict[str, Any]]:
