@@ -103,3 +103,23 @@ def test_the_client_never_has_more_than_its_concurrency_in_flight(spans, limit):
         in_flight = sum(1 for t, r in zip(sent, requests) if t <= s < r.completed_at)
         assert in_flight <= limit
     assert send_times(requests, None) == [r.arrived_at for r in requests]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.5, 1.0, 2.25, 7.0, 1e3, 3.5e4]), st.integers(1, 40)), min_size=1,
+                max_size=120))
+def test_weighted_itl_percentiles_are_the_expanded_samples(pairs):
+    """The ITL spread from (gap, weight) pairs equals the sample with each gap repeated weight times: its
+    inverted-CDF percentiles (the smallest gap whose share of the weight at or below reaches q, in integers) and
+    its population std; the pairs' ties in any order."""
+    from simulator.results.client import weighted_stats_ms
+
+    values = np.array([v for v, _ in pairs])
+    weights = np.array([w for _, w in pairs])
+    expanded = np.sort(np.repeat(values, weights)) / 1e3
+    total = int(weights.sum())
+    got = weighted_stats_ms(values + 1j * weights.astype(float), 123.0)
+    for name, q in (("median", 50), ("p90", 90), ("p99", 99)):
+        assert got[name] == expanded[-(-q * total // 100) - 1], name
+    assert got["std"] == pytest.approx(float(expanded.std()), rel=1e-9, abs=1e-12)
+    assert got["mean"] == 0.123

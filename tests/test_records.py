@@ -206,6 +206,16 @@ def test_a_sink_gets_every_step_as_it_is_stored_and_joined_logs_view_the_same_co
     assert joined.context[n - 1] == 2 ** 30 + n - 1  # wide totals kept exactly in 32 bits
     for name in STEP_FIELDS:  # the whole (no copy held) reads as the logs' columns in turn
         assert joined[name].tolist() == as_lists[0][name] + as_lists[1][name], name
+    # a column at some steps, read part by part (a cost blended there alone): the whole column's values there
+    masks = [rng.random(len(joined)) < 0.3, np.ones(len(joined), bool), np.zeros(len(joined), bool),
+             np.asarray(joined.kind) == 0]
+    for mask in masks:
+        for table in (joined, views[1]):
+            part = mask[-len(table):]
+            for name in STEP_FIELDS:
+                assert table.at(name, part).tolist() == table[name][part].tolist(), name
+    with pytest.raises(KeyError):
+        joined.at("row", masks[0])
 
 
 def test_a_step_total_beyond_32_bits_is_refused():

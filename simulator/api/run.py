@@ -150,21 +150,21 @@ class Parts:
 
 def _step_ms(main, base) -> StepTimesMs:
     steps, spec_mask, decode_mask = main.steps, main.spec_steps, main.decode_steps
-    return StepTimesMs(decode=_stats_ms(steps["duration_us"][decode_mask]),
-                       verify=_stats_ms(steps["pass_us"][spec_mask]),
-                       draft=_stats_ms(steps["draft_us"][spec_mask]),
-                       step=_stats_ms(steps["duration_us"][spec_mask]),
-                       baseline_decode=_stats_ms(base.steps["duration_us"][base.decode_steps]))
+    return StepTimesMs(decode=_stats_ms(steps.at("duration_us", decode_mask)),
+                       verify=_stats_ms(steps.at("pass_us", spec_mask)),
+                       draft=_stats_ms(steps.at("draft_us", spec_mask)),
+                       step=_stats_ms(steps.at("duration_us", spec_mask)),
+                       baseline_decode=_stats_ms(base.steps.at("duration_us", base.decode_steps)))
 
 
 def _allreduce_ms(main) -> dict[str, AllreduceMs]:
     out = {}
     for name, mask in (("verify", main.spec_steps), ("decode", main.decode_steps)):
         if mask.any():
-            out[name] = AllreduceMs(rank_mean=float(main.steps["allreduce_only"][mask].mean()) / 1e3,
-                                    profiled_rank=float(main.steps["allreduce_profile"][mask].mean()) / 1e3,
-                                    transfer=float(main.steps["allreduce_transfer"][mask].mean()) / 1e3,
-                                    wait=float(main.steps["allreduce_wait"][mask].mean()) / 1e3)
+            out[name] = AllreduceMs(rank_mean=float(main.steps.at("allreduce_only", mask).mean()) / 1e3,
+                                    profiled_rank=float(main.steps.at("allreduce_profile", mask).mean()) / 1e3,
+                                    transfer=float(main.steps.at("allreduce_transfer", mask).mean()) / 1e3,
+                                    wait=float(main.steps.at("allreduce_wait", mask).mean()) / 1e3)
     return out
 
 

@@ -78,17 +78,21 @@ def chunk_gaps(steps, first_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray,
             np.concatenate([per_request[keep], per_request[first_step][joined_keep]]))
 
 
-def weighted_stats_ms(values_us: np.ndarray, weights: np.ndarray, mean_us: float) -> ClientStatsMs | None:
-    """mean (given: the clients' exact one), median, std, p90 and p99 of values each occurring `weights` times;
-    percentiles by the inverted weighted CDF (each value holds its share of the weight)."""
-    if values_us.size == 0 or weights.sum() <= 0:
+def weighted_stats_ms(pairs: np.ndarray, mean_us: float) -> ClientStatsMs | None:
+    """mean (given: the clients' exact one), median, std, p90 and p99 of values each occurring a weight's times,
+    given as one complex array, value + 1j x weight (sorted here, in place: the pairs are the only step-sized array
+    besides the cumulative weights); percentiles by the inverted weighted CDF (each value holds its share of the
+    weight)."""
+    if pairs.size == 0:
         return None
-    order = np.argsort(values_us)
-    v, w = values_us[order], weights[order]  # in place below: a few arrays of the steps' size at a time
-    del order
+    v, w = pairs.real, pairs.imag  # views of the pairs
+    total = w.sum()
+    if total <= 0:
+        return None
+    pairs.sort()  # by value (equal values by weight)
     v /= 1e3
     cdf = np.cumsum(w)
-    cdf /= w.sum()
+    cdf /= total
     at = lambda q: float(v[min(np.searchsorted(cdf, q / 100.0), v.size - 1)])  # noqa: E731
     median, p90, p99 = at(50), at(90), at(99)
     del cdf
@@ -99,28 +103,40 @@ def weighted_stats_ms(values_us: np.ndarray, weights: np.ndarray, mean_us: float
                          p90=p90, p99=p99)
 
 
+def gap_pairs(parts: list, per_token: bool) -> np.ndarray:
+    """The instances' chunk gaps (chunk_gaps; parts: each instance's steps and first-token times) as one complex
+    array, gap + 1j x requests: vLLM's. per_token: SGLang's, each gap over the tokens a request emits in its step,
+    weighted by those tokens. Filled instance by instance (each one's arrays freed as it is), into an array as
+    long as the steps and joins could need (its unused tail never touched)."""
+    pairs = np.empty(sum(len(steps) + len(first) for steps, first in parts), dtype=complex)
+    at = 0
+    for steps, first in parts:
+        gaps, counts, per_request = chunk_gaps(steps, first)
+        if per_token:
+            counts *= per_request  # in place: the same floats
+            np.maximum(per_request, 1e-12, out=per_request)
+            gaps /= per_request
+        pairs.real[at:at + gaps.size] = gaps
+        pairs.imag[at:at + gaps.size] = counts
+        at += gaps.size
+    return pairs[:at]
+
+
 def itl_stats(run, done) -> tuple[ClientStatsMs | None, ClientStatsMs | None]:
     """vLLM's ITL (one gap per streamed chunk) and SGLang's (a chunk's gap split evenly over its tokens). Their
     means are exact (the requests' decode time over their chunks, or over their tokens after the first); the
-    spread comes from the steps' gaps, each request of a step taken to emit the step's mean tokens."""
-    parts = [(i.steps, i.requests) for i in run.instances] if run.instances else [(run.steps, run.requests)]
-    pieces = [list(chunk_gaps(steps, np.array([r.first_token_at for r in reqs if r.first_token_at is not None],
-                                              dtype=float))) for steps, reqs in parts]
-    columns = []  # each column joined over the instances, their pieces freed as it is (a few step-sized arrays)
-    for k in range(3):
-        columns.append(pieces[0][k] if len(pieces) == 1 else np.concatenate([piece[k] for piece in pieces]))
-        for piece in pieces:
-            piece[k] = None
-    gaps, counts, per_request = columns
-    del pieces, columns
+    spread comes from the steps' gaps, each request of a step taken to emit the step's mean tokens. One is
+    computed, and freed, before the other (their step-sized pairs are never held together)."""
+    parts = [(steps, np.array([r.first_token_at for r in reqs if r.first_token_at is not None], dtype=float))
+             for steps, reqs in ([(i.steps, i.requests) for i in run.instances] if run.instances
+                                 else [(run.steps, run.requests)])]
     decode_us = sum(r.completed_at - r.first_token_at for r in done)
-    chunks, tokens = counts.sum(), sum(r.generated - 1 for r in done)
-    per_chunk = weighted_stats_ms(gaps, counts, decode_us / chunks) if chunks else None
-    counts *= per_request  # SGLang's: each chunk's gap over its tokens, weighted by them (in place: the same floats)
-    np.maximum(per_request, 1e-12, out=per_request)
-    gaps /= per_request
-    del per_request
-    per_token = weighted_stats_ms(gaps, counts, decode_us / tokens) if tokens else None
+    tokens = sum(r.generated - 1 for r in done)
+    pairs = gap_pairs(parts, per_token=False)
+    chunks = pairs.imag.sum()
+    per_chunk = weighted_stats_ms(pairs, decode_us / chunks) if chunks else None
+    del pairs
+    per_token = weighted_stats_ms(gap_pairs(parts, per_token=True), decode_us / tokens) if tokens else None
     return per_chunk, per_token
 
 

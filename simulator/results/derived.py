@@ -71,8 +71,8 @@ def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | 
     host = scenario.host
     other = step_overhead_us(host, scenario.spec.runtime, speculating=False)
     planner = FastStepCosts(machine, scenario.spec.seed, np.random.default_rng(0))
-    batches = steps["batch"][mask].astype(int)
-    contexts = steps["context"][mask].astype(int)
+    batches = steps.at("batch", mask).astype(int)
+    contexts = steps.at("context", mask).astype(int)
     plain = 0.0
     # per batch size, ascending (sorted set: np.unique without counts imports numpy.ma, ~10 ms of a main command)
     for batch in sorted(set(batches.tolist())):  # the plain step's mean cost, blended over contexts
@@ -85,7 +85,7 @@ def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | 
             distinct, counts = np.unique(at, return_counts=True)
         for value in (counts * planner.mean_step_us_many(spec, distinct)).tolist():
             plain += value  # in the order of the contexts, as a running sum (the same float every time)
-    return float(steps["duration_us"][mask].sum()) / plain
+    return float(steps.at("duration_us", mask).sum()) / plain
 
 
 def what_if(scenario: Scenario, machine: Machine, main, base, slots) -> WhatIf:
@@ -102,7 +102,7 @@ def what_if(scenario: Scenario, machine: Machine, main, base, slots) -> WhatIf:
     runtime = scenario.spec.runtime
     if not runtime.cuda_graph_verify:
         per_request = typical_context(scenario.spec.workload)
-        batches, counts = np.unique(main.steps["batch"][spec_mask].astype(int), return_counts=True)
+        batches, counts = np.unique(main.steps.at("batch", spec_mask).astype(int), return_counts=True)
         verify_us = 0.0
         for batch, count in zip(batches.tolist(), counts.tolist()):
             verify, _ = speculative_passes(slots[0].drafter, slots[0].tree, batch, runtime, True)
@@ -111,7 +111,7 @@ def what_if(scenario: Scenario, machine: Machine, main, base, slots) -> WhatIf:
             verify_us += count * float(machine.sample_durations("target", shape, verify.graph, scenario.spec.seed).mean())
         verify_us /= float(counts.sum())
         # the run's own drafting and host work per speculative step (scheduler, syncs, the engine's host path)
-        step = verify_us + float(main.steps["draft_us"][spec_mask].mean()) + float(main.steps["other"][spec_mask].mean())
+        step = verify_us + float(main.steps.at("draft_us", spec_mask).mean()) + float(main.steps.at("other", spec_mask).mean())
         breakeven = step / base_step
         lengths = main.accept_lengths
         accept = float(lengths.mean()) if lengths.size else 1.0
@@ -124,7 +124,7 @@ def policy_summary(spec, run) -> PolicyFigures:
     steps = run.steps
     decode_or_spec = steps["kind"] > 0
     n = int(decode_or_spec.sum())
-    drafters = steps["drafter"][decode_or_spec]
+    drafters = steps.at("drafter", decode_or_spec)
     names = [spec.speculation.method] + ([spec.policy.fallback.method] if spec.policy.kind == "multi_drafter" else [])
     shares = {name: float((drafters == i).mean()) if n else 0.0 for i, name in enumerate(names)} \
         if len(names) > 1 else None

@@ -206,13 +206,13 @@ def load_metrics(run: RunSummary, target, max_concurrency: int | None = None) ->
         kv_peak_tokens=run.kv_peak_tokens, kv_capacity_tokens=run.kv_capacity_tokens,
         kv_peak_fraction=run.kv_peak_tokens / run.kv_capacity_tokens if run.kv_capacity_tokens else 0.0,
         preemptions=run.preemptions,
-        mean_batch=float(run.steps["batch"][decoding].mean()) if decoding.any() else 0.0,
+        mean_batch=float(run.steps.at("batch", decoding).mean()) if decoding.any() else 0.0,
         max_waiting=int(run.steps["waiting"].max()) if run.steps["waiting"].size else 0,
         client=client_metrics(run, max_concurrency))
 
 
 def mean_step_us(run: RunSummary, mask: np.ndarray) -> float | None:
-    durations = run.steps["duration_us"][mask]
+    durations = run.steps.at("duration_us", mask)
     return float(durations.mean()) if durations.size else None
 
 

@@ -73,6 +73,19 @@ class StepStore:
             column = np.where(self.fields["kind"] == KIND_PREFILL, 0.0, column)
         return column
 
+    def column_at(self, name: str, mask: np.ndarray) -> np.ndarray:
+        """A named column (a STEP_FIELDS name) at the steps where mask holds: column[mask], the same values, a
+        cost blended at those steps alone."""
+        if name in FACT_TYPES:
+            return self.fields[name][mask]
+        rows, weight = self.fields["row"], self.fields["weight"]
+        if not mask.all():
+            sub = StepStore({"row": rows[mask], "weight": weight[mask], "kind": self.fields["kind"][mask]},
+                            self.tables)
+            sub._ends = self._ends  # the tables laid end to end, shared
+            return sub.cost(name)
+        return self.cost(name)
+
     @classmethod
     def joined(cls, stores: list["StepStore"]) -> tuple["StepStore", list["StepStore"]]:
         """Several logs read as one (their steps in turn) without a copy of them: the whole and its parts (the
@@ -119,6 +132,11 @@ class JoinedStore(StepStore):
         parts = [store.cost(name) for store in self.stores]
         return np.concatenate(parts) if parts else np.zeros(0)
 
+    def column_at(self, name: str, mask: np.ndarray) -> np.ndarray:
+        ends = np.cumsum([0] + [len(store) for store in self.stores]).tolist()
+        parts = [store.column_at(name, mask[a:b]) for store, a, b in zip(self.stores, ends[:-1], ends[1:])]
+        return np.concatenate(parts) if parts else (self.fields[name] if name in FACT_TYPES else np.zeros(0))
+
 
 class StepColumns:
     """The step log as named columns (STEP_FIELDS; times in microseconds); `table["kind"]` and `table.kind` are
@@ -154,6 +172,12 @@ class StepColumns:
 
     def __setattr__(self, name: str, value) -> None:
         raise AttributeError(f"StepColumns is read-only ({name})")
+
+    def at(self, name: str, mask: np.ndarray) -> np.ndarray:
+        """`table[name][mask]`, the same values, without the whole column (a joined log reads it part by part)."""
+        if name not in STEP_FIELDS:
+            raise KeyError(name)
+        return self._store.column_at(name, np.asarray(mask, dtype=bool))
 
     def __reduce__(self):  # pickled with every column evaluated
         return _step_columns, (self.as_dict(),)
