@@ -107,19 +107,21 @@ def gap_pairs(parts: list, per_token: bool) -> np.ndarray:
     """The instances' chunk gaps (chunk_gaps; parts: each instance's steps and first-token times) as one complex
     array, gap + 1j x requests: vLLM's. per_token: SGLang's, each gap over the tokens a request emits in its step,
     weighted by those tokens. Filled instance by instance (each one's arrays freed as it is), into an array as
-    long as the steps and joins could need (its unused tail never touched)."""
-    pairs = np.empty(sum(len(steps) + len(first) for steps, first in parts), dtype=complex)
-    at = 0
+    long as the steps and joins could need (its unused tail never touched), made once the first instance's
+    temporaries are freed (their memory reused)."""
+    pairs, at = None, 0
     for steps, first in parts:
         gaps, counts, per_request = chunk_gaps(steps, first)
         if per_token:
             counts *= per_request  # in place: the same floats
             np.maximum(per_request, 1e-12, out=per_request)
             gaps /= per_request
+        if pairs is None:
+            pairs = np.empty(sum(len(steps) + len(first) for steps, first in parts), dtype=complex)
         pairs.real[at:at + gaps.size] = gaps
         pairs.imag[at:at + gaps.size] = counts
         at += gaps.size
-    return pairs[:at]
+    return pairs[:at] if pairs is not None else np.zeros(0, dtype=complex)
 
 
 def itl_stats(run, done) -> tuple[ClientStatsMs | None, ClientStatsMs | None]:

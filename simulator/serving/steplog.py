@@ -1,141 +1,22 @@
-"""The step log's storage: compact per-step arrays, in chunks, and the named columns read from them.
+"""The step log: steps appended by the serving loop, stored compactly (serving/stepstore.py: 52 bytes a step, each
+cost a row index into the run's cost tables, blended when read), and the named columns read from it.
 
-Memory is bounded per step, not by what readers ask for: a step keeps its facts in the narrowest integer type that
-holds them (kind and drafter one byte, counts and token totals four; its start time as a float64) and its cost
-as one row index into the run's cost tables (four bytes) and its context weight (float64): 52 bytes a step
-(STEP_BYTES). The STEP_COST columns (duration, breakdown, all-reduce views: 88 bytes a step as float64) are never
-stored: each is blended when read, anchor[row] + weight x delta[row], the same floats as blending whole rows, and
-handed to the reader without being kept. Chunks are appended, each as large as the log so far up to CHUNK steps; reading the log
-joins them into one array per field, one field at a time. Several logs read as one (a deployment's instances) are
-not copied: a column of the whole is its parts' columns concatenated when read (JoinedStore).
-
-A log given a sink (`--steps-log`) hands each block of steps to it as the run goes, as named columns.
+Chunks are appended, each as large as the log so far up to CHUNK steps; reading the log joins them into one array
+per field, one field at a time; a log detached at the run's end keeps its chunks, read as one (JoinedStore). A log
+given a sink (`--steps-log`) hands each block of steps to it as the run goes, as named columns.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Callable
 
 import numpy as np
 
 from ..timing.costtable import STEP_COST, CostTable
-from .records import BLOCK, KIND_PREFILL, STEP_FACTS, STEP_FIELDS, StepRecord, _INTEGER_FIELDS
+from .records import BLOCK, STEP_FACTS, STEP_FIELDS, StepRecord, _INTEGER_FIELDS
+from .stepstore import _WIDE, FACT_TYPES, STEP_BYTES, STORED, JoinedStore, StepStore  # noqa: F401 (re-exported)
 
-# each fact's storage type: the narrowest that holds it (a step's requests, tokens, and the context and KV tokens
-# summed over its batch fit 32 bits: an instance's KV cache holds far fewer than 2^31 tokens; _store checks)
-FACT_TYPES = {"kind": np.int8, "start_at": np.float64, "batch": np.int32, "tokens": np.int32, "depth": np.int16,
-              "drafter": np.int8, "verify_tokens": np.int32, "kv_tokens": np.int32, "waiting": np.int32,
-              "context": np.int32}
-_WIDE = ("kv_tokens", "context")  # the totals _store checks against the 32-bit range
-STORED = {**FACT_TYPES, "row": np.int32, "weight": np.float64}  # row: into the run's cost tables laid end to end
-STEP_BYTES = sum(np.dtype(t).itemsize for t in STORED.values())  # 52
 CHUNK = 1 << 18  # steps a chunk holds: each field's array large enough to be mapped apart (freed to the system, its
 # untouched tail never resident)
-_COST_INDEX = {name: i for i, name in enumerate(STEP_COST)}
-_COST_FIELD = {"duration_us": "duration", **{n: n for n in STEP_COST if n != "duration"}, "draft": "draft_us"}
-
-
-class StepStore:
-    """A snapshot of a log: one array per stored field (read-only) and the cost tables its rows index."""
-
-    def __init__(self, fields: dict[str, np.ndarray], tables: list[CostTable]):
-        for array in fields.values():
-            array.flags.writeable = False
-        self.fields, self.tables = fields, tables
-        # the tables laid end to end, built when first read and shared with the parts (views) of this store:
-        # "matrices" every table's anchor and delta rows (evaluated), "durations" their duration columns alone
-        self._ends: dict[str, tuple] = {}
-
-    def __len__(self) -> int:
-        return int(self.fields["kind"].shape[0])
-
-    def cost(self, name: str) -> np.ndarray:
-        """A STEP_COST column (a field name of STEP_FIELDS' cost part), blended between the context anchors."""
-        rows, weight = self.fields["row"], self.fields["weight"]
-        if len(rows) == 0:
-            return np.zeros(0)
-        j = _COST_INDEX[_COST_FIELD[name]]
-        ends = self._ends
-        if j == 0 and not all(t.evaluated for t in self.tables):
-            if "durations" not in ends:
-                ends["durations"] = (np.concatenate([t.duration_column for t in self.tables]),
-                                     np.concatenate([t.duration_delta_column for t in self.tables]))
-            anchor, delta = ends["durations"]
-        else:
-            if "matrices" not in ends:
-                ends["matrices"] = (np.concatenate([t.anchor for t in self.tables]),
-                                    np.concatenate([t.delta for t in self.tables]))
-            anchor, delta = ends["matrices"][0][:, j], ends["matrices"][1][:, j]
-        column = delta[rows]  # anchor + delta x weight, in place (the same floats: IEEE addition commutes)
-        column *= weight
-        column += anchor[rows]
-        if name in ("draft", "draft_us"):  # prefill steps have no drafting
-            column = np.where(self.fields["kind"] == KIND_PREFILL, 0.0, column)
-        return column
-
-    def column_at(self, name: str, mask: np.ndarray) -> np.ndarray:
-        """A named column (a STEP_FIELDS name) at the steps where mask holds: column[mask], the same values, a
-        cost blended at those steps alone."""
-        if name in FACT_TYPES:
-            return self.fields[name][mask]
-        rows, weight = self.fields["row"], self.fields["weight"]
-        if not mask.all():
-            sub = StepStore({"row": rows[mask], "weight": weight[mask], "kind": self.fields["kind"][mask]},
-                            self.tables)
-            sub._ends = self._ends  # the tables laid end to end, shared
-            return sub.cost(name)
-        return self.cost(name)
-
-    @classmethod
-    def joined(cls, stores: list["StepStore"]) -> tuple["StepStore", list["StepStore"]]:
-        """Several logs read as one (their steps in turn) without a copy of them: the whole and its parts (the
-        stores given)."""
-        return JoinedStore(stores), list(stores)
-
-
-class _JoinedFields(Mapping):
-    """The fields of several stores as one store's: each concatenated when read (read-only), not kept."""
-
-    def __init__(self, stores: list[StepStore]):
-        self._stores = stores
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name == "row":  # rows index each part's own tables: a joined row index would mean nothing
-            raise KeyError("row: a joined log's rows index its parts' tables (read its cost columns)")
-        parts = [store.fields[name] for store in self._stores]
-        out = np.concatenate(parts) if parts else np.zeros(0, dtype=STORED[name])
-        out.flags.writeable = False
-        return out
-
-    def __iter__(self):
-        return (name for name in STORED if name != "row")
-
-    def __len__(self) -> int:
-        return len(STORED) - 1
-
-
-class JoinedStore(StepStore):
-    """Several stores as one, in turn, holding no copy of their steps (a deployment's instance logs: the join
-    would double them at the run's peak). A fact or cost column is its parts' columns concatenated when read, the
-    same values as one store of all the steps (a cost is blended per step from its own part's tables)."""
-
-    def __init__(self, stores: list[StepStore]):
-        self.stores = [part for store in stores for part in (store.stores if isinstance(store, JoinedStore)
-                                                             else [store])]  # one level: a column joined once
-        self.fields, self.tables = _JoinedFields(stores), [t for store in stores for t in store.tables]
-        self._ends = {}
-
-    def __len__(self) -> int:
-        return sum(len(store) for store in self.stores)
-
-    def cost(self, name: str) -> np.ndarray:
-        parts = [store.cost(name) for store in self.stores]
-        return np.concatenate(parts) if parts else np.zeros(0)
-
-    def column_at(self, name: str, mask: np.ndarray) -> np.ndarray:
-        ends = np.cumsum([0] + [len(store) for store in self.stores]).tolist()
-        parts = [store.column_at(name, mask[a:b]) for store, a, b in zip(self.stores, ends[:-1], ends[1:])]
-        return np.concatenate(parts) if parts else (self.fields[name] if name in FACT_TYPES else np.zeros(0))
 
 
 class StepColumns:
