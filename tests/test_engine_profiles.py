@@ -213,3 +213,20 @@ def test_a_host_drafter_takes_the_engines_host_drafter_path_not_the_model_drafte
     default = raw["speculative_host"]["default"]
     assert (host.eager_ops, host.eager_ops_per_draft_step, host.syncs) == (
         default["eager_ops"]["value"], default["eager_ops_per_draft_step"]["value"], default["syncs"]["value"])
+
+
+@pytest.mark.parametrize("version", ["0.8.4", "0.8.5"])
+def test_vllm_worker_messages_follow_the_ranks_that_reply(version):
+    """With tensor parallelism vLLM's workers are processes: a step adds the SchedulerOutput's broadcast, rank 0's
+    reply and, where the engine core reads every rank's reply (0.8.4; 0.8.5 reads rank 0's only), one more a rank;
+    at TP 1 the worker runs in the engine core's process and the scheduler's time stands alone."""
+    raw = yaml.safe_load(open(os.path.join(ROOT, "engines", "vllm", f"{version}.yaml")))
+    base, ipc = raw["scheduler_step_us"]["value"], raw["executor_ipc"]["value"]
+    case = os.path.join(SCENARIOS, "validation", "cases", "h100_llama8b_decode.yaml")
+    one = simulator.load_scenario(case, [("engine", {"name": "vllm", "version": version})])
+    eight = simulator.load_scenario(case, [("engine", {"name": "vllm", "version": version}), ("parallelism.tp", 8)])
+    assert one.spec.runtime.scheduler_step_us == base
+    others = 7 if ipc["replies"] == "all" else 0
+    expected = base + ipc["broadcast_us"] + ipc["rank0_reply_us"] + others * ipc["other_reply_us"]
+    assert eight.spec.runtime.scheduler_step_us == pytest.approx(expected)
+    assert ipc["replies"] == {"0.8.4": "all", "0.8.5": "rank0"}[version]

@@ -96,6 +96,18 @@ def captured_sizes(profile, flags: dict, gpu_memory_GB: float, tp: int) -> list[
     return sorted(b for b in sizes if b <= max_bs) or [max_bs]
 
 
+def scheduler_step_us(profile, tp: int) -> float | None:
+    """The scheduler's host time a step at `tp` ranks: the profile's, with its scheduler-to-worker messages where
+    the workers are processes of their own (tp > 1: the SchedulerOutput's broadcast, rank 0's reply and, where the
+    engine waits for every rank's, one more a rank; None: the topology's estimate stands)."""
+    base = profile.scheduler_step_us.value
+    if profile.executor_ipc is None or base is None or tp <= 1:
+        return base
+    ipc = profile.executor_ipc.value
+    others = (tp - 1) * ipc.other_reply_us if ipc.replies == "all" else 0.0
+    return base + ipc.broadcast_us + ipc.rank0_reply_us + others
+
+
 def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method: str = "none") -> dict:
     """The runtime keys this engine release runs a scenario with, its flags applied (runtime: keys set in the
     scenario itself override these). `method`: the drafter, whose path through the engine (EngineProfile.host_work) sets the
@@ -115,7 +127,7 @@ def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method
         "overlap_schedule": bool(overlap_on or (profile.overlap_schedule.value and not overlap_off)),
         "overlap_schedule_speculative": bool(profile.overlap_schedule_speculative.value and not overlap_off),
         "speculative_host": host.model_dump(),
-        "scheduler_step_us": profile.scheduler_step_us.value,
+        "scheduler_step_us": scheduler_step_us(profile, tp),
         "fuse_allreduce_rmsnorm": bool(flags.get("enable_flashinfer_allreduce_fusion",
                                                  profile.fuse_allreduce_rmsnorm.value)),
     }

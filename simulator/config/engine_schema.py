@@ -70,6 +70,19 @@ class HostWork(HostWorkSurface, Strict):
     stop_check_us: Optional[Sourced[float]] = None
 
 
+class ExecutorIpc(Strict):
+    """A step's messages between the engine's scheduler process and its tensor-parallel worker processes, serial with
+    the GPU where the engine does not overlap its scheduling: the scheduler output's broadcast (written once, read by
+    every worker at once), rank 0's reply (the step's output) and, where the engine waits for them, the other ranks'
+    (read one after another)."""
+
+    broadcast_us: float = Field(ge=0, description="the scheduler output's write and one worker's read")
+    rank0_reply_us: float = Field(ge=0, description="rank 0's reply: its write and the scheduler's read")
+    other_reply_us: float = Field(ge=0, description="each other rank's reply the scheduler reads (its write overlaps)")
+    replies: Literal["all", "rank0"] = Field(description="whose replies the scheduler waits for")
+
+
+
 class NgramHost(Strict):
     """The n-gram drafter's host time (speculation.ngram's keys of the same names), as this engine computes it."""
 
@@ -125,6 +138,8 @@ class EngineProfile(EngineProfileSurface, Strict):
     speculative_host: dict[str, HostWork] = Field(description=(
         "the drafter's code (the engine's script flag, else the speculation method) -> the host work of its step; "
         "`default`: every model drafter without an entry of its own"))
+    executor_ipc: Optional[Sourced[ExecutorIpc]] = Field(None, description=(
+        "a step's scheduler-to-worker messages with tensor parallelism, added to scheduler_step_us; absent: none"))
     step_eager_ops: Optional[Sourced[NonNegativeInt]] = Field(None, description=(
         "device ops every step issues before its first pass kernel (input uploads); absent: none counted"))
     speculative_verify_tokens: Optional[Sourced[Literal["fixed", "proposed"]]] = Field(None, description=(

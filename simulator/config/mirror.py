@@ -97,10 +97,16 @@ class CustomAllReduce(Plain):
     _pydantic = ('simulator.config.engine_schema', 'CustomAllReduce')
 
 class EngineProfile(EngineProfileSurface, Plain):
-    __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'kernel_database', 'ngram_host', 'eager_launch_us', 'eager_kernels')
-    _fields = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'kernel_database', 'ngram_host', 'eager_launch_us', 'eager_kernels')
+    __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'kernel_database', 'ngram_host', 'eager_launch_us', 'eager_kernels')
+    _fields = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'kernel_database', 'ngram_host', 'eager_launch_us', 'eager_kernels')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'EngineProfile')
+
+class ExecutorIpc(Plain):
+    __slots__ = ('broadcast_us', 'rank0_reply_us', 'other_reply_us', 'replies')
+    _fields = ('broadcast_us', 'rank0_reply_us', 'other_reply_us', 'replies')
+    model_fields = dict.fromkeys(_fields)
+    _pydantic = ('simulator.config.engine_schema', 'ExecutorIpc')
 
 class HostWork(HostWorkSurface, Plain):
     __slots__ = ('eager_ops', 'eager_ops_per_draft_step', 'eager_ops_per_accepted_token', 'syncs', 'per_request_us', 'per_draft_token_us', 'per_accepted_token_us', 'stop_check_us')
@@ -155,6 +161,12 @@ class Sourced_CapturedPasses(Sourced):
     _fields = ('value', 'kind', 'source')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[CapturedPasses]')
+
+class Sourced_ExecutorIpc(Sourced):
+    __slots__ = ()
+    _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
+    _pydantic = ('simulator.config.engine_schema', 'Sourced[ExecutorIpc]')
 
 class Sourced_KernelDatabase(Sourced):
     __slots__ = ()
@@ -582,6 +594,7 @@ NS = {
     'CapturedPasses': CapturedPasses,
     'CustomAllReduce': CustomAllReduce,
     'EngineProfile': EngineProfile,
+    'ExecutorIpc': ExecutorIpc,
     'HostWork': HostWork,
     'KernelDatabase': KernelDatabase,
     'MaxBatchTier': MaxBatchTier,
@@ -591,6 +604,7 @@ NS = {
     'Sourced': Sourced,
     'Sourced_Annotated_int_Ge': Sourced_Annotated_int_Ge,
     'Sourced_CapturedPasses': Sourced_CapturedPasses,
+    'Sourced_ExecutorIpc': Sourced_ExecutorIpc,
     'Sourced_KernelDatabase': Sourced_KernelDatabase,
     'Sourced_Literal_fixed_proposed': Sourced_Literal_fixed_proposed,
     'Sourced_NgramHost': Sourced_NgramHost,
@@ -795,6 +809,7 @@ EngineProfile._checks = (
     ('cuda_graph_max_bs', Model('Sourced_list_MaxBatchTier', NS), _MISSING, None),
     ('speculative_capture_bs', Model('Sourced_list_BatchRange', NS), _MISSING, None),
     ('speculative_host', Dict(Str(), Model('HostWork', NS)), _MISSING, None),
+    ('executor_ipc', Either(Model('Sourced_ExecutorIpc', NS), NoneOnly()), None, None),
     ('step_eager_ops', Either(Model('Sourced_Annotated_int_Ge', NS), NoneOnly()), None, None),
     ('speculative_verify_tokens', Either(Model('Sourced_Literal_fixed_proposed', NS), NoneOnly()), None, None),
     ('custom_allreduce', Model('Sourced_Union_CustomAllReduce_NoneType', NS), _MISSING, None),
@@ -808,6 +823,14 @@ EngineProfile._checks = (
 )
 EngineProfile._rules = (rules.engine_profile_default, )
 EngineProfile._before = None
+ExecutorIpc._checks = (
+    ('broadcast_us', Float(ge=0), _MISSING, None),
+    ('rank0_reply_us', Float(ge=0), _MISSING, None),
+    ('other_reply_us', Float(ge=0), _MISSING, None),
+    ('replies', Lit('all', 'rank0'), _MISSING, None),
+)
+ExecutorIpc._rules = ()
+ExecutorIpc._before = None
 HostWork._checks = (
     ('eager_ops', Either(Model('Sourced_Annotated_int_Ge', NS), NoneOnly()), None, None),
     ('eager_ops_per_draft_step', Either(Model('Sourced_Annotated_int_Ge', NS), NoneOnly()), None, None),
@@ -870,6 +893,13 @@ Sourced_CapturedPasses._checks = (
 )
 Sourced_CapturedPasses._rules = ()
 Sourced_CapturedPasses._before = None
+Sourced_ExecutorIpc._checks = (
+    ('value', Model('ExecutorIpc', NS), _MISSING, None),
+    ('kind', Lit('counted', 'measured', 'fitted', 'estimated'), _MISSING, None),
+    ('source', Str(min_length=8), _MISSING, None),
+)
+Sourced_ExecutorIpc._rules = ()
+Sourced_ExecutorIpc._before = None
 Sourced_KernelDatabase._checks = (
     ('value', Model('KernelDatabase', NS), _MISSING, None),
     ('kind', Lit('counted', 'measured', 'fitted', 'estimated'), _MISSING, None),
