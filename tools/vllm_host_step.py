@@ -203,7 +203,19 @@ def main(batches=(1, 4, 16, 64), runs: int = 5, steps: int = 200) -> dict:
         results[batch] = row
         print(f"batch {batch:3d}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()) +
               f"  (us; step without IPC, its device ops' CPU side out: {sum(best) - row['device_ops']:.1f})", flush=True)
+    fit("scheduler loop (device ops' CPU side out)",
+        {b: sum(r[k] for k in PARTS) - r["device_ops"] for b, r in results.items()})
+    fit("broadcast (enqueue + dequeue)", {b: r["broadcast_enqueue"] + r["broadcast_dequeue"] for b, r in results.items()})
     return results
+
+
+def fit(label: str, by_batch: dict) -> tuple:
+    """Least-squares line over the batches: (per step, per request) in us, printed."""
+    xs, ys = list(by_batch), list(by_batch.values())
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    print(f"{label}: {my - slope * mx:.1f} us a step + {slope:.2f} us a request", flush=True)
+    return my - slope * mx, slope
 
 
 if __name__ == "__main__":
