@@ -139,7 +139,7 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
         draft = drafter.host_us(tree, batch) + sum(
             _pass_us(machine, d.part, d.shape, d.graph, seed, contexts) for d in drafts)
         emitted = expected_emitted(acceptance, tree, config)
-        other = step_overhead_us(host, spec.runtime, speculating=True) + speculative_host_us(
+        other = step_overhead_us(host, spec.runtime, True, batch) + speculative_host_us(
             host, spec.runtime, batch, tree, emitted, spec.workload.stop_strings)
         return StepCost(verify / 1e3, draft / 1e3, other / 1e3)
 
@@ -153,7 +153,7 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
     if own_tree is not None and not any(r.is_own for r in rows):
         rows.insert(0, row(f"own {spec.speculation.verify} {own_tree.num_drafts}", own_tree))
     decode = _pass_us(machine, "target", PassShape(1, batch), spec.runtime.cuda_graph_decode, seed, contexts)
-    decode_other = step_overhead_us(host, spec.runtime, speculating=False)
+    decode_other = step_overhead_us(host, spec.runtime, False, batch)
     return BreakevenTable(spec.name, method, batch, context, (decode + decode_other) / 1e3,
                           spec.runtime.cuda_graph_verify, rows, note)
 

@@ -108,6 +108,15 @@ def scheduler_step_us(profile, tp: int) -> float | None:
     return base + ipc.broadcast_us + ipc.rank0_reply_us + others
 
 
+def scheduler_per_request_us(profile, tp: int) -> float:
+    """The scheduler's host time per running request a step at `tp` ranks: the profile's, with the broadcast's share
+    where the workers are processes of their own (0: none)."""
+    own = profile.scheduler_per_request_us.value if profile.scheduler_per_request_us is not None else 0.0
+    if profile.executor_ipc is not None and tp > 1:
+        own += profile.executor_ipc.value.broadcast_per_request_us
+    return own
+
+
 def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method: str = "none") -> dict:
     """The runtime keys this engine release runs a scenario with, its flags applied (runtime: keys set in the
     scenario itself override these). `method`: the drafter, whose path through the engine (EngineProfile.host_work) sets the
@@ -141,6 +150,9 @@ def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method
     out["speculative_graph_batch_sizes"] = sizes
     if profile.step_eager_ops is not None:
         out["step_eager_ops"] = profile.step_eager_ops.value
+    per_request = scheduler_per_request_us(profile, tp)
+    if per_request:
+        out["scheduler_per_request_us"] = per_request
     if profile.speculative_verify_tokens is not None:
         out["verify_tokens"] = profile.speculative_verify_tokens.value
     if profile.eager_launch_us is not None:

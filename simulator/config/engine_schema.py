@@ -77,6 +77,7 @@ class ExecutorIpc(Strict):
     (read one after another)."""
 
     broadcast_us: float = Field(ge=0, description="the scheduler output's write and one worker's read")
+    broadcast_per_request_us: float = Field(0.0, ge=0, description="the broadcast's more a running request")
     rank0_reply_us: float = Field(ge=0, description="rank 0's reply: its write and the scheduler's read")
     other_reply_us: float = Field(ge=0, description="each other rank's reply the scheduler reads (its write overlaps)")
     replies: Literal["all", "rank0"] = Field(description="whose replies the scheduler waits for")
@@ -138,6 +139,8 @@ class EngineProfile(EngineProfileSurface, Strict):
     speculative_host: dict[str, HostWork] = Field(description=(
         "the drafter's code (the engine's script flag, else the speculation method) -> the host work of its step; "
         "`default`: every model drafter without an entry of its own"))
+    scheduler_per_request_us: Optional[Sourced[float]] = Field(None, description=(
+        "the scheduler loop's host time per running request a step, beside scheduler_step_us; absent: none"))
     executor_ipc: Optional[Sourced[ExecutorIpc]] = Field(None, description=(
         "a step's scheduler-to-worker messages with tensor parallelism, added to scheduler_step_us; absent: none"))
     step_eager_ops: Optional[Sourced[NonNegativeInt]] = Field(None, description=(

@@ -78,6 +78,9 @@ class Runtime(Strict):
     overlap_schedule: bool = Field(True, description="Scheduler host work overlaps the GPU in plain decode (SGLang's overlap scheduler)")
     scheduler_step_us: Optional[float] = Field(None, ge=0, le=1e5, description=(
         "The engine's scheduler host time per step (the engine profile's; default: the topology's host.step_overhead_us)"))
+    scheduler_per_request_us: float = Field(0.0, ge=0, le=1e4, description=(
+        "The scheduler's host time per running request a step, beside scheduler_step_us (the engine profile's; "
+        "default none)"))
     overlap_schedule_speculative: bool = Field(False, description="Scheduler host work overlaps the GPU while speculating too (SGLang's spec v2)")
     step_eager_ops: NonNegativeInt = Field(0, le=10000, description=(
         "Device ops every step issues before its first pass kernel (input and attention-metadata uploads), each at "

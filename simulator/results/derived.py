@@ -69,7 +69,6 @@ def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | 
     if not mask.any():
         return None
     host = scenario.host
-    other = step_overhead_us(host, scenario.spec.runtime, speculating=False)
     planner = FastStepCosts(machine, scenario.spec.seed, np.random.default_rng(0))
     batches = steps.at("batch", mask).astype(int)
     contexts = steps.at("context", mask).astype(int)
@@ -77,7 +76,7 @@ def breakeven_accept_len(machine: Machine, scenario: Scenario, main) -> float | 
     # per batch size, ascending (sorted set: np.unique without counts imports numpy.ma, ~10 ms of a main command)
     for batch in sorted(set(batches.tolist())):  # the plain step's mean cost, blended over contexts
         spec = StepSpec(PassSpec("target", PassShape(1, int(batch)), scenario.spec.runtime.cuda_graph_decode),
-                        other_us=other)
+                        other_us=step_overhead_us(host, scenario.spec.runtime, False, int(batch)))
         at = contexts[batches == batch]
         if at.size > 1 and (at[1:] > at[:-1]).all():  # a lone request's contexts: already distinct and sorted
             distinct, counts = at, np.ones(at.size, dtype=np.int64)  # what np.unique returns for them, without a sort

@@ -80,10 +80,6 @@ class Server:
             self.costs = LayerStepCosts(machine, jitter, on_pass, seed=seed, network=links)
         self.max_steps = max_steps  # stop early (traces record the first steps only)
         # the scheduler's per-step host work overlaps the GPU in plain decode, not while speculating (SGLang)
-        self._other_spec = step_overhead_us(host, spec.runtime, speculating=True)
-        self._other_plain = step_overhead_us(host, spec.runtime, speculating=False)
-        self._hidden_plain = hidden_scheduler_us(host, spec.runtime, speculating=False)
-        self._hidden_verify = hidden_scheduler_us(host, spec.runtime, speculating=True)
         self._host = host
         self._acceptance_config = spec.speculation.acceptance
         # what a step's spec is computed from besides its arguments, by value (the run's store keys them by it)
@@ -134,26 +130,30 @@ class Server:
         return getattr(self.slots[decision.drafter].acceptance, "proposed", None)
 
     def _step_spec(self, kind: int, decision, batch: int, tokens: int, proposed: int | None = None) -> StepSpec:
-        rt = self.runtime
+        rt, host = self.runtime, self._host
+        # the scheduler's host work a step (of this batch) overlaps the GPU in plain decode, not while speculating
+        # (SGLang's overlap scheduler; the engine profile's)
+        other_spec, hidden_verify = step_overhead_us(host, rt, True, batch), hidden_scheduler_us(host, rt, True, batch)
         if kind == KIND_PREFILL:
-            return StepSpec(PassSpec("target", PassShape(tokens, batch), False), other_us=self._other_spec,
-                            hidden_us=self._hidden_verify)
+            return StepSpec(PassSpec("target", PassShape(tokens, batch), False), other_us=other_spec,
+                            hidden_us=hidden_verify)
         if kind == KIND_DECODE:
-            return StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode), other_us=self._other_plain,
-                            hidden_us=self._hidden_plain)
+            return StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode),
+                            other_us=step_overhead_us(host, rt, False, batch),
+                            hidden_us=hidden_scheduler_us(host, rt, False, batch))
         slot, tree = self.slots[decision.drafter], decision.tree
         drafter, emitted = slot.drafter, expected_emitted(slot.acceptance, tree, self._acceptance_config)
         drafted = drafter.host_us(tree, batch)  # the drafter's work, bounded by its configured drafts
         if proposed == 0:  # nothing proposed: the engine runs a plain decode pass (no verify metadata), the drafter ran
             return StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode), (), drafted,
-                            self._other_spec, self._hidden_verify)
+                            other_spec, hidden_verify)
         if proposed is not None:
             tree = Tree.chain(proposed)
         verify, drafts = speculative_passes(drafter, tree, batch, rt, rt.cuda_graph_verify)
         return StepSpec(verify, drafts, drafted,
-                        self._other_spec + speculative_host_us(self._host, rt, batch, tree, emitted,
+                        other_spec + speculative_host_us(self._host, rt, batch, tree, emitted,
                                                                self.workload.stop_strings),
-                        self._hidden_verify)
+                        hidden_verify)
 
     def _timed_cost(self, spec: StepSpec, context: int):
         """Generator: a prefill step's time passes; returns its StepCost for the log (fast

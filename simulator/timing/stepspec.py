@@ -15,26 +15,29 @@ class PassSpec:
     graph: bool
 
 
-def scheduler_us(host, runtime) -> float:
-    """The scheduler's host work a step: its time (the engine's, else the topology's) and the device ops it issues
-    before the step's first pass kernel (runtime.step_eager_ops, each at host.eager_launch_us)."""
+def scheduler_us(host, runtime, batch: int = 1) -> float:
+    """The scheduler's host work a step of `batch` running requests: its time (the engine's, else the topology's),
+    the engine's per-request time, and the device ops it issues before the step's first pass kernel
+    (runtime.step_eager_ops, each at host.eager_launch_us)."""
     scheduler = host.step_overhead_us if runtime.scheduler_step_us is None else runtime.scheduler_step_us
+    if runtime.scheduler_per_request_us:
+        scheduler += runtime.scheduler_per_request_us * batch
     return scheduler + runtime.step_eager_ops * host.eager_launch_us
 
 
-def step_overhead_us(host, runtime, speculating: bool) -> float:
+def step_overhead_us(host, runtime, speculating: bool, batch: int = 1) -> float:
     """Host time around a step's passes: the end-of-step synchronisation, and the scheduler's work, which overlaps
     the GPU under an overlap scheduler (the engine profile's: in SGLang, in plain decode but not while speculating)."""
     hidden = runtime.overlap_schedule_speculative if speculating else runtime.overlap_schedule
-    return host.sync_us + (0.0 if hidden else scheduler_us(host, runtime))
+    return host.sync_us + (0.0 if hidden else scheduler_us(host, runtime, batch))
 
 
-def hidden_scheduler_us(host, runtime, speculating: bool) -> float:
+def hidden_scheduler_us(host, runtime, speculating: bool, batch: int = 1) -> float:
     """The scheduler's host work of a step that the overlap scheduler runs beside the GPU (what step_overhead_us leaves
     out: the fast fidelity takes it as hidden; the event fidelity runs it after the pass's launches, exposing what
     the GPU does not cover)."""
     hidden = runtime.overlap_schedule_speculative if speculating else runtime.overlap_schedule
-    return scheduler_us(host, runtime) if hidden else 0.0
+    return scheduler_us(host, runtime, batch) if hidden else 0.0
 
 
 def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1.0, stop_strings: int = 0) -> float:
