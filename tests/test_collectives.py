@@ -265,3 +265,52 @@ def test_l40s_box_switch_uplinks_are_the_fit_to_its_4_gpu_all_gather_rows():
     assert len(uplinks) == 4 and {l["bandwidth_GBps"] for l in uplinks} == {best}
     pcie = [socket_bandwidth.predicted_us(data, topology, 24.0, 4, b, uplinks=True) / t - 1 for b, t in rows]
     assert cost < 5 * 0.06 ** 2 and max(pcie) < -0.7
+
+
+# --- an eager launch's floor, calibrated on the 2- and 4-GPU small all-reduces (analysis/ll_floor.py) ----------------
+@pytest.mark.parametrize("system,version,topology", [("a100_sxm", "2.27.3", "nvlink8_a100"),
+                                                     ("h100_sxm", "2.29.2", "nvlink8_h100"),
+                                                     ("h200_sxm", "2.29.2", "nvlink8_h200")])
+def test_eager_floor_is_the_fit_to_the_2_and_4_gpu_rows(system, version, topology):
+    """Each NVLink board's eager floor (beyond NCCL's ring LL latency) is the non-negative least-squares fit to its
+    own 2- and 4-GPU rows of 512 B - 64 KiB (never the 8-GPU rows, the validation cases). A100: NCCL's figures are
+    ~30% fast there, so both extras are positive and the fit brings the rows within ~10%; Hopper: NCCL's figures are
+    slow already, so both stay 0."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("scipy")
+    from simulator.analysis import ll_floor
+    from simulator.config.loader import read_yaml
+    from simulator.kernels.measured import data_root
+
+    if data_root() is None:
+        pytest.skip("aiconfigurator-core not installed")
+    path = f"topologies/{topology}.yaml"
+    base, step, cost = ll_floor.fit(system, version, path)
+    fabric = read_yaml(path)["fabric"]
+    assert (fabric.get("nccl_eager_base_us", 0.0), fabric.get("nccl_eager_step_us", 0.0)) == (base, step)
+    rows = ll_floor.measured_rows(system, version)
+    assert len(rows) == 16 and {g for g, _, _ in rows} == {2, 4}
+    if system == "a100_sxm":
+        assert base > 0 and step > 0 and cost < len(rows) * 0.1 ** 2
+    else:
+        assert (base, step) == (0.0, 0.0)
+
+
+def test_eager_floor_is_paid_by_eager_launches_only_and_is_a_floor():
+    """A pass's all-reduce keeps NCCL's figures; an eager one takes at least the floor, and an option whose own
+    latency is above the floor (LL128, Simple at 2 MiB on 8x A100) keeps it."""
+    from simulator.config.base import validate
+    from simulator.config.catalog import read_kind
+    from simulator.config.topology import Topology
+    from simulator.hardware.collectives import AllReduce
+    from simulator.hardware.interconnect import Fabric
+
+    path, data = read_kind("topologies/nvlink8_a100.yaml", "topology")
+    topo = validate(Topology, data, path)
+    f = topo.fabric
+    graph, eager = (AllReduce(Fabric(topo), 8, "nccl", launch=launch) for launch in ("graph", "eager"))
+    small = eager.cost(512).time_us - graph.cost(512).time_us
+    assert small == pytest.approx(f.nccl_eager_base_us + 14 * f.nccl_eager_step_us, abs=1e-6)
+    floor = graph.cost(512).latency_us + small
+    for g, e in zip(graph.nccl_options(2 << 20), eager.nccl_options(2 << 20)):
+        assert e.latency_us == pytest.approx(max(g.latency_us, floor))

@@ -122,7 +122,9 @@ def _collective(case: Case, base: str, path: str) -> float:
         node[keys[-1]] = value
     topology = validate(Topology, data, topo_path)
     ranks = case.ranks or topology.num_gpus
-    cost = AllReduce(Fabric(topology), ranks, case.algorithm, topology.gpu.kernel_floor_us).cost(case.bytes)
+    # every collective case is an nccl-tests measurement: eager launches (nccl-tests' default, no -G)
+    cost = AllReduce(Fabric(topology), ranks, case.algorithm, topology.gpu.kernel_floor_us,
+                     launch="eager").cost(case.bytes)
     if case.metric == "time_us":
         return cost.time_us
     if case.metric == "busbw_GBps":

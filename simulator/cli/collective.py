@@ -34,6 +34,9 @@ def configure(p) -> None:
     p.add_argument("-e", "--maxbytes", help="sweep: largest size (nccl-tests -e)")
     p.add_argument("-f", "--stepfactor", type=float, default=2.0, help="sweep: size multiplier (nccl-tests -f)")
     p.add_argument("--ranks", type=int, help="ranks taking part (default: every GPU)")
+    p.add_argument("--launch", choices=("graph", "eager"), default="graph",
+                   help="graph: what a pass's collective pays (NCCL's figures); eager: launched as nccl-tests does, "
+                        "at least the topology's calibrated eager floor (fabric.nccl_eager_*)")
     p.add_argument("--algorithm", default="auto",
                    help="auto (the engine's choice: NCCL or its custom all-reduce), nccl (NCCL's own choice), "
                         "nccl_ring, nccl_tree, nvls, one_shot, two_shot")
@@ -111,12 +114,12 @@ def _load(args):
     return validate(Topology, data, args.topology)
 
 
-def rows(topology, ranks: int, op: str, algorithm: str, message_sizes: list[int]) -> list[dict]:
+def rows(topology, ranks: int, op: str, algorithm: str, message_sizes: list[int], launch: str = "graph") -> list[dict]:
     """One dict per size: nccl-tests' columns (size, time, algbw, busbw) and which algorithm produced it."""
     from ..hardware.collectives import AllReduce, IMPLEMENTATION_NCCL, allreduce_bus_factor
     from ..hardware.interconnect import Fabric
 
-    collective = AllReduce(Fabric(topology), ranks, algorithm, topology.gpu.kernel_floor_us)
+    collective = AllReduce(Fabric(topology), ranks, algorithm, topology.gpu.kernel_floor_us, launch=launch)
     out = []
     for nbytes in message_sizes:
         if op == "allreduce":
@@ -166,7 +169,7 @@ def main(args) -> int:
     if args.algorithm not in ALLREDUCE_CHOICES:
         raise ConfigError("command line", "--algorithm", f"unknown algorithm {args.algorithm!r}", ", ".join(ALLREDUCE_CHOICES))
     try:
-        out = rows(topology, ranks, args.op, args.algorithm, sizes(args))
+        out = rows(topology, ranks, args.op, args.algorithm, sizes(args), args.launch)
     except NotPermitted as exc:
         raise ConfigError("command line", "--algorithm", str(exc), "auto, nccl, nccl_ring, nccl_tree") from None
     except ValueError as exc:  # the fabric's own check (a GPU pair without a route): the file's mistake

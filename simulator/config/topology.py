@@ -109,6 +109,13 @@ class Fabric(Strict):
         description="Farthest path over which GPUs use peer-to-peer (as NCCL_P2P_LEVEL: NVL, PXB, PHB, SYS); farther pairs go through host memory")
     shm_hop_latency_us: Micros = Field(
         default=0.0, description="Extra latency per collective step that goes through host memory instead of peer-to-peer")
+    nccl_eager_base_us: Micros = Field(default=0.0, description=(
+        "*Calibrated*: the fixed time beyond NCCL's ring LL latency that an eagerly launched NCCL collective takes at "
+        "least on this machine, as nccl-tests runs it (one process, a thread per GPU); fitted to measured small "
+        "all-reduces (simulator/analysis/ll_floor.py); 0: NCCL's figures alone. Not paid in a pass"))
+    nccl_eager_step_us: Micros = Field(default=0.0, description=(
+        "*Calibrated*: the same floor's part per ring step (it grows with the GPU count), fitted with "
+        "nccl_eager_base_us"))
     nvls: bool = Field(default=False, description="NVSwitch multicast (NVLink SHARP) available for all-reduce")
     network: Optional[Network] = Field(None, description="The network between machines; required with network links")
 

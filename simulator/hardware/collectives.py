@@ -2,8 +2,10 @@
 custom P2P all-reduce, each labelled with what it is.
 
 NCCL: the channel search over this fabric, then NCCL v2.29.7-1's tuning model (nccl.py, tables in nccl_tables.py).
-The one extension: a step whose route adds latency beyond NCCL's per-hop figure (host-memory staging when peer-to-peer
-is off, a socket crossing) pays it on every step. Custom all-reduce (vLLM / SGLang one-shot and two-shot) is not
+Two extensions: a step whose route adds latency beyond NCCL's per-hop figure (host-memory staging when peer-to-peer
+is off, a socket crossing) pays it on every step; and an eagerly launched collective (launch="eager", as nccl-tests
+runs them) takes at least the fabric's calibrated eager floor (fabric.nccl_eager_*, beyond NCCL's ring LL latency).
+A pass's collectives keep NCCL's figures: their host launch and rank skew are the host model's. Custom all-reduce (vLLM / SGLang one-shot and two-shot) is not
 NCCL; its cost is a flag round trip per phase plus the reads every rank makes from every peer.
 """
 from __future__ import annotations
@@ -54,7 +56,7 @@ class AllReduce:
     """All-reduce among the first `ranks` GPUs of a fabric; `choice` is runtime.allreduce."""
 
     def __init__(self, fabric: Fabric, ranks: int, choice: str = "auto", kernel_floor_us: float = 0.0,
-                 custom_model=None):
+                 custom_model=None, launch: str = "graph"):
         """custom_model: the engine's one-shot kernel as fitted to its measured table (an object with time_us(nbytes)
         and a label; kernels/custom_allreduce_fit.py), which then times the one-shot all-reduce instead of the
         physical flags-and-reads model."""
@@ -63,8 +65,9 @@ class AllReduce:
         self.choice = choice
         self.kernel_floor_us = kernel_floor_us
         self.custom_model = custom_model
+        self.launch = launch  # "eager": an nccl-tests-style launch, which takes at least the fabric's eager floor
         # what its costs are computed from, by value: the run's store keys cost(), step_plan(), allgather_us() by it
-        self.value_key = (fabric.value_key, ranks, choice, kernel_floor_us, key_of(custom_model))
+        self.value_key = (fabric.value_key, ranks, choice, kernel_floor_us, key_of(custom_model), launch)
         if any(fabric.hop(i, (i + 1) % ranks).net for i in range(ranks)) if ranks > 1 else False:
             raise NotPermitted(f"the {ranks} ranks span machines, and NCCL's model between machines is not in this "
                                "version yet: take at most one machine's GPUs")
@@ -141,7 +144,13 @@ class AllReduce:
     def _nccl_tables(self) -> list[nccl.Option]:
         self._graphs = self._nccl_graphs()
         hw, extra = self._route()
-        return nccl.allreduce_options(self.ranks, self.fabric.topology.gpu.sm_version, hw, self._graphs, extra)
+        return nccl.allreduce_options(self.ranks, self.fabric.topology.gpu.sm_version, hw, self._graphs, extra,
+                                      self._ll_extra())
+
+    def _ll_extra(self) -> tuple[float, float]:
+        """An eager launch's calibrated floor beyond NCCL's ring LL latency, (fixed, per step) us; none in a pass."""
+        f = self.fabric.topology.fabric
+        return (f.nccl_eager_base_us, f.nccl_eager_step_us) if self.launch == "eager" else (0.0, 0.0)
 
     def nccl_options(self, nbytes: int) -> list[CollectiveCost]:
         out = []
@@ -213,7 +222,8 @@ class AllReduce:
         if n <= 1:
             return 0.0
         hw, extra = self._route()
-        options = nccl.allgather_options(n, self.fabric.topology.gpu.sm_version, hw, self._graphs["ring"], extra)
+        options = nccl.allgather_options(n, self.fabric.topology.gpu.sm_version, hw, self._graphs["ring"], extra,
+                                         self._ll_extra())
         return min(nccl.algo_time_us(o, nbytes_per_rank * n) for o in options)
 
     # -- choice ---------------------------------------------------------------------------------------------

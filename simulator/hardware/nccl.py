@@ -103,10 +103,12 @@ class Option:
 
 
 def allreduce_options(ranks: int, sm_version: int, hw: str, graphs: dict[str, Graph],
-                      extra_step_latency_us: float = 0.0) -> list[Option]:
+                      extra_step_latency_us: float = 0.0, eager_us: tuple[float, float] = (0.0, 0.0)) -> list[Option]:
     """ncclTopoTuneModel for AllReduce on one node. hw: 'nvlink' or 'pci' (the ring graph's path type);
     extra_step_latency_us: what this fabric's route adds to each step beyond NCCL's per-hop figure (host-memory
-    staging, slower links), an extension of NCCL's model and zero where NCCL's assumptions hold."""
+    staging, slower links), an extension of NCCL's model and zero where NCCL's assumptions hold; eager_us: an eager
+    launch's floor beyond NCCL's ring LL latency, fixed and per step (calibrated, fabric.nccl_eager_*): no option's
+    latency is below it."""
     a = T.arch(sm_version)
     nsteps = 2 * (ranks - 1)
     out = []
@@ -134,13 +136,24 @@ def allreduce_options(ranks: int, sm_version: int, hw: str, graphs: dict[str, Gr
                 algbw = bus * 0.5
             step = T.HW_LATENCY_US[hw][algo][k] + extra_step_latency_us
             latency = T.BASE_LATENCY_US[algo][k] + nsteps * step  # ring: nsteps; tree: 2 (n - 1) on one node
+            latency = max(latency, eager_floor_us(hw, nsteps, extra_step_latency_us, eager_us))
             out.append(Option(algo, proto, latency, algbw, algbw * nsteps / ranks))
     if nvls is not None and nvls.channels >= 2:
         intra = nvls.bw_intra * T.NVLS_EFFICIENCY[a] * (nvls.channels - 1) / nvls.channels * 2.0  # two ops pipelined
         bus = nvls.channels * min(intra, nvls.bw_inter)
         algbw = bus * ranks / nsteps
-        out.append(Option("nvls", "Simple", T.HW_LATENCY_US["nvlink"]["nvls"][2], algbw, bus))
+        latency = max(T.HW_LATENCY_US["nvlink"]["nvls"][2], eager_floor_us(hw, nsteps, extra_step_latency_us, eager_us))
+        out.append(Option("nvls", "Simple", latency, algbw, bus))
     return out
+
+
+def eager_floor_us(hw: str, nsteps: int, extra_step_latency_us: float, eager_us: tuple[float, float]) -> float:
+    """The least time an eagerly launched collective of nsteps ring steps takes: NCCL's ring LL latency plus the
+    fabric's calibrated eager extras (fixed, per step); 0 when the fabric has none (NCCL's figures alone)."""
+    if not any(eager_us):
+        return 0.0
+    ring_ll = T.BASE_LATENCY_US["ring"][0] + nsteps * (T.HW_LATENCY_US[hw]["ring"][0] + extra_step_latency_us)
+    return ring_ll + eager_us[0] + nsteps * eager_us[1]
 
 
 def algo_time_us(option: Option, nbytes: int) -> float:
@@ -153,7 +166,7 @@ def algo_time_us(option: Option, nbytes: int) -> float:
 
 
 def allgather_options(ranks: int, sm_version: int, hw: str, ring: Graph,
-                      extra_step_latency_us: float = 0.0) -> list[Option]:
+                      extra_step_latency_us: float = 0.0, eager_us: tuple[float, float] = (0.0, 0.0)) -> list[Option]:
     """Ring AllGather (PAT is off with several GPUs per node; NVLS all-gather is not modelled): n - 1 steps."""
     a = T.arch(sm_version)
     nsteps = ranks - 1
@@ -167,5 +180,6 @@ def allgather_options(ranks: int, sm_version: int, hw: str, ring: Graph,
         elif proto == "LL128":
             bus = min(bus * T.LL128_EFFICIENCY, ring.channels * T.PER_CHANNEL_MAX_RING_LL128_BW[a][0])
         latency = T.BASE_LATENCY_US["ring"][k] + nsteps * (T.HW_LATENCY_US[hw]["ring"][k] + extra_step_latency_us)
+        latency = max(latency, eager_floor_us(hw, nsteps, extra_step_latency_us, eager_us))
         out.append(Option("ring", proto, latency, bus * ranks / nsteps, bus))
     return out
