@@ -475,8 +475,8 @@ class TreeShape(Plain):
     _pydantic = ('simulator.config.speculation', 'TreeShape')
 
 class Fabric(Plain):
-    __slots__ = ('nodes', 'links', 'p2p_level', 'shm_hop_latency_us', 'nvls', 'network')
-    _fields = ('nodes', 'links', 'p2p_level', 'shm_hop_latency_us', 'nvls', 'network')
+    __slots__ = ('nodes', 'links', 'p2p_level', 'shm_hop_latency_us', 'nccl_eager_base_us', 'nccl_eager_step_us', 'nvls', 'network')
+    _fields = ('nodes', 'links', 'p2p_level', 'shm_hop_latency_us', 'nccl_eager_base_us', 'nccl_eager_step_us', 'nvls', 'network')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.topology', 'Fabric')
 
@@ -1370,6 +1370,8 @@ Fabric._checks = (
     ('links', List(Model('FabricLink', NS)), _MISSING, lambda: []),
     ('p2p_level', Lit('nvlink', 'pcie_switch', 'cpu', 'system'), _MISSING, None),
     ('shm_hop_latency_us', Float(ge=0.0, le=1000000.0), 0.0, None),
+    ('nccl_eager_base_us', Float(ge=0.0, le=1000000.0), 0.0, None),
+    ('nccl_eager_step_us', Float(ge=0.0, le=1000000.0), 0.0, None),
     ('nvls', Bool(), False, None),
     ('network', Either(Model('Network', NS), NoneOnly()), None, None),
 )
