@@ -60,6 +60,26 @@ def key_of(value: Any) -> Any:
                     "(a digest of what it computes from) or pass the values it reads")
 
 
+# A configuration model's JSON by the model object, the object held so that no other takes its address while the
+# entry lives: a deployment's replicas share one scenario, and a generated cluster's topology is thousands of objects
+# whose JSON costs ~10 ms to write (it was written twice per replica, and the spec's once more). Models are frozen.
+_JSON: dict[tuple, tuple[Any, str]] = {}
+_JSON_MAX = 256
+
+
+def json_of(model: Any, exclude: frozenset | None = None) -> str:
+    """model.model_dump_json(exclude=exclude), written once per model object (and exclude) while it is remembered."""
+    key = (id(model), exclude)
+    entry = _JSON.get(key)
+    if entry is not None and entry[0] is model:
+        return entry[1]
+    text = model.model_dump_json(exclude=set(exclude)) if exclude else model.model_dump_json()
+    if len(_JSON) >= _JSON_MAX:
+        _JSON.pop(next(iter(_JSON)))
+    _JSON[key] = (model, text)
+    return text
+
+
 def freeze_and_weigh(value: Any, held: Any = ()) -> int:
     """The bytes `value` holds (arrays by their buffers, frames by their columns, other objects by sys.getsizeof,
     each object once; configuration models not counted), making every numpy array in it read-only on the way: a stored value is only read. Objects

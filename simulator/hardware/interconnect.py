@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..cache import current
+from ..cache.keys import json_of
 from ..config.mirror import Topology
 from .routes import Routes, routes_of
 
@@ -42,11 +43,11 @@ class Fabric:
         self.gpu_names = list(topology.gpu_names if gpu_names is None else gpu_names)
         # the routes depend on the graph alone (not on the ranks' GPUs, nor on the host-memory hop's latency, read when
         # a step is costed): found once per store for a graph, shared by every replica and sweep point on it
-        graph = fabric.model_dump_json(exclude={"shm_hop_latency_us"})
+        graph = json_of(fabric, frozenset({"shm_hop_latency_us"}))
         self.routing_key = (graph, tuple(self.gpu_names))  # what NCCL's graph search over these ranks reads
         self._graph = graph
         # everything the fabric's figures are computed from (cache.key_of keys stored results by it)
-        self.value_key = hashlib.sha1("\0".join([topology.model_dump_json(), *self.gpu_names]).encode()).hexdigest()
+        self.value_key = hashlib.sha1("\0".join([json_of(topology), *self.gpu_names]).encode()).hexdigest()
         routes: Routes = current().get(("interconnect.routes", graph), lambda: routes_of(fabric))
         self._routes = routes
         self.names, self.kinds, self.index, self.link_of = routes.names, routes.kinds, routes.index, routes.link_of

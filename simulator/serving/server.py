@@ -15,6 +15,7 @@ import hashlib
 import numpy as np
 
 from ..cache import current
+from ..cache.keys import json_of
 
 from ..model.cost import PassShape
 from ..speculation.setup import build_speculation
@@ -83,7 +84,7 @@ class Server:
         self._host = host
         self._acceptance_config = spec.speculation.acceptance
         # what a step's spec is computed from besides its arguments, by value (the run's store keys them by it)
-        self._spec_value = (machine.key, hashlib.sha1(spec.model_dump_json().encode()).hexdigest(), speculate)
+        self._spec_value = (machine.key, hashlib.sha1(json_of(spec).encode()).hexdigest(), speculate)
         self.routed = routed
         self.on_prefilled = None  # a prefill instance's hand-off of prefilled requests (serving.disaggregation)
         self.kv_received: list[tuple[float, float]] = []  # a decode instance's KV transfers: (bytes per rank, us)
