@@ -50,9 +50,15 @@ class Fabric:
         self.value_key = hashlib.sha1("\0".join([json_of(topology), *self.gpu_names]).encode()).hexdigest()
         routes: Routes = current().get(("interconnect.routes", graph), lambda: routes_of(fabric))
         self._routes = routes
-        self.names, self.kinds, self.index, self.link_of = routes.names, routes.kinds, routes.index, routes.link_of
         self.gpus = [self.index[name] for name in self.gpu_names]
         self._p2p_rank = PATH_CLASSES.index(fabric.p2p_level)
+
+    # the graph's nodes and links, read from its routes (stored once per graph, so a replica's fabric stored with its
+    # collectives is weighed without walking them again: 128 replicas walked a 440-node graph's links each)
+    names = property(lambda self: self._routes.names)
+    kinds = property(lambda self: self._routes.kinds)
+    index = property(lambda self: self._routes.index)
+    link_of = property(lambda self: self._routes.link_of)
 
     def route(self, a: int, b: int) -> list[int]:
         """Node indices from a to b; empty if b is unreachable."""
