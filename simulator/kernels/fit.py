@@ -22,6 +22,7 @@ GEMM_DTYPES = {"bfloat16": "bf16", "fp8_block": "fp8", "nvfp4": "fp4"}
 MOE_DTYPES = {"bfloat16": "bf16", "fp8_block": "fp8", "int4_wo": "int4", "nvfp4": "fp4"}
 KV = {"bfloat16": "bf16", "fp8": "fp8"}
 MOE_HIDDEN = (7168,)  # DeepSeek-V3 / Kimi-K2 experts, the MoE models the simulator ships
+MOE_EXPERTS = ((2048, 8, 256), (2048, 8, 384))  # their experts: (intermediate size, top-k, routed experts)
 
 
 def _rows(system: str, family: str, table: str):
@@ -82,6 +83,30 @@ def samples(system: str, family: str, limit: int = SAMPLES) -> list[tuple]:
     return [(shape, 1e3 * ms) for shape, ms in out if ms > 0]
 
 
+def nearest_moe_samples(system: str, limit: int = SAMPLES) -> list[tuple]:
+    """(shape, measured us) pairs of the fused-MoE dtypes the database holds no rows of at the shipped hidden sizes
+    (B200's bf16 experts, which a bf16 MTP module runs): their rows of a shipped model's expert shape (intermediate
+    size, top-k, experts) at the hidden size nearest the shipped one (B200: 6144 x 2048, top-8 of 256), balanced and
+    without expert parallelism like samples()'."""
+    table = _rows(system, "moe", "moe_perf")
+    if table is None:
+        return []
+    table = table[(table.distribution == "balanced") & (table.moe_ep_size == 1) & table.moe_dtype.isin(list(MOE_DTYPES))]
+    covered = set(table[table.hidden_size.isin(MOE_HIDDEN)].moe_dtype)
+    rng = np.random.default_rng(0)
+    out = []
+    for dtype in sorted(set(table.moe_dtype) - covered):
+        rows = table[(table.moe_dtype == dtype) &
+                     table[["inter_size", "topk", "num_experts"]].apply(tuple, axis=1).isin(MOE_EXPERTS)]
+        if rows.empty:
+            continue
+        nearest = min(set(rows.hidden_size), key=lambda h: (min(abs(h - t) for t in MOE_HIDDEN), h))
+        out += [(MoE(float(r.num_tokens), int(r.hidden_size), int(r.inter_size), int(r.topk), int(r.num_experts),
+                     int(r.moe_tp_size), MOE_DTYPES[r.moe_dtype], balanced=True), 1e3 * r.latency)
+                for r in _take(rows[rows.hidden_size == nearest], rng, limit) if r.latency > 0]
+    return out
+
+
 def errors(spec, params: dict | None, pairs: list[tuple]) -> np.ndarray:
     """|roofline / measured - 1| for each (shape, measured us) pair."""
     roofline = ShapeRoofline(spec, params)
@@ -110,6 +135,8 @@ def fit_gpu_family(specs: dict, limit: int = SAMPLES) -> tuple[dict, dict]:
     """specs: measured system -> GPU spec of one GPU family. Returns (fitted parameters per parameter set, the
     samples per system and kernel family)."""
     pairs = {system: {f: samples(system, f, limit) for f in FAMILIES} for system in specs}
+    for system in specs:  # a dtype with no MoE rows at the shipped hidden sizes: its nearest ones (fitted apart)
+        pairs[system]["moe"] = pairs[system]["moe"] + nearest_moe_samples(system, limit)
     params = {}
     for key in PARAMETER_SETS:
         data = []
