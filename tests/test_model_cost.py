@@ -186,6 +186,60 @@ def test_verify_reads_the_touched_experts_weights():
     assert weights_extra == pytest.approx(2.60e9, rel=1e-2)  # the verify reads ~2.6 GB more expert weights
 
 
+# --- the MTP module's weight precision ----------------------------------------------------------------------------
+
+# DeepSeek-V3 / R1 (config.json): one MTP module of 256 routed experts (8 a token) and 1 shared expert of 7168 x 2048
+DSV3 = card("deepseek_v3.yaml")
+DS_HIDDEN, DS_MOE_INTER, DS_EXPERTS, DS_ACTIVE, DS_SHARED = 7168, 2048, 256, 8, 1
+NVFP4 = 0.5 + 1 / 16  # half a byte per weight plus an fp8 (E4M3) scale per 16 weights
+
+
+def blog1_recipe(mtp: str | None) -> ModelCard:
+    """TensorRT-LLM blog 1's NVFP4 DeepSeek-R1: fp4 experts and dense FFN, bf16 attention and router, and its MTP
+    layers in `mtp` (the blog: bf16; None: the target's own families)."""
+    weights = DSV3.weights.model_copy(update={"experts": "fp4", "shared_experts": "fp4", "dense_mlp": "fp4",
+                                              "attention": "bf16", "quant_group_size": 16, "quant_scale_dtype": "fp8",
+                                              "mtp": mtp})
+    return DSV3.model_copy(update={"weights": weights})
+
+
+def test_mtp_module_inherits_the_targets_weights_by_default():
+    from simulator.model.cost import mtp_card
+
+    target = blog1_recipe(None)
+    assert mtp_card(target).weights == target.weights
+    assert mtp_card(blog1_recipe("bf16")).weights.experts == "bf16"
+
+
+def test_mtp_pass_reads_bf16_expert_weights_at_32_9ths_of_nvfp4():
+    """One drafted token at TP8: the MTP layer's 8 routed experts and its shared expert, each split over 8 ranks,
+    read at 2 bytes a weight instead of 0.5625 (32/9 as many bytes); attention, router and lm_head are bf16 in both,
+    activations the same, so the pass's bytes differ by exactly the experts' weights at the two precisions."""
+    from simulator.model.cost import mtp_card
+
+    per_rank = (DS_ACTIVE + DS_SHARED) * 3 * DS_HIDDEN * DS_MOE_INTER / 8  # expert weights one rank reads
+    assert per_rank == 49_545_216
+    fp4_bytes, bf16_bytes = per_rank * NVFP4, per_rank * BF16
+    assert (fp4_bytes, bf16_bytes) == (27_869_184, 99_090_432) and bf16_bytes / fp4_bytes == 32 / 9
+    shape = PassShape(1, 1, 0)
+    fp4_pass = pass_bytes(mtp_card(blog1_recipe(None)), 8, shape)
+    bf16_pass = pass_bytes(mtp_card(blog1_recipe("bf16")), 8, shape)
+    assert bf16_pass - fp4_pass == pytest.approx(bf16_bytes - fp4_bytes, rel=1e-12)
+    # the target's own pass is untouched by the MTP module's precision
+    assert pass_bytes(blog1_recipe("bf16"), 8, shape) == pass_bytes(blog1_recipe(None), 8, shape)
+
+
+def test_mtp_module_held_at_bf16():
+    """The memory budget holds all 256 routed experts and the shared one of the MTP layer: 1.4375 bytes a weight
+    more at bf16 than NVFP4 (2.03 GB more per GPU at TP8)."""
+    from simulator.model.cost import mtp_card
+
+    held = (DS_EXPERTS + DS_SHARED) * 3 * DS_HIDDEN * DS_MOE_INTER / 8 * (BF16 - NVFP4)
+    assert held == pytest.approx(2.0338e9, rel=1e-4)
+    extra = weight_bytes_per_gpu(mtp_card(blog1_recipe("bf16")), 8) - weight_bytes_per_gpu(mtp_card(blog1_recipe(None)), 8)
+    assert extra == pytest.approx(held, rel=1e-12)
+
+
 # --- collectives ------------------------------------------------------------------------------------------------
 
 

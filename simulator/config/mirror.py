@@ -307,8 +307,8 @@ class ModelCard(ModelCardSurface, Plain):
     _pydantic = ('simulator.config.model_card', 'ModelCard')
 
 class WeightDtypes(Plain):
-    __slots__ = ('attention', 'dense_mlp', 'experts', 'shared_experts', 'router', 'embedding', 'lm_head', 'quant_group_size', 'quant_scale_dtype', 'quant_zero_point')
-    _fields = ('attention', 'dense_mlp', 'experts', 'shared_experts', 'router', 'embedding', 'lm_head', 'quant_group_size', 'quant_scale_dtype', 'quant_zero_point')
+    __slots__ = ('attention', 'dense_mlp', 'experts', 'shared_experts', 'router', 'embedding', 'lm_head', 'quant_group_size', 'quant_scale_dtype', 'quant_zero_point', 'mtp')
+    _fields = ('attention', 'dense_mlp', 'experts', 'shared_experts', 'router', 'embedding', 'lm_head', 'quant_group_size', 'quant_scale_dtype', 'quant_zero_point', 'mtp')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.model_card', 'WeightDtypes')
 
@@ -1100,6 +1100,7 @@ WeightDtypes._checks = (
     ('quant_group_size', Int(ge=0), 0, None),
     ('quant_scale_dtype', Lit('bf16', 'fp16', 'fp8'), 'bf16', None),
     ('quant_zero_point', Bool(), False, None),
+    ('mtp', Either(Lit('fp32', 'bf16', 'fp16', 'fp8', 'int8', 'int4', 'fp4'), NoneOnly()), None, None),
 )
 WeightDtypes._rules = (rules.weights_zero_point, )
 WeightDtypes._before = None

@@ -89,6 +89,10 @@ class WeightDtypes(Strict):
     quant_zero_point: bool = Field(False, description=(
         "Each group also stores a zero point in the scale's dtype (asymmetric, e.g. gpt-fast / tinygemm's bf16 "
         "scales_and_zeros); false: symmetric, scales only"))
+    mtp: Optional[Dtype] = Field(None, description=(
+        "Stored dtype of every weight of the MTP modules' layers (attention, MLP, experts, router; embedding and "
+        "lm_head are the target's, shared); none: each family as the target's (TensorRT-LLM blog 1 runs NVFP4 "
+        "DeepSeek-R1 with bf16 MTP layers)"))
 
     _zero_point = model_validator(mode="after")(rules.weights_zero_point)
 

@@ -84,7 +84,7 @@ def moe_top_k(self):
 
 def weights_zero_point(self):
     stored = {self.attention, self.dense_mlp, self.experts, self.shared_experts, self.router, self.embedding,
-              self.lm_head}
+              self.lm_head} | ({self.mtp} if self.mtp else set())
     if self.quant_zero_point and ("fp4" in stored or "int4" not in stored):
         raise ValueError(f"quant_zero_point is for int4 groups; these weights are {', '.join(sorted(stored))} (a "
                          "float format's groups carry a scale only); allowed: false, or int4 weights without fp4")

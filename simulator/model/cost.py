@@ -279,8 +279,16 @@ def draft_head_card(card: ModelCard) -> ModelCard:
     })
 
 
+# the weight families of a decoder layer (embedding and lm_head are the model's, which an MTP module shares)
+LAYER_WEIGHTS = ("attention", "dense_mlp", "experts", "shared_experts", "router")
+
+
 def mtp_card(card: ModelCard) -> ModelCard:
-    """A multi-token-prediction module: one decoder layer of the target's own kind, sharing its lm_head."""
+    """A multi-token-prediction module: one decoder layer of the target's own kind, sharing its lm_head; its layer
+    weights in `weights.mtp`'s dtype where the card states one (else each family as the target's)."""
     dense = card.num_dense_layers >= card.num_layers
-    return card.model_copy(update={"name": f"{card.name}-mtp", "num_layers": card.mtp_layers,
-                                   "num_dense_layers": card.mtp_layers if dense else 0, "draft_head": None, "mtp_layers": 0})
+    update = {"name": f"{card.name}-mtp", "num_layers": card.mtp_layers,
+              "num_dense_layers": card.mtp_layers if dense else 0, "draft_head": None, "mtp_layers": 0}
+    if card.weights.mtp is not None:
+        update["weights"] = card.weights.model_copy(update=dict.fromkeys(LAYER_WEIGHTS, card.weights.mtp))
+    return card.model_copy(update=update)
