@@ -39,7 +39,8 @@ def topology_path(name: str) -> str:
 
 
 SAMPLE_ENTRIES = ("sampling.samples", "sampling.by_plan", "sampling.durations", "sampling.draws", "sampling.hypercube",
-                  "sampling.launch", "sampling.last_ready", "sampling.rows", "sampling.picked", "costs.step_table",
+                  "sampling.launch", "sampling.last_ready", "sampling.rows", "sampling.rows_all",
+                  "sampling.rows_seen", "sampling.picked", "costs.step_table",
                   "costs.pair", "costs.mean", "costs.sparse_row")
 
 

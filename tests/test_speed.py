@@ -288,9 +288,31 @@ def test_a_few_sample_rows_are_those_of_the_whole_table(shape, graph):
     whole = machine.samples("target", shape, graph, 77)
     rng = np.random.default_rng(0)
     for n in [1, 1, 2, 3, 7, 8, 9, 33, 64]:  # one row, a few, more than the pruning threshold, all (with repeats)
-        current().clear("sampling.samples")
+        current().clear("sampling.samples", "sampling.rows_all", "sampling.rows_seen")  # these rows alone
         rows = rng.choice(64, n, replace=bool(n % 2)).tolist()
         assert np.array_equal(machine.sample_rows("target", shape, graph, 77, rows), whole[rows]), rows
+
+
+@pytest.mark.parametrize("shape, graph", [(PassShape(1024, 1, 0), False), (PassShape(512, 3, 1500), False),
+                                          (PassShape(1, 1, 1024), True)])
+def test_a_shapes_later_rows_are_read_from_all_its_rows_evaluated_at_once(shape, graph, monkeypatch):
+    """After ROWS_ALONE distinct rows evaluated alone, the next evaluates every row at once (the whole table's
+    floats), and the rows after it evaluate nothing."""
+    from simulator.timing import sampling
+
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    with held(Store()) as store:
+        whole = machine.samples("target", shape, graph, 78).copy()
+    with held(Store()) as store:
+        alone = [machine.sample_rows("target", shape, graph, 78, [i]) for i in range(sampling.ROWS_ALONE)]
+        assert store.count("sampling.rows") == sampling.ROWS_ALONE and not store.count("sampling.rows_all")
+        third = machine.sample_rows("target", shape, graph, 78, [40])
+        assert store.count("sampling.rows_all") == 1 and store.count("sampling.samples") == 0
+        assert np.array_equal(np.concatenate(alone + [third]), whole[[*range(sampling.ROWS_ALONE), 40]])
+        assert np.array_equal(store.peek(("sampling.rows_all", *sampling._key(machine, "target", shape, graph, 78))),
+                              whole)
+        monkeypatch.setattr(sampling, "sample_passes", lambda *a, **k: pytest.fail("evaluated again"))
+        assert np.array_equal(machine.sample_rows("target", shape, graph, 78, [63, 5]), whole[[63, 5]])
 
 
 def test_a_sparse_step_is_the_whole_tables_step():
