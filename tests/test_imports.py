@@ -86,6 +86,23 @@ def test_quantisation_formats_map_per_weight_family():
     assert (fp8.kernels.attention, fp8.kernels.dense_mlp) == (7 + 2, 4 + 2)  # an activation quant before each GEMM
 
 
+@pytest.mark.parametrize("exclude, mtp", [(["lm_head", "model.layers.61*"], "bf16"), (["lm_head"], None),
+                                          (["lm_head", "model.layers.61.self_attn*"], None)])
+def test_an_nvfp4_checkpoint_that_keeps_its_mtp_layer_unquantised_reads_as_bf16_mtp(tmp_path, exclude, mtp):
+    """DeepSeek-V3's config with a ModelOpt NVFP4 hf_quant_config.json beside it: the MTP module is layer 61
+    (num_hidden_layers); an exclude entry covering that whole layer keeps its weights in the checkpoint's bf16
+    (weights.mtp), one covering part of it or none leaves the module the target's NVFP4."""
+    with open(os.path.join(HF, "deepseek_v3", "config.json")) as handle:
+        config = json.load(handle)
+    config.pop("quantization_config")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
+        {"quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": exclude}}))
+    card = ModelCard.model_validate(card_from_file(str(tmp_path / "config.json"))[0])
+    assert (card.weights.experts, card.weights.attention, card.weights.quant_group_size) == ("fp4", "fp4", 16)
+    assert card.mtp_layers == 1 and card.weights.mtp == mtp
+
+
 @pytest.mark.parametrize("config, field", [
     ({"model_type": "falcon"}, "model_type"),
     ({"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,

@@ -102,7 +102,8 @@ def card_from_config(config: dict, name: str, file: str = "config.json", quant: 
         notes["attention"] = "GQA: num_attention_heads, num_key_value_heads, head_dim" + (
             "" if config.get("head_dim") else " (hidden_size / num_attention_heads)")
     card["dense_intermediate_size"] = g("intermediate_size")
-    weights, kv, quant_notes = weight_dtypes(config, quant, model_type, file)
+    mtp_layer = layers if model_type in MLA and config.get("num_nextn_predict_layers") else None
+    weights, kv, quant_notes = weight_dtypes(config, quant, model_type, file, mtp_layer)
     notes.update(quant_notes)
     moe = _moe(config, model_type, file, g, notes)
     if moe is not None:

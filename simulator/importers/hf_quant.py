@@ -40,8 +40,11 @@ def matches(name: str, pattern: str) -> bool:
             or name == pattern or name.endswith("." + pattern))
 
 
-def weight_dtypes(config: dict, quant_file: dict | None, model_type: str, file: str) -> tuple[dict, str, dict]:
-    """(weights mapping, kv-cache dtype, notes per key) for the card."""
+def weight_dtypes(config: dict, quant_file: dict | None, model_type: str, file: str,
+                  mtp_layer: int | None = None) -> tuple[dict, str, dict]:
+    """(weights mapping, kv-cache dtype, notes per key) for the card. With `mtp_layer` (the MTP module's layer index,
+    DeepSeek's model.layers.<num_hidden_layers>): where the ignore list keeps that whole layer unquantised (ModelOpt's
+    NVFP4 DeepSeek checkpoints exclude "model.layers.61*"), weights.mtp is the checkpoint's own dtype."""
     base = TORCH_DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"), None)
     if base is None:
         raise ConfigError(file, "torch_dtype", f"unknown dtype {config.get('torch_dtype')!r}", ", ".join(TORCH_DTYPES))
@@ -66,6 +69,12 @@ def weight_dtypes(config: dict, quant_file: dict | None, model_type: str, file: 
         out["quant_scale_dtype"] = scale
         if zero:
             out["quant_zero_point"] = True
+    if mtp_layer is not None:
+        layer = {f: names[f].replace("model.layers.1.", f"model.layers.{mtp_layer}.", 1)
+                 for f in ("attention", "experts", "shared_experts")}
+        if all(weights[f] != base for f in layer) and all(any(matches(m, p) for p in ignore) for m in layer.values()):
+            out["mtp"] = base
+            notes["weights.mtp"] = f"{what}: the ignore list keeps the MTP layer (model.layers.{mtp_layer}) {base}"
     kept = [f for f in FAMILIES if weights[f] == base and f not in NEVER_QUANTISED]
     notes["weights"] = (f"{what}: {dtype}" + (f" group {group}" if out["quant_group_size"] else "")
                         + (f"; kept {base} by its ignore list: {', '.join(kept)}" if kept else "")
