@@ -67,7 +67,7 @@ def occurs_at(seq, pattern) -> list[int]:
     return [j for j in range(len(seq) - len(pattern) + 1) if seq[j:j + len(pattern)] == pattern]
 
 
-def sglang_reference(c, requests: int, drafts: int) -> list[int]:
+def sglang_reference(c, requests: int, drafts: int, text=None) -> list[int]:
     paths = []  # every inserted path, in insertion order (its index is its time)
     pending = {}
 
@@ -109,7 +109,7 @@ def sglang_reference(c, requests: int, drafts: int) -> list[int]:
         if position >= len(tokens):  # a completing request's round lands at once
             flush()
 
-    return run_reference(propose, after_step, lambda out: None, requests, drafts)
+    return run_reference(propose, after_step, lambda out: None, requests, drafts, text)
 
 
 def prompt_lookup_reference(c, requests: int, drafts: int) -> list[int]:
@@ -392,3 +392,80 @@ def test_a_lone_text_walk_at_once_draws_and_records_as_its_steps(monkeypatch):
         seen.append((emitted, walks.lengths.tolist(), walks.positions.tolist(), request.generated,
                      walks._rng.bit_generator.state, walks.uniform_row(7)))
     assert seen[0] == seen[1] and len(seen[0][0]) > 20 and seen[0][3] == len(STREAM) - PROMPT
+
+
+def random_ngram_config(rng) -> NgramDrafter:
+    """Windows, breadths and branch lengths drawn small (a branch shorter than a step's tokens leaves starts that no
+    insert takes), the shortest window 1-3 tokens."""
+    window_min = int(rng.integers(1, 4))
+    window_max = int(rng.integers(window_min, window_min + 6))
+    return NgramDrafter(branch_length=int(rng.integers(window_max + 1, window_max + 12)), min_match_window=window_min,
+                        max_match_window=window_max, min_bfs_breadth=1, max_bfs_breadth=int(rng.integers(1, 7)))
+
+
+@pytest.mark.parametrize("config", [NgramDrafter(), NgramDrafter(branch_length=6, max_match_window=4, max_bfs_breadth=4),
+                                    NgramDrafter(branch_length=4, max_match_window=3, min_match_window=2),
+                                    NgramDrafter(branch_length=3, max_match_window=2, max_bfs_breadth=3)])
+@pytest.mark.parametrize("drafts", [2, 8])
+def test_sglang_lone_walks_match_brute_force(config, drafts):
+    """Requests walked alone one after another (taken_alone: the trie kept as its text, speculation/lookup.py's
+    LoneTrie) accept what the brute force does on the hand-written stream."""
+    model = TextAcceptance("ngram", config, Text())
+    got = lone_walks(model, [drafts] * 3, stepwise=False)
+    assert model._lone is not None  # the walks ran on the LoneTrie
+    expected = sglang_reference(config, 3, drafts)
+    assert got == expected
+    assert max(expected) >= 2  # the stream's repeats are found
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_sglang_lone_walks_match_brute_force_on_drawn_streams(seed):
+    """The same on drawn random streams of a 3-6 token alphabet and drawn windows, breadths, branches and drafts."""
+    rng = np.random.default_rng(seed)
+    config, drafts = random_ngram_config(rng), int(rng.integers(1, 10))
+    text = RandomText(seed, int(rng.integers(3, 7)))
+    model = TextAcceptance("ngram", config, text)
+    got = lone_walks(model, [drafts] * 2, stepwise=False)
+    assert model._lone is not None
+    assert got == sglang_reference(config, 2, drafts, text)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_sglang_lone_walks_are_the_trie_steps_on_drawn_streams(seed):
+    """Drawn requests (prompt and output lengths, drafts each) walked alone give what SglangTrie's steps give; after
+    them the trie they hand their inserts to matches and steps as the stepped one (a request of batched steps)."""
+    rng = np.random.default_rng(seed)
+    config, alphabet = random_ngram_config(rng), int(rng.integers(2, 9))
+
+    class Random:
+        def tokens(self, index, count):
+            return np.random.default_rng([seed, index]).integers(0, alphabet, count).tolist()
+
+    walked, stepped = TextAcceptance("ngram", config, Random()), TextAcceptance("ngram", config, Random())
+    requests = [SimpleNamespace(request_id=rid, prompt_tokens=int(rng.integers(1, 40)),
+                                output_tokens=int(rng.integers(2, 300))) for rid in range(int(rng.integers(1, 5)))]
+    for request in requests:
+        tree = Tree.chain(int(rng.integers(1, 10)))
+        state, remaining = walked.start_request(request), request.output_tokens - 1
+        taken = walked.taken_alone(tree, state, remaining).tolist()
+        stepped.start_request(request)
+        steps = []
+        while remaining > 0:
+            got, emitted, _ = stepped.step(tree, state, None, 0, 0, remaining)
+            steps.append(got)
+            remaining -= emitted
+        assert taken == steps
+    assert walked._lone is not None
+    last = SimpleNamespace(request_id=len(requests), prompt_tokens=20, output_tokens=60)
+    for model in (walked, stepped):
+        model.start_request(last)
+    assert [walked.match_tokens(r.request_id) for r in requests] == [stepped.match_tokens(r.request_id)
+                                                                     for r in requests]
+    remaining, tree = last.output_tokens - 1, Tree.chain(5)
+    while remaining > 0:
+        got = walked.step(tree, last.request_id, None, 0, 0, remaining)
+        assert got == stepped.step(tree, last.request_id, None, 0, 0, remaining)
+        remaining -= got[1]
+    assert walked._lone is None  # a step outside a lone walk: the LoneTrie is left

@@ -15,7 +15,7 @@ import numpy as np
 from ..cache import current, key_of
 from ..corpora import Corpus
 from .acceptance import AcceptanceModel, emitted_of, positional_table
-from .lookup import CountedTrie, PromptLookup, SglangTrie, SuffixDrafter, accepted
+from .lookup import CountedTrie, LoneTrie, PromptLookup, SglangTrie, SuffixDrafter, accepted
 from .trees import Tree
 
 REPLAY_REQUESTS = 2  # requests the analytic figures (expected_tokens, table) replay, each from a fresh drafter
@@ -38,6 +38,11 @@ class TextAcceptance(AcceptanceModel):
         # stored ones whose inserts the trie has not taken yet
         self._history: bytes | None = b""
         self._unapplied: list[tuple[int, np.ndarray]] = []
+        # while every insert so far came from lone walks, SGLang's trie as their text (LoneTrie), which computes the
+        # next lone walk; the trie above takes the walks' inserts (_unapplied) only when it is read
+        self._lone = self._lone_trie()
+        self._lone_found: list[tuple[int, np.ndarray]] = []  # found walks' inserts that the LoneTrie has not taken
+        self._lone_walked: set = set()
         self._key = None
         self._peeked: dict = {}  # request -> (position, drafts, proposal) of proposed() for its next step
 
@@ -48,6 +53,13 @@ class TextAcceptance(AcceptanceModel):
                               c.max_bfs_breadth)
         if self.method == "suffix" and c.cache_requests:
             return CountedTrie(c.max_tree_depth)
+        return None
+
+    def _lone_trie(self):
+        c = self.config
+        if self.method == "ngram" and c.algorithm == "sglang_trie":
+            return LoneTrie(c.branch_length, c.min_match_window, c.max_match_window, c.min_bfs_breadth,
+                            c.max_bfs_breadth)
         return None
 
     def _own(self):
@@ -72,6 +84,7 @@ class TextAcceptance(AcceptanceModel):
 
     def step(self, tree: Tree, state, uniforms, at: int, switch_at: int, remaining: int):
         self._history = None  # a step outside a lone walk: what the caches hold is no longer a digest's
+        self._lone = None  # nor a history of lone walks
         return self._step(tree, state, remaining)
 
     def _step(self, tree: Tree, state, remaining: int):
@@ -120,12 +133,31 @@ class TextAcceptance(AcceptanceModel):
         walked = []
         taken = current().get(key, lambda: walked.append(True) or self._walk(tree, state, remaining))
         if not walked:  # found: the trie takes the walk's inserts (at every step's end) when it is next read
-            self._unapplied.append((state, position + np.cumsum(emitted_of(taken, remaining))))
+            ends = position + np.cumsum(emitted_of(taken, remaining))
+            self._unapplied.append((state, ends))
+            if self._lone is not None:
+                self._lone_found.append((state, ends))
+                self._lone_walked.add(state)
             self._positions[state] = position + remaining
         self._history = hashlib.sha1(self._history + repr(call).encode()).digest()
         return taken
 
     def _walk(self, tree: Tree, state, remaining: int) -> np.ndarray:
+        """The lone walk's drafts accepted at each step: on the LoneTrie while every insert so far came from lone
+        walks (SglangTrie takes the walk's inserts when it is next read), else step by step."""
+        lone = self._lone
+        if lone is not None and state not in self._lone_walked:
+            tokens, prompt, output, _ = self._requests[state]
+            position = prompt + output - remaining
+            for found, ends in self._lone_found:
+                lone.take(self._requests[found][0], ends.tolist())
+            self._lone_found.clear()
+            self._lone_walked.add(state)
+            taken = np.array(lone.walk(tokens, position, remaining, tree.num_drafts), dtype=np.int64)
+            self._unapplied.append((state, position + np.cumsum(emitted_of(taken, remaining))))
+            self._positions[state] = position + remaining
+            return taken
+        self._lone = None
         taken_each = []
         while remaining > 0:
             taken, emitted, _ = self._step(tree, state, remaining)
@@ -161,6 +193,7 @@ class TextAcceptance(AcceptanceModel):
     def advance(self, state, emitted: int, u: float):
         """Another drafter's step or a plain one: only the position moves (step() reads it from the remaining)."""
         self._history = None
+        self._lone = None
         self._positions[state] += emitted
         if self.method == "ngram" and self._trie is not None:  # the cache sees every generated token
             self._queue(state, self._positions[state])
