@@ -158,6 +158,9 @@ def test_result_sections_are_named_records_read_as_their_json_too():
         verify["p90"]
     assert list(BreakdownMs(1, 2, 3, 4, 5, 6, 7)) == ["compute", "memory", "launch", "allreduce_transfer",
                                                        "allreduce_wait", "draft", "other"]
+    # written by Section's own __repr__ (no per-class one compiled), as a dataclass's would be, every field named
+    assert repr(times) == ("StepTimesMs(decode=None, verify=StatsMs(mean=2.0, p50=1.5, p99=4.0), draft=None, "
+                           "step=StatsMs(mean=3.0, p50=2.5, p99=5.0), baseline_decode=None)")
 
 
 def test_a_sections_optional_figure_is_no_key_while_it_is_none():

@@ -247,14 +247,16 @@ def test_help_and_version_import_no_numerics():
 # what a run on one machine at fast fidelity does not use (each imported where it is needed): issue 27's start-up
 NOT_ON_THE_MAIN_PATH = ("simulator.hardware.parallel_collectives", "simulator.hardware.flows",
                         "simulator.hardware.expert_parallel", "simulator.timing.linkpass", "simulator.timing.layercosts",
-                        "simulator.serving.disaggregation", "simulator.kernels.custom_allreduce_fit", "scipy",
+                        "simulator.serving.disaggregation", "simulator.kernels.custom_allreduce_fit",
+                        "simulator.serving.overlap", "simulator.speculation.regimes", "simulator.speculation.trace_file",
+                        "difflib", "scipy",
                         "matplotlib", "pandas", "dask", "pydantic")  # the configuration: its plain-class mirror
 
 
 def test_a_one_machine_fast_run_imports_only_what_it_uses():
     """The reference machine's n-gram run (8 PCIe GPUs, fast fidelity) imports no multi-machine collectives, flow
-    network, expert-parallel all-to-all, disaggregation, custom all-reduce fit, plotting or data-frame library, nor
-    pydantic (config/mirror.py builds the configuration; pydantic only where the mirror declines a document)."""
+    network, expert-parallel all-to-all, disaggregation, custom all-reduce fit, two-batch overlap, regime or trace
+    acceptance, did-you-mean matching, plotting or data-frame library, nor pydantic (config/mirror.py builds the configuration; pydantic only where the mirror declines a document)."""
     import subprocess
     import sys
 

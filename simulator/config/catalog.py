@@ -10,7 +10,6 @@ The data lives at the repository's top level (topologies/, scenarios/) in a sour
 """
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass
 
@@ -73,6 +72,8 @@ def names(kind: str, base_dir: str | None = None) -> dict[str, str]:
 
 def suggest(word: str, choices) -> str:
     """' (did you mean X?)' for the closest choice, or ''."""
+    import difflib  # here: only a mistake asks (off the start-up path, issue 27)
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 

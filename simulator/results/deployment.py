@@ -2,17 +2,15 @@
 deployment's span), and the per-instance figures the Result reports beside the totals."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..config import Scenario
 from ..serving.records import StepColumns
-from .sections import PercentilesMs, Section
+from .sections import PercentilesMs, Section, section
 from .summary import RunSummary, _percentiles_ms, summarize
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class InstanceFigures(Section):
     """One instance of a deployment: its GPUs and role, requests, tokens, throughput, time waiting for shared links,
     accept length and latency percentiles (TTFT None on a decode instance, TPOT None on a prefill one); a prefill
@@ -33,7 +31,7 @@ class InstanceFigures(Section):
     _optional = ("prefills_per_s",)
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class DisaggregationFigures(Section):
     """The KV transfers from the prefill pool to the decode pool: how many, how large, how long, their mean rate."""
 
@@ -45,7 +43,7 @@ class DisaggregationFigures(Section):
     kv_GBps_mean: float
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class ContentionFigures(Section):
     """A deployment whose instances share links, at link fidelity and at layer fidelity (nothing shared)."""
 
@@ -55,7 +53,7 @@ class ContentionFigures(Section):
     link_delay_ms: float
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class DeploymentFigures(Section):
     """The instances behind the router, each one's figures, the totals, the links instances share, and where they
     apply, the KV transfers of disaggregation and the contention on shared links (absent otherwise)."""

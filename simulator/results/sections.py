@@ -42,6 +42,11 @@ class Section(Mapping):
         return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self._keys())})"
 
 
+# a Section's dataclass: frozen, compared as a Mapping, its repr Section's own (the text the generated one would be,
+# without compiling a __repr__ per class at import: issue 27's start-up)
+section = dataclass(frozen=True, eq=False, repr=False)
+
+
 def json_of(value: Any) -> Any:
     """The value with every Section (at any depth, in dicts, lists and tuples) as a plain dict."""
     if isinstance(value, Section):
@@ -53,7 +58,7 @@ def json_of(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class StatsMs(Section):
     """Mean and percentiles of a set of times, in milliseconds."""
 
@@ -62,7 +67,7 @@ class StatsMs(Section):
     p99: float
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class StepTimesMs(Section):
     """Step times of a run (None where the run has no such step): plain decode steps, the verify pass, the drafting
     and the whole speculative step, and the baseline's plain decode steps."""
@@ -74,7 +79,7 @@ class StepTimesMs(Section):
     baseline_decode: StatsMs | None
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class AllreduceMs(Section):
     """A pass's all-reduce time, milliseconds per pass: the mean over ranks, what a profile of one typical rank shows
     (the median rank's), and the mean over ranks split into transfer and waiting for the slowest rank."""
@@ -85,7 +90,7 @@ class AllreduceMs(Section):
     wait: float
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class BreakdownMs(Section):
     """Milliseconds per generated token by category (they sum to the simulated time per token)."""
 
@@ -98,7 +103,7 @@ class BreakdownMs(Section):
     other: float  # the scheduler, syncs and idle time between steps
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class SpeculationFigures(Section):
     """What speculated: the method, its draft tokens and verify (chain or tree), and the acceptance model's expected
     tokens per verify (None where the model has no closed form)."""
@@ -109,7 +114,7 @@ class SpeculationFigures(Section):
     expected_accept_len: float | None
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class PercentilesMs(Section):
     """Mean and percentiles of per-request latencies, in milliseconds."""
 
@@ -119,7 +124,7 @@ class PercentilesMs(Section):
     p99: float
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class TargetCheck(Section):
     """The workload's latency target (results.planner.target_check): its limits (ms) and percentile, the run's TTFT
     and TPOT at that percentile (None without such requests) and whether both are within the limits."""
@@ -132,7 +137,7 @@ class TargetCheck(Section):
     met: bool
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class ClientStatsMs(Section):
     """A latency as the benchmark clients summarise it, in milliseconds: mean, median, standard deviation
     (population), p90 and p99."""
@@ -144,7 +149,7 @@ class ClientStatsMs(Section):
     p99: float
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class ClientFigures(Section):
     """What the benchmark clients report (results.client.client_metrics): TTFT, TPOT, ITL per chunk (vLLM's) and per
     token (SGLang's), end-to-end latency and the client's own queueing (None without such requests), the output
@@ -160,7 +165,7 @@ class ClientFigures(Section):
     max_concurrency: int | None
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class LoadFigures(Section):
     """A run under its load: per-request latencies (None without such requests), request throughput and goodput under
     the latency target, the target's check (results.planner.target_check), KV cache use, preemptions, batch and
@@ -183,7 +188,7 @@ class LoadFigures(Section):
     client: ClientFigures
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class GpuPrice(Section):
     """The topology's rental price of one GPU (config.topology.GPUPrice, whose fields these are): US dollars per
     GPU-hour, where it is published and the date it was read."""
@@ -193,7 +198,7 @@ class GpuPrice(Section):
     as_of: str
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class PlannerFigures(Section):
     """The planner's figures of a run and its baseline: per GPU throughput and goodput, whether the latency target is
     met (None without one), the GPU price (topology `price`, None without one) and US dollars per million tokens
@@ -212,7 +217,7 @@ class PlannerFigures(Section):
     usd_per_good_mtok: float | None
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class Provenance(Section):
     """What was run (results.provenance.provenance): the simulator's version, the scenario, topology and model by
     name and file (None for one not read from a file), the overrides as 'a.b=value' texts, the seed, fidelity and
@@ -234,7 +239,7 @@ class Provenance(Section):
     description: str
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class KernelSources(Section):
     """Which source timed the kernels (measured database, roofline, and why), and per kernel family which served."""
 
@@ -242,7 +247,7 @@ class KernelSources(Section):
     families: dict[str, str]
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class AcceptWindow(Section):
     """The speculative steps whose request had generated [start, end) tokens: how many, and their mean accept length."""
 
@@ -252,7 +257,7 @@ class AcceptWindow(Section):
     steps: int
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class PolicyFigures(Section):
     """How the policy chose: its kind, the plain and speculative steps it decided, the share that speculated and,
     for a policy of several drafters, each drafter's share (absent otherwise)."""
@@ -265,7 +270,7 @@ class PolicyFigures(Section):
     _optional = ("drafter_share",)
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class GraphVerifyWhatIf(Section):
     """The run's speculative steps with the verify pass captured in a CUDA graph: its time, the accept length that
     breaks even, and the speedup at the run's accept length."""
@@ -275,7 +280,7 @@ class GraphVerifyWhatIf(Section):
     speedup_at_this_accept_len: float
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class WhatIf(Section):
     """The report's quick levers (results.derived.what_if); empty where none applies."""
 
@@ -284,7 +289,7 @@ class WhatIf(Section):
     _optional = ("cuda_graph_verify",)
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class CollectiveKind(Section):
     """One kind of collective in a plain decode pass: how many close its segments, their time per pass and each."""
 
@@ -293,7 +298,7 @@ class CollectiveKind(Section):
     us_each: float
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class CollectiveFigures(Section):
     """What a plain decode pass moves under a wider split, at the workload's batch: per collective kind (empty for one
     plain TP group: the all-reduce lines say it all)."""
@@ -310,7 +315,7 @@ def _at_a_size(name: str, cost: type, doc: str) -> type:
     def copied(f):
         return (f.name, f.type, field(default=f.default)) if f.default is not MISSING else (f.name, f.type)
     return make_dataclass(name, [("bytes", int), *map(copied, fields(cost))], bases=(Section,), frozen=True,
-                          eq=False, namespace={"__doc__": doc, "__module__": __name__})
+                          eq=False, repr=False, namespace={"__doc__": doc, "__module__": __name__})
 
 
 AllreduceChoice = _at_a_size("AllreduceChoice", CollectiveCost, """The all-reduce a layer runs at one pass's message
@@ -318,7 +323,7 @@ AllreduceChoice = _at_a_size("AllreduceChoice", CollectiveCost, """The all-reduc
     fields (algorithm, protocol, time_us, latency_us, algbw_GBps, busbw_GBps, implementation).""")
 
 
-@dataclass(frozen=True, eq=False)
+@section
 class AllreduceChoices(Section):
     """The all-reduce at a plain decode's message size, and at the verify's where the run speculates."""
 

@@ -6,7 +6,6 @@ import simpy
 from ..config import Scenario
 from ..config.errors import ConfigError
 from ..timing.machine import Machine
-from .overlap import check_all_to_all
 from .server import Server
 
 FIDELITIES = ("fast", "layer", "link", "event")
@@ -36,6 +35,8 @@ def check_fidelity(scenario: Scenario, fidelity: str | None) -> str:
             raise ConfigError(scenario.source, "runtime.two_batch_overlap", f"two-batch overlap needs the event "
                               f"fidelity, not {fidelity!r} (the closed form runs a pass's segments one after another)",
                               "fidelity: event")
+        from .overlap import check_all_to_all  # event fidelity's TBO only
+
         check_all_to_all(scenario)
     return fidelity
 
