@@ -55,6 +55,31 @@ def test_a_computation_above_its_bound_is_forgotten_alone():
     assert store.count("small") == 1 and store.nbytes == store.nbytes_of("small") == 80
 
 
+def test_counts_and_bytes_by_name_follow_puts_replacements_evictions_and_clears():
+    """count, nbytes_of and clear keep a tally per computation: after every kind of change it equals what walking
+    the entries finds (the keys peek sees, the sizes each put weighed)."""
+    rng = np.random.default_rng(3)
+    store = Store(max_bytes=40_000)
+    names = ("a", "b", "c")
+    for step in range(300):
+        name, i = names[rng.integers(3)], int(rng.integers(6))
+        action = rng.integers(10)
+        if action < 7:
+            store.put((name, i), np.zeros(int(rng.integers(1, 1200))))  # replacements and LRU evictions
+        elif action < 9:
+            store.get((name, i), lambda: np.zeros(50))
+        else:
+            store.clear(*rng.choice(names, size=int(rng.integers(1, 3))))  # a name may come twice
+        for n in names:
+            held_keys = [(n, j) for j in range(6) if store.peek((n, j)) is not None]
+            assert store.count(n) == len(held_keys), (step, n)
+            walked = sum(size for key, (_, size) in store._entries.items() if key[0] == n)  # the sizes put weighed
+            assert store.nbytes_of(n) == walked >= sum(store.peek(k).nbytes for k in held_keys), (step, n)
+        assert sum(store.nbytes_of(n) for n in names) == store.nbytes <= store.max_bytes
+    store.clear()
+    assert len(store) == store.nbytes == 0 and all(store.count(n) == store.nbytes_of(n) == 0 for n in names)
+
+
 def test_stored_arrays_are_read_only():
     store = Store()
     value = store.get(("t",), lambda: (np.ones(3), {"x": np.zeros(2)}))
