@@ -52,10 +52,12 @@ def clear_sample_caches() -> None:
     current().clear(*SAMPLE_ENTRIES)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def session_store():
-    """The test session holds one store (simulator.cache), as a sweep worker does across its points: what equal
-    runs share is computed once. A test that needs a cold store holds its own (cache.held(Store()))."""
+@pytest.fixture(scope="module", autouse=True)
+def module_store():
+    """Each test module holds one store (simulator.cache), as a sweep worker does across its points: what equal
+    runs share is computed once. A test that needs a cold store holds its own (cache.held(Store())). Per module,
+    not per session: a session's store grew to ~86K entries and ~1M objects that every full collection of the
+    cycle collector walked (each sweep starts with one: 0.85 s apiece late in the suite, 34 s of the suite's CPU)."""
     from simulator.cache import Store, held
 
     with held(Store()) as store:
