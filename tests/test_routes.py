@@ -122,3 +122,29 @@ def test_one_gpu_replicas_share_their_costs_and_keep_their_own_gpus():
     assert [m.fabric.gpu_names for m in one] == [["gpu0"], ["gpu1"], ["gpu2"], ["gpu3"]]
     four = instance_machines(resolve(scenario_path("pcie8_tp4_dp2.yaml"), {}))
     assert len({m.key for m in four}) == 2
+
+
+def test_a_generated_clusters_run_finds_its_routes_once_for_its_128_replicas(monkeypatch):
+    """Issue 27: scenarios/large/cluster16_h100_llama8b_dp128.yaml, 128 TP1 replicas on a generated cluster of 16
+    machines (a 440-node graph), run whole (its start checks, 128 machines, the run and its figures) from a cold
+    store: one shortest-path computation, every replica's fabric reading the same routes (recomputed per replica,
+    or per machine built, the count would be 128 or more)."""
+    from conftest import scenario_path
+    from simulator.api.run import resolve, run
+    from simulator.serving.deployment import instance_machines
+
+    calls = []
+    real = routes.shortest_paths
+    monkeypatch.setattr(routes, "shortest_paths", lambda *a: calls.append(1) or real(*a))
+    scenario = resolve(scenario_path("large/cluster16_h100_llama8b_dp128.yaml"),
+                       {"workload.requests": 128, "workload.output_tokens": 2})
+    with held(Store()):
+        result = run(scenario)
+        assert len(calls) == 1 and result.tokens == 256
+        machines = instance_machines(scenario)
+        assert len(calls) == 1 and len(machines) == 128 and len(machines[0].fabric.names) == 440
+        assert len({m.fabric.gpu_names[0] for m in machines}) == 128
+        assert all(m.fabric._routes is machines[0].fabric._routes for m in machines)
+        gpus = scenario.topology.gpu_names
+        across = Fabric(scenario.topology, [gpus[0], gpus[-1]]).hop(0, 1)  # machine 0 to machine 15
+        assert across.net and len(calls) == 1
