@@ -221,6 +221,46 @@ def test_a_sink_gets_every_step_as_it_is_stored_and_joined_logs_view_the_same_co
         joined.at("row", masks[0])
 
 
+def test_runs_added_as_arrays_are_their_steps_appended_one_by_one():
+    """StepLog.add_run (plain decode's runs) among single appends (prefills): the same columns as every step
+    appended in turn, across several blocks (each handed to a sink once, in order) and tables first met in a run."""
+    rng = np.random.default_rng(2)
+    tables = [CostTable(rng.random((5, len(STEP_COST))), rng.random((5, len(STEP_COST)))) for _ in range(9)]
+    blocks: list[list] = [[], []]
+    runs, one_by_one = StepLog(sink=blocks[0].append), StepLog(sink=blocks[1].append)
+    added = 0
+    while added < 3 * BLOCK + 100:
+        if rng.random() < 0.4:  # a single step
+            facts, table = tuple(rng.integers(0, 50, len(STEP_FACTS)).tolist()), tables[rng.integers(9)]
+            row, weight = int(rng.integers(5)), float(rng.random())
+            for log in (runs, one_by_one):
+                log.append(facts, table, row, weight)
+            added += 1
+            continue
+        n = int(rng.integers(1, 300))
+        facts = {name: rng.integers(0, 50, n) for name in STEP_FACTS}
+        facts.update(kind=1, depth=0, start_at=rng.random(n) * 1e6)  # a value for all steps, or floats
+        split = int(rng.integers(0, n + 1))
+        run_tables = [(t, c) for t, c in ((tables[rng.integers(9)], split), (tables[rng.integers(9)], n - split)) if c]
+        rows, weights = rng.integers(0, 5, n), rng.random(n)
+        runs.add_run(facts, run_tables, rows, weights)
+        at = 0
+        for table, count in run_tables:
+            for i in range(at, at + count):
+                one_by_one.append(tuple(float(np.broadcast_to(facts[name], n)[i]) for name in STEP_FACTS), table,
+                                  int(rows[i]), float(weights[i]))
+            at += count
+        added += n
+    assert len(runs) == len(one_by_one) == added
+    for log in (runs, one_by_one):
+        log.flush()
+    got, want = runs.columns(), one_by_one.columns()
+    assert len(blocks[0]) >= 3 and all(len(b) >= BLOCK for b in blocks[0][:-1])
+    for name in STEP_FIELDS:
+        assert np.array_equal(got[name], want[name]), name
+        assert np.array_equal(np.concatenate([b[name] for b in blocks[0]]), want[name]), name  # each step once
+
+
 def test_a_step_total_beyond_32_bits_is_refused():
     log = StepLog()
     log.append((1, 0.0, 1, 1, 0, -1, 0, 2 ** 31, 0, 0), CostTable.measured(np.ones(len(STEP_COST))))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..timing.clock import delay_to
-from .records import KIND_DECODE, STEP_FACTS
+from .records import KIND_DECODE
 
 RUN_STEPS = 256  # steps costed ahead at once (a longer run continues in another block: the same steps)
 
@@ -106,25 +106,15 @@ def decode_plain(server):
 
 
 def _log(log, batch: int, ends: np.ndarray, contexts: np.ndarray, waits: np.ndarray, cost, steps: int) -> None:
-    """The run's first `steps` steps, onto the log's pending lists (StepLog.append's layout, in StepFacts' order: a
-    run of a few dozen steps costs a few list extensions, and the log converts a block of them at once)."""
-    facts = np.empty((steps, len(STEP_FACTS)))
-    facts[:, 0] = KIND_DECODE
-    facts[:, 1] = ends[:steps]
-    facts[:, 2:4] = batch
-    facts[:, 4:7] = (0, -1, 0)
-    facts[:, 7] = contexts[:steps] + batch
-    facts[:, 8] = waits
-    facts[:, 9] = contexts[:steps]
-    pending_facts, pending_costs, flush_at = log.pending()
-    pending_facts += facts.ravel().tolist()
-    rows = [None] * (3 * steps)
-    tables = []
+    """The run's first `steps` steps onto the log as arrays (StepLog.add_run: the same values as appended one by
+    one)."""
+    tables, left = [], steps
     for table, count in cost.tables:
-        tables += [table] * count
-    rows[0::3] = tables[:steps]
-    rows[1::3] = cost.rows[:steps].tolist()
-    rows[2::3] = cost.weights[:steps].tolist()
-    pending_costs += rows
-    if len(pending_costs) >= flush_at:
-        log.flush()
+        tables.append((table, min(count, left)))
+        left -= count
+        if left <= 0:
+            break
+    context = contexts[:steps]
+    log.add_run({"kind": KIND_DECODE, "start_at": ends[:steps], "batch": batch, "tokens": batch, "depth": 0,
+                 "drafter": -1, "verify_tokens": 0, "kv_tokens": context + batch, "waiting": waits, "context": context},
+                tables, cost.rows[:steps], cost.weights[:steps])

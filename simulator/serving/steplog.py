@@ -111,17 +111,71 @@ class StepLog:
         # pending steps, flat (the hot path extends lists; one numpy conversion per block)
         self._pending_facts: list = []
         self._pending_costs: list = []  # (table, row, weight) per step, flat
+        # pending steps given as arrays (add_run), and the listed steps before them, in step order: columns of
+        # STEP_FACTS (floats, as the lists' are converted), rows (their tables' offsets added) and weights
+        self._buffer: dict[str, np.ndarray] = {}
+        self._buffered = 0
 
     def append(self, facts: tuple, table: CostTable, row: int = 0, weight: float = 0.0) -> None:
         """One step: its STEP_FACTS values, and its cost as table.anchor[row] + weight x table.delta[row]."""
         self._pending_facts += facts
         costs = self._pending_costs
         costs += (table, row, weight)
-        if len(costs) >= 3 * BLOCK:
+        if len(costs) >= 3 * (BLOCK - self._buffered):
+            self._flush()
+
+    def add_run(self, facts: dict, tables: list[tuple[CostTable, int]], rows: np.ndarray, weights: np.ndarray) -> None:
+        """Steps given as arrays after the pending ones (a run of plain decode steps): their STEP_FACTS by name (an
+        array, or one value for all), the cost tables as (table, steps) runs in step order, each step's row and
+        weight. Written into the pending buffer after the listed steps (the same values as appended one by one)."""
+        self._buffer_listed()
+        steps = len(rows)
+        at, buffer = self._buffered, self._room(steps)
+        for name, value in facts.items():
+            buffer[name][at:at + steps] = value
+        offsets = [self._offset(table) for table, _ in tables]
+        row = buffer["row"][at:at + steps]
+        row[...] = rows
+        if len(offsets) == 1:
+            row += offsets[0]
+        else:
+            row += np.repeat(np.array(offsets, dtype=np.int64), [n for _, n in tables])
+        buffer["weight"][at:at + steps] = weights
+        self._buffered += steps
+        if self._buffered >= BLOCK:
             self._flush()
 
     def __len__(self) -> int:
-        return self._size + len(self._pending_costs) // 3
+        return self._size + len(self._pending_costs) // 3 + self._buffered
+
+    def _room(self, steps: int) -> dict[str, np.ndarray]:
+        """The pending buffer, with room for `steps` more."""
+        need = self._buffered + steps
+        if not self._buffer or len(self._buffer["row"]) < need:
+            size = max(2 * BLOCK, 2 * need)
+            kept = self._buffer
+            self._buffer = {name: np.empty(size) for name in STEP_FACTS}
+            self._buffer.update(row=np.empty(size, dtype=np.int64), weight=np.empty(size))
+            for name, column in kept.items():
+                self._buffer[name][:self._buffered] = column[:self._buffered]
+        return self._buffer
+
+    def _buffer_listed(self) -> None:
+        """Move the listed pending steps into the buffer (their tables' offsets taken in step order)."""
+        costs = self._pending_costs
+        if not costs:
+            return
+        count = len(costs) // 3
+        at, buffer = self._buffered, self._room(count)
+        facts = np.array(self._pending_facts, dtype=float).reshape(count, len(STEP_FACTS))
+        for i, name in enumerate(STEP_FACTS):
+            buffer[name][at:at + count] = facts[:, i]
+        offset = self._offset
+        buffer["row"][at:at + count] = [offset(table) + row for table, row in zip(costs[0::3], costs[1::3])]
+        buffer["weight"][at:at + count] = costs[2::3]
+        self._pending_facts.clear()
+        costs.clear()
+        self._buffered += count
 
     def pending(self) -> tuple[list, list, int]:
         """The pending lists append() extends (facts, then (table, row, weight) per step), and the length of the
@@ -142,6 +196,10 @@ class StepLog:
 
     def _flush(self) -> None:
         costs = self._pending_costs
+        if self._buffered:
+            self._buffer_listed()
+            count, self._buffered = self._buffered, 0
+            return self._store({name: column[:count] for name, column in self._buffer.items()}, count)
         if not costs:
             return
         count = len(costs) // 3
