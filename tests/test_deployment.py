@@ -125,6 +125,38 @@ def test_least_loaded_goes_to_the_fewest_requests_lowest_index_on_a_tie():
     assert router.sent == [1, 3, 1]
 
 
+POISSON = {"kind": "poisson", "rate_per_s": 2.0}
+
+
+@pytest.mark.parametrize("path, overrides", [
+    ("large/cluster16_h100_llama8b_dp128.yaml", {"parallelism.dp": 8, "workload.requests": 120}),  # plain runs
+    ("pcie8_tp4_dp2.yaml", {"workload.requests": 16, "workload.output_tokens": 48, "workload.max_running_requests": 2,
+                            "workload.arrival": POISSON}),
+    ("pcie8_tp4_dp2.yaml", {"workload.requests": 12, "workload.prompt_tokens": 21000, "workload.output_tokens": 1024,
+                            "workload.max_running_requests": 4, "workload.kv_overflow": "preempt",
+                            "runtime.memory_fraction": 0.45, "workload.arrival": POISSON}),  # preemptions
+    ("two_node_pcie8_pd.yaml", {"workload.requests": 12, "workload.output_tokens": 32, "workload.arrival": POISSON})])
+def test_each_instances_counted_load_is_its_requests_at_every_pick(monkeypatch, path, overrides):
+    """The least-loaded router reads each instance's count of requests in and out (Admission.held): at every
+    arrival it equals the requests waiting, prefilling and decoding there (Server.load), and every count ends at 0."""
+    picks, servers = [], {}
+    real = Router.pick
+
+    def pick(router):
+        servers.update((id(s), s) for s in router.servers)
+        assert [a.held for a in router._admissions] == [s.load for s in router.servers]
+        picks.append(1)
+        return real(router)
+    monkeypatch.setattr(Router, "pick", pick)
+    result = run(scenario_path(path), baseline=False, deployment__router="least_loaded",
+                 **{k.replace(".", "__"): v for k, v in overrides.items()})
+    routers = 2 if path.startswith("two_node_pcie8_pd") else 1  # the prefill instances', then the decode ones'
+    assert len(picks) == routers * len(result.run.requests)
+    assert len(servers) == overrides.get("parallelism.dp", 2)  # every instance was compared
+    assert all(s.admission.held == s.load == 0 for s in servers.values())
+    assert sum(r.preemptions for r in result.run.requests) > 0 or "workload.kv_overflow" not in overrides
+
+
 def test_least_loaded_keeps_short_requests_away_from_a_long_one(tmp_path):
     """A short request and a long one arrive together (a trace is read in arrival order, shorter rows first on a
     tie), then a short one every second, one request at a time per instance: round robin queues every other short

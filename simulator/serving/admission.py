@@ -25,6 +25,7 @@ class Admission:
         self.waiting: deque = deque()
         self.prefilling: list = []
         self.active: list = []  # decoding requests
+        self.held = 0  # requests here (waiting, prefilling or decoding): counted in (Server.submit) and out (release)
         self.kv_reserved = 0
         self.kv_peak = 0
         self.preemptions = 0
@@ -78,6 +79,8 @@ class Admission:
             self.lookahead <= self.kv_capacity
 
     def release(self, request) -> None:
+        """A request leaves (it completed, or its KV cache moves to a decode instance): its reservation freed."""
+        self.held -= 1
         if self.queue_mode:
             self.kv_reserved -= request.prompt_tokens + request.output_tokens + self.lookahead
 

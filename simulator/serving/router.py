@@ -32,8 +32,8 @@ class Router:
             return chosen
         if self._admissions is None:
             loads = [server.load for server in self.servers]
-        else:  # Server.load inlined: an arrival compares every instance (the hot path of a large deployment)
-            loads = [len(a.waiting) + len(a.prefilling) + len(a.active) for a in self._admissions]
+        else:  # Server.load as each Admission counts it (an arrival compares every instance: the hot path of a
+            loads = [a.held for a in self._admissions]  # large deployment)
         return loads.index(min(loads))  # the lowest index on a tie
 
     def run(self, requests):

@@ -198,6 +198,7 @@ class Server:
         """A request the router sends here arrives now (routed servers)."""
         self.requests.append(request)
         self.admission.waiting.append(request)
+        self.admission.held += 1
         if self.run_in_flight is not None:  # a run of plain decode steps may end sooner (serving.plainrun)
             self.run_in_flight.arrived(self.env.now)
         if not self._wake.triggered:
@@ -215,6 +216,7 @@ class Server:
             if request.arrived_at > env.now:
                 yield env.timeout(request.arrived_at - env.now)
             self.admission.waiting.append(request)
+            self.admission.held += 1
             if self.run_in_flight is not None:
                 self.run_in_flight.arrived(env.now)
             if not self._wake.triggered:
