@@ -41,7 +41,7 @@ def topology_path(name: str) -> str:
 SAMPLE_ENTRIES = ("sampling.samples", "sampling.by_plan", "sampling.durations", "sampling.draws", "sampling.hypercube",
                   "sampling.launch", "sampling.last_ready", "sampling.rows", "sampling.rows_all",
                   "sampling.rows_seen", "sampling.picked", "costs.step_table",
-                  "costs.pair", "costs.mean", "costs.sparse_row")
+                  "costs.pair", "costs.mean", "costs.sparse_row", "costs.sparse_rows")
 
 
 def clear_sample_caches() -> None:

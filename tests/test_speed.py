@@ -334,6 +334,28 @@ def test_a_sparse_step_is_the_whole_tables_step():
         assert np.array_equal(table.delta[row], want[1].delta[want[2]])
 
 
+def test_sparse_steps_read_from_all_rows_are_the_whole_tables_steps():
+    """Once a shape's rows are all evaluated at both anchors (sampling.ROWS_ALONE), sparse_step reads a table of
+    every row (costs.sparse_rows): each step the whole table's (duration, weight and every STEP_COST field)."""
+    from simulator.timing.costs import FastStepCosts
+    from simulator.timing.stepspec import PassSpec, StepSpec
+
+    machine = Machine(resolve(scenario_path("pcie8_ngram.yaml"), {}))
+    spec = StepSpec(PassSpec("target", PassShape(256, 1), False), other_us=30.0)
+    contexts = [0, 700, 3000, 0, 5000] * 8
+    sparse = FastStepCosts(machine, 12, np.random.default_rng(5))
+    with held(Store()) as store:
+        got = [sparse.sparse_step(spec, c) for c in contexts]
+    assert store.count("costs.sparse_rows") >= 3 and store.count("costs.pair") == store.count("costs.step_table") == 0
+    assert sum(table.num_rows() == 64 for _, table, _, _ in got) > len(contexts) / 2
+    whole = FastStepCosts(machine, 12, np.random.default_rng(5))
+    for c, (duration, table, row, weight) in zip(contexts, got):
+        want = whole.step(spec, c)
+        assert (duration, weight) == (want[0], want[3])
+        assert np.array_equal(table.anchor[row], want[1].anchor[want[2]])
+        assert np.array_equal(table.delta[row], want[1].delta[want[2]])
+
+
 @pytest.mark.parametrize("shape, graph", [(PassShape(9, 1, 2048, True, True), False), (PassShape(4, 1, 1024), True)])
 def test_sample_durations_are_the_tables_duration_column(shape, graph):
     from simulator.timing import sampling

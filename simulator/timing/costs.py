@@ -16,7 +16,7 @@ import numpy as np
 from ..cache import current, key_of
 from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors, context_anchors_many
 from .costtable import STEP_COST, CostTable, StepCost, StepCosts
-from .sampling import FAST_SAMPLES
+from .sampling import FAST_SAMPLES, rows_at_hand
 from .stepspec import StepSpec
 
 INDEX_BLOCK = 1 << 14
@@ -147,8 +147,8 @@ class FastStepCosts:
     def sparse_step(self, step: StepSpec, context: int) -> StepCost:
         """step() for a step drawn rarely (a prefill: one or a few per request): the row it draws is evaluated
         alone at its anchors (Machine.sample_rows, the same floats as the whole table's row), as a one-row table,
-        unless the whole tables are at hand; a step with draft passes (paired with the main pass's samples at
-        random) takes step()."""
+        unless the whole tables are at hand, or every row of both anchors is (_sparse_rows); a step with draft
+        passes (paired with the main pass's samples at random) takes step()."""
         low, high, weight = context_anchors(context)
         store = current()
         if step.drafts or store.peek(("costs.pair", *self._key, key_of(step), low, high)) is not None or \
@@ -158,12 +158,33 @@ class FastStepCosts:
             self.next_index_block()
         i = self.indices[self.index_at] % FAST_SAMPLES  # as step() reads it from a whole table
         self.index_at += 1
+        rows = self._sparse_rows(step, low, high)
+        if rows is not None:
+            return StepCost(rows.durations[i] + rows.duration_deltas[i] * weight, rows, i, weight)
 
         def row_table() -> CostTable:
             at_low = self._sparse_row(step, low, i)
             return CostTable(at_low[None], (self._sparse_row(step, high, i) - at_low)[None] if high != low else None)
         table = store.get(("costs.sparse_row", *self._key, key_of(step), low, high, i), row_table)
         return StepCost(table.durations[0] + table.duration_deltas[0] * weight, table, 0, weight)
+
+    def _sparse_rows(self, step: StepSpec, low: int, high: int) -> CostTable | None:
+        """sparse_step's rows of every sample at once, where the main pass's rows are all evaluated at both anchors
+        (sampling.sample_rows evaluates them all after a shape's first few): the table whose row i is the one-row
+        table of row i (the same floats: STEP_COST's columns are elementwise), stored once for every later step
+        between those anchors; else None."""
+        store = current()
+        key = ("costs.sparse_rows", *self._key, key_of(step), low, high)
+        table = store.peek(key)
+        if table is not None:
+            return table
+        main = step.main
+        every = [rows_at_hand(self.machine, main.part, main.shape.at(a), main.graph, self.seed) for a in (low, high)]
+        if every[0] is None or every[1] is None:
+            return None
+        draft = np.full(FAST_SAMPLES, step.draft_host_us)
+        at_low = _cost_rows(step, every[0], draft)
+        return store.put(key, CostTable(at_low, _cost_rows(step, every[1], draft) - at_low if high != low else None))
 
     def _sparse_row(self, step: StepSpec, context: int, i: int) -> np.ndarray:
         """Row i of the step's table at an anchor (no draft passes), as _build_table computes it."""

@@ -102,6 +102,15 @@ def sample_rows(machine, part: str, shape, graph: bool, seed: int, rows: list[in
     return store.get(row_key, lambda: _evaluate_rows(machine, part, shape, graph, seed, rows)).copy()
 
 
+def rows_at_hand(machine, part: str, shape, graph: bool, seed: int) -> np.ndarray | None:
+    """Every row of samples() where they are in the store already (the whole table, or sample_rows' rows all
+    evaluated: the same floats), else None."""
+    store = current()
+    key = _key(machine, part, shape, graph, seed)
+    hit = store.peek(("sampling.samples", *key))
+    return store.peek(("sampling.rows_all", *key)) if hit is None else hit
+
+
 def _evaluate_rows(machine, part: str, shape, graph: bool, seed: int, rows: list[int]) -> np.ndarray:
     """samples()[rows], evaluating those passes alone (sample_rows)."""
     plan, draws_key = _plan(machine, part, shape, graph, seed)
