@@ -15,6 +15,7 @@ from ..timing.costtable import STEP_COST, CostTable
 from .records import BLOCK, STEP_FACTS, STEP_FIELDS, StepRecord, _INTEGER_FIELDS
 from .stepstore import _WIDE, FACT_TYPES, STEP_BYTES, STORED, JoinedStore, StepStore  # noqa: F401 (re-exported)
 
+_FACT_INDEX = {name: i for i, name in enumerate(STEP_FACTS)}
 CHUNK = 1 << 18  # steps a chunk holds: each field's array large enough to be mapped apart (freed to the system, its
 # untouched tail never resident)
 
@@ -111,9 +112,9 @@ class StepLog:
         # pending steps, flat (the hot path extends lists; one numpy conversion per block)
         self._pending_facts: list = []
         self._pending_costs: list = []  # (table, row, weight) per step, flat
-        # pending steps given as arrays (add_run), and the listed steps before them, in step order: columns of
-        # STEP_FACTS (floats, as the lists' are converted), rows (their tables' offsets added) and weights
-        self._buffer: dict[str, np.ndarray] = {}
+        # pending steps given as arrays (add_run), and the listed steps before them, in step order: their STEP_FACTS
+        # as rows of floats (as the lists' are converted), rows (their tables' offsets added) and weights
+        self._buffer: tuple | None = None
         self._buffered = 0
 
     def append(self, facts: tuple, table: CostTable, row: int = 0, weight: float = 0.0) -> None:
@@ -130,17 +131,18 @@ class StepLog:
         weight. Written into the pending buffer after the listed steps (the same values as appended one by one)."""
         self._buffer_listed()
         steps = len(rows)
-        at, buffer = self._buffered, self._room(steps)
+        at, (buffer, buffer_rows, buffer_weights) = self._buffered, self._room(steps)
+        block = buffer[at:at + steps]
         for name, value in facts.items():
-            buffer[name][at:at + steps] = value
+            block[:, _FACT_INDEX[name]] = value
         offsets = [self._offset(table) for table, _ in tables]
-        row = buffer["row"][at:at + steps]
+        row = buffer_rows[at:at + steps]
         row[...] = rows
         if len(offsets) == 1:
             row += offsets[0]
         else:
             row += np.repeat(np.array(offsets, dtype=np.int64), [n for _, n in tables])
-        buffer["weight"][at:at + steps] = weights
+        buffer_weights[at:at + steps] = weights
         self._buffered += steps
         if self._buffered >= BLOCK:
             self._flush()
@@ -148,16 +150,16 @@ class StepLog:
     def __len__(self) -> int:
         return self._size + len(self._pending_costs) // 3 + self._buffered
 
-    def _room(self, steps: int) -> dict[str, np.ndarray]:
-        """The pending buffer, with room for `steps` more."""
+    def _room(self, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The pending buffer (facts, rows, weights), with room for `steps` more."""
         need = self._buffered + steps
-        if not self._buffer or len(self._buffer["row"]) < need:
+        if self._buffer is None or len(self._buffer[1]) < need:
             size = max(2 * BLOCK, 2 * need)
             kept = self._buffer
-            self._buffer = {name: np.empty(size) for name in STEP_FACTS}
-            self._buffer.update(row=np.empty(size, dtype=np.int64), weight=np.empty(size))
-            for name, column in kept.items():
-                self._buffer[name][:self._buffered] = column[:self._buffered]
+            self._buffer = (np.empty((size, len(STEP_FACTS))), np.empty(size, dtype=np.int64), np.empty(size))
+            if kept is not None:
+                for new, old in zip(self._buffer, kept):
+                    new[:self._buffered] = old[:self._buffered]
         return self._buffer
 
     def _buffer_listed(self) -> None:
@@ -166,13 +168,11 @@ class StepLog:
         if not costs:
             return
         count = len(costs) // 3
-        at, buffer = self._buffered, self._room(count)
-        facts = np.array(self._pending_facts, dtype=float).reshape(count, len(STEP_FACTS))
-        for i, name in enumerate(STEP_FACTS):
-            buffer[name][at:at + count] = facts[:, i]
+        at, (buffer, buffer_rows, buffer_weights) = self._buffered, self._room(count)
+        buffer[at:at + count] = np.array(self._pending_facts, dtype=float).reshape(count, len(STEP_FACTS))
         offset = self._offset
-        buffer["row"][at:at + count] = [offset(table) + row for table, row in zip(costs[0::3], costs[1::3])]
-        buffer["weight"][at:at + count] = costs[2::3]
+        buffer_rows[at:at + count] = [offset(table) + row for table, row in zip(costs[0::3], costs[1::3])]
+        buffer_weights[at:at + count] = costs[2::3]
         self._pending_facts.clear()
         costs.clear()
         self._buffered += count
@@ -199,7 +199,10 @@ class StepLog:
         if self._buffered:
             self._buffer_listed()
             count, self._buffered = self._buffered, 0
-            return self._store({name: column[:count] for name, column in self._buffer.items()}, count)
+            facts, rows, weights = self._buffer
+            values = {name: facts[:count, i] for i, name in enumerate(STEP_FACTS)}
+            values.update(row=rows[:count], weight=weights[:count])
+            return self._store(values, count)
         if not costs:
             return
         count = len(costs) // 3
