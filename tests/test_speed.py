@@ -306,9 +306,9 @@ def test_a_shapes_later_rows_are_read_from_all_its_rows_evaluated_at_once(shape,
     with held(Store()) as store:
         alone = [machine.sample_rows("target", shape, graph, 78, [i]) for i in range(sampling.ROWS_ALONE)]
         assert store.count("sampling.rows") == sampling.ROWS_ALONE and not store.count("sampling.rows_all")
-        third = machine.sample_rows("target", shape, graph, 78, [40])
+        after = machine.sample_rows("target", shape, graph, 78, [40])
         assert store.count("sampling.rows_all") == 1 and store.count("sampling.samples") == 0
-        assert np.array_equal(np.concatenate(alone + [third]), whole[[*range(sampling.ROWS_ALONE), 40]])
+        assert np.array_equal(np.concatenate(alone + [after]), whole[[*range(sampling.ROWS_ALONE), 40]])
         assert np.array_equal(store.peek(("sampling.rows_all", *sampling._key(machine, "target", shape, graph, 78))),
                               whole)
         monkeypatch.setattr(sampling, "sample_passes", lambda *a, **k: pytest.fail("evaluated again"))

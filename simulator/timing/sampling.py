@@ -73,7 +73,8 @@ def sample_durations(machine, part: str, shape, graph: bool, seed: int) -> np.nd
     return store.get(("sampling.durations", *same), evaluate)
 
 
-ROWS_ALONE = 2  # distinct rows of a shape evaluated alone before all of its rows are evaluated at once
+ROWS_ALONE = 1  # distinct rows of a shape evaluated alone before all of its rows are evaluated at once (all 64
+# cost about two rows alone: measured on cluster16_h100_llama8b_dp128, 0.55 vs 1.2 ms a shape)
 
 
 def sample_rows(machine, part: str, shape, graph: bool, seed: int, rows: list[int]) -> np.ndarray:
@@ -84,7 +85,7 @@ def sample_rows(machine, part: str, shape, graph: bool, seed: int, rows: list[in
     ROWS_ALONE distinct rows of a shape were evaluated, a further one evaluates all of its FAST_SAMPLES rows at once
     (the same floats: any set of columns gives those columns' values; 5 KB a shape, without the whole table's
     draws and launches), read by every later row: a replica's prefill shapes recur (128 replicas, 100K requests:
-    64,448 rows of 4,523 shapes, 56,342 of them after a shape's second)."""
+    64,448 rows of 4,523 shapes, 940 of them drawn once), and a shape drawn once evaluates its row alone."""
     store = current()
     key = _key(machine, part, shape, graph, seed)
     hit = store.peek(("sampling.samples", *key))
