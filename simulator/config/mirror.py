@@ -481,8 +481,8 @@ class Fabric(Plain):
     _pydantic = ('simulator.config.topology', 'Fabric')
 
 class FabricLink(Plain):
-    __slots__ = ('between', 'kind', 'bandwidth_GBps', 'latency_us')
-    _fields = ('between', 'kind', 'bandwidth_GBps', 'latency_us')
+    __slots__ = ('between', 'kind', 'bandwidth_GBps', 'latency_us', 'burst_bytes', 'burst_GBps')
+    _fields = ('between', 'kind', 'bandwidth_GBps', 'latency_us', 'burst_bytes', 'burst_GBps')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.topology', 'FabricLink')
 
@@ -1383,6 +1383,8 @@ FabricLink._checks = (
     ('kind', Lit('pcie', 'nvlink', 'socket', 'network'), _MISSING, None),
     ('bandwidth_GBps', Float(ge=0.001, le=1000000.0), _MISSING, None),
     ('latency_us', Float(ge=0.0, le=1000000.0), _MISSING, None),
+    ('burst_bytes', Float(le=1000000000.0, ge=0), 0.0, None),
+    ('burst_GBps', Either(Float(ge=0.001, le=1000000.0), NoneOnly()), None, None),
 )
 FabricLink._rules = ()
 FabricLink._before = None

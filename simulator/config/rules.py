@@ -36,6 +36,9 @@ def fabric_graph(self):
                 raise ValueError(f"link end {end!r} is not a node name")
         if link.between[0] == link.between[1]:
             raise ValueError(f"link joins {link.between[0]!r} to itself")
+        if link.burst_bytes > 0 and (link.burst_GBps is None or link.burst_GBps < link.bandwidth_GBps):
+            raise ValueError(f"link {link.between[0]}-{link.between[1]}: burst_bytes needs burst_GBps, at least "
+                             f"its bandwidth_GBps ({link.bandwidth_GBps})")
     if not any(n.kind == "gpu" for n in self.nodes):
         raise ValueError("the fabric has no node of kind gpu (zero GPUs)")
     _check_machines(self)

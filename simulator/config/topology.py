@@ -89,6 +89,13 @@ class FabricLink(Strict):
         description="pcie | nvlink | socket (UPI/xGMI between CPU sockets) | network (a NIC's port to a switch or NIC)")
     bandwidth_GBps: Rate = Field(description="Bandwidth per direction")
     latency_us: Micros = Field(description="Latency this link adds to a collective step beyond NCCL's per-hop figure (which covers one GPU link)")
+    burst_bytes: NonNegativeFloat = Field(default=0.0, le=1e9, description=(
+        "*Calibrated* where set: bytes per direction that this link passes at burst_GBps at the start of a "
+        "collective before bandwidth_GBps binds (a token bucket, full at each collective's start: a PCIe root "
+        "complex forwarding a burst of peer writes at link rate); fitted to measured collectives "
+        "(simulator/analysis/socket_bandwidth.py fit_uplink_burst); 0: bandwidth_GBps from the first byte"))
+    burst_GBps: Optional[Rate] = Field(None, description=(
+        "The rate within burst_bytes (the link's own line rate); required with burst_bytes"))
 
 
 class Network(Strict):

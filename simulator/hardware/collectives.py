@@ -5,6 +5,9 @@ NCCL: the channel search over this fabric, then NCCL v2.29.7-1's tuning model (n
 Two extensions: a step whose route adds latency beyond NCCL's per-hop figure (host-memory staging when peer-to-peer
 is off, a socket crossing) pays it on every step; and an eagerly launched collective (launch="eager", as nccl-tests
 runs them) takes at least the fabric's calibrated eager floor (fabric.nccl_eager_*, beyond NCCL's ring LL latency).
+A third: a ring whose bottleneck link has a burst (burst_bytes, a token bucket full at each collective's start) moves
+that link's first burst_bytes per direction, protocol overhead included, at burst_GBps and only the rest at its
+bandwidth; trees and NVLS keep the sustained rate.
 A pass's collectives keep NCCL's figures: their host launch and rank skew are the host model's. Custom all-reduce (vLLM / SGLang one-shot and two-shot) is not
 NCCL; its cost is a flag round trip per phase plus the reads every rank makes from every peer.
 """
@@ -152,10 +155,42 @@ class AllReduce:
         f = self.fabric.topology.fabric
         return (f.nccl_eager_base_us, f.nccl_eager_step_us) if self.launch == "eager" else (0.0, 0.0)
 
+    def _ring_burst(self) -> tuple[float, int, float, float] | None:
+        """The ring's bottleneck link when it has a burst: (burst bytes, ring flows on it in one direction, its
+        bandwidth, its burst rate); None otherwise (no such link, or another link binds)."""
+        if self.ranks <= 1:
+            return None
+        hops = self._ring_hops()
+        flows: dict[tuple[int, int], int] = {}
+        for hop in hops:
+            for link in hop.links:
+                flows[link] = flows.get(link, 0) + 1
+        bottleneck = min(self.fabric.concurrent_bandwidth_GBps(hops))
+        for directed, k in flows.items():
+            link = self.fabric.link_of[directed]
+            if link.burst_bytes > 0 and abs(link.bandwidth_GBps / k - bottleneck) <= 1e-9 * bottleneck:
+                return link.burst_bytes, k, link.bandwidth_GBps, link.burst_GBps
+        return None
+
+    def burst_saving_us(self, option: nccl.Option, nbytes: int, nsteps: int) -> float:
+        """What the ring's bottleneck link's burst saves an operation of nbytes (the whole buffer) in nsteps ring
+        steps: each flow moves nbytes / ranks a step, over the protocol's wire efficiency (LL: half its bytes are
+        flags), so the link carries wire = k x nsteps x nbytes / ranks / efficiency in the option's bandwidth time
+        (at most its bandwidth: NCCL's channel speeds are discrete); its first burst bytes pass at the burst rate
+        instead of that rate."""
+        burst = self._ring_burst() if option.algorithm == "ring" else None
+        if burst is None or nbytes <= 0:
+            return 0.0
+        burst_bytes, k, _, burst_GBps = burst
+        efficiency = {"LL": T.LL_EFFICIENCY, "LL128": T.LL128_EFFICIENCY}.get(option.protocol, 1.0)
+        wire = k * nsteps * nbytes / self.ranks / efficiency
+        sustained_GBps = wire / (1000.0 * (nccl.algo_time_us(option, nbytes) - option.latency_us))
+        return max(0.0, min(wire, burst_bytes) * (1.0 / sustained_GBps - 1.0 / burst_GBps) / 1000.0)
+
     def nccl_options(self, nbytes: int) -> list[CollectiveCost]:
         out = []
         for option in self._tables:
-            time = nccl.algo_time_us(option, nbytes)
+            time = nccl.algo_time_us(option, nbytes) - self.burst_saving_us(option, nbytes, 2 * (self.ranks - 1))
             algbw = nbytes / (1000.0 * (time - option.latency_us)) if nbytes else option.algbw_GBps
             out.append(CollectiveCost(NCCL_NAME[option.algorithm], option.protocol, time, option.latency_us,
                                       algbw, algbw * 2 * (self.ranks - 1) / self.ranks))
@@ -224,7 +259,8 @@ class AllReduce:
         hw, extra = self._route()
         options = nccl.allgather_options(n, self.fabric.topology.gpu.sm_version, hw, self._graphs["ring"], extra,
                                          self._ll_extra())
-        return min(nccl.algo_time_us(o, nbytes_per_rank * n) for o in options)
+        return min(nccl.algo_time_us(o, nbytes_per_rank * n) - self.burst_saving_us(o, nbytes_per_rank * n, n - 1)
+                   for o in options)
 
     # -- choice ---------------------------------------------------------------------------------------------
     @stored
