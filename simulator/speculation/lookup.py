@@ -163,96 +163,108 @@ class SglangTrie:
         return children
 
 
+NEVER = 1 << 62  # LoneTrie.after where no insert has ended past a position
+
+
 class LoneTrie:
     """SglangTrie over a history of lone requests (each walked alone to its end, after the ones before), kept as its
-    text: such a history inserts every start's suffix at every insert whose window holds the start, so the trie is,
-    for each start p, the request's tokens from p to the latest insert end at most branch_length after it (cover[p]:
-    that length, 0 where no insert took p), and among siblings the later start was touched last. A node's children
-    are the tokens after its covered occurrences, the latest first. Kept per token: the request's text (all walked
-    requests in a row) and cover; per covered start, its end in the list of its first min_match_window + 1 tokens,
-    held by the first min_match_window tokens' dict in recency order (the shortest window's children); a longer
-    window's occurrences are found among the ends of the context's last min_match_window + 1 tokens. About one node
-    visit a token instead of SglangTrie's ~17; the same proposals over such a history (tests/test_lookup_drafters.py
-    against SglangTrie's steps and the brute force)."""
+    text: such a history inserts every start's suffix at every insert whose window holds the start, so the trie holds
+    the text from a start p through position x wherever an insert ended past x within branch_length of p, and among
+    siblings the later start was touched last. A node's children are the tokens after its occurrences so held, the
+    latest first. Kept per token: the walked requests' text in a row and, per position, the first insert end past it
+    (after); per covered start, its end in the list of its first min_match_window + 1 tokens, held by the first
+    min_match_window tokens' dict in recency order (the shortest window's children); a longer window's occurrences
+    are found among the ends of the context's last min_match_window + 1 tokens. About one node visit a token instead
+    of SglangTrie's ~17; the same proposals over such a history (tests/test_lookup_drafters.py against SglangTrie's
+    steps and the brute force)."""
 
     def __init__(self, branch_length: int, min_window: int, max_window: int, min_bfs: int, max_bfs: int):
         self.branch, self.min_window, self.max_window = branch_length, min_window, max_window
         self.min_bfs, self.scale = min_bfs, (max_bfs - min_bfs) / (max_window - min_window + 1)
-        pad = max_window + 2  # a match read backwards from the first request's tokens stops at the padding
-        self.text: list = [None] * pad
-        self.cover: list[int] = [0] * pad
+        self.text: list = []
+        self.after: list[int] = []  # per position x: the first insert end past x in x's request (NEVER: none yet)
         self.heads: dict = {}  # first min_window tokens of a covered start -> {next token: its ends, ascending}
 
-    def _key(self, at: int):
-        return self.text[at] if self.min_window == 1 else tuple(self.text[at:at + self.min_window])
+    def _start(self, tokens) -> int:
+        """A request's tokens after the ones before, a separator first (a match read backwards stops there)."""
+        self.text.append(None)
+        self.text.extend(tokens)
+        self.after.extend([NEVER] * (len(tokens) + 1))
+        return len(self.text) - len(tokens)
 
     def take(self, tokens, ends) -> None:
         """A request's inserts without its proposals (a walk found in the store), at each of `ends` in turn."""
-        text, cover, heads = self.text, self.cover, self.heads
-        base, covered = len(text), len(text)
-        text.extend(tokens)
-        cover.extend([0] * len(tokens))
-        m = self.min_window
+        base = self._start(tokens)
+        text, after, heads = self.text, self.after, self.heads
+        m, single, last, covered = self.min_window, self.min_window == 1, base, base
         for end in ends:
             end += base
+            after[last:end] = [end] * (end - last)
+            last = end
             lo, hi = max(base, end - self.branch), end - m
             if hi > lo:
                 for p in range(max(covered, lo), hi):
-                    kids = heads.setdefault(self._key(p), {})
+                    key = text[p] if single else tuple(text[p:p + m])
+                    kids = heads.setdefault(key, {})
                     found = kids.pop(text[p + m], None)
                     if found is None:
                         found = []
                     found.append(p + m + 1)
                     kids[text[p + m]] = found
-                cover[lo:hi] = range(end - lo, end - hi, -1)
                 covered = hi
 
     def walk(self, tokens, position: int, remaining: int, drafts: int) -> list[int]:
         """Drafts accepted at each step of a lone request whose tokens are `tokens`, from `position` with `remaining`
         tokens to generate (SglangTrie's may_accept, propose and insert after each step; loop and insert inlined)."""
-        text, cover, heads = self.text, self.cover, self.heads
-        base = len(text)
-        text.extend(tokens)
-        cover.extend([0] * len(tokens))
+        base = self._start(tokens)
+        text, after, heads = self.text, self.after, self.heads
         branch, m = self.branch, self.min_window
         single = m == 1
         length = base + position
         out = []
-        covered = base  # starts below this are covered (or never will be)
+        covered = last = base  # starts below `covered` are covered (or never will be); `last`: the last insert end
         while remaining > 0:
             start, taken = length - m, 0
             if start >= base:  # may_accept: the next token under the shortest window
                 kids = heads.get(text[start] if single else tuple(text[start:length]))
                 if kids is not None and text[length] in kids:
                     taken = accepted(self.propose(length, length - base, drafts), text[length:length + drafts])
-            emitted = taken + 1 if taken < remaining else remaining
             out.append(taken)
-            remaining -= emitted
+            if taken < remaining:
+                emitted = taken + 1
+                remaining -= emitted
+            else:
+                emitted, remaining = remaining, 0
             end = length = length + emitted
+            if last == end - 1:
+                after[last] = end
+            else:
+                after[last:end] = [end] * (end - last)
+            last = end
             lo, hi = end - branch, end - m  # the insert's starts
             if lo < base:
                 lo = base
-            if hi > lo:
-                for p in range(covered if covered > lo else lo, hi):  # newly covered: their first m + 1 tokens
-                    key = text[p] if single else tuple(text[p:p + m])
-                    kids = heads.get(key)
-                    if kids is None:
-                        kids = heads[key] = {}
-                    token = text[p + m]
-                    found = kids.pop(token, None)
-                    if found is None:
-                        kids[token] = [p + m + 1]
-                    else:
-                        found.append(p + m + 1)
-                        kids[token] = found
-                cover[lo:hi] = range(end - lo, end - hi, -1)
-                covered = hi
+            if covered < lo:
+                covered = lo
+            while covered < hi:  # newly covered: their first m + 1 tokens
+                key = text[covered] if single else tuple(text[covered:covered + m])
+                kids = heads.get(key)
+                if kids is None:
+                    kids = heads[key] = {}
+                token = text[covered + m]
+                found = kids.pop(token, None)
+                covered += 1
+                if found is None:
+                    kids[token] = [covered + m]
+                else:
+                    found.append(covered + m)
+                    kids[token] = found
         return out
 
     def propose(self, length: int, local: int, drafts: int) -> list[dict]:
         """SglangTrie.propose for the context text[:length] (`local` of its tokens the request's)."""
-        text, cover, heads = self.text, self.cover, self.heads
-        m, scale, max_w, min_bfs = self.min_window, self.scale, self.max_window, self.min_bfs
+        text, after, heads = self.text, self.after, self.heads
+        m, scale, max_w, min_bfs, branch = self.min_window, self.scale, self.max_window, self.min_bfs, self.branch
         shortest = m + 1
         children: list[dict] = [{}]
         size = 1
@@ -263,17 +275,20 @@ class LoneTrie:
             ends = kids.get(text[length - 1]) if kids is not None else None
             if ends is not None:
                 for q in reversed(ends):
-                    if q >= length:
-                        continue  # the context itself: no child yet
-                    k = shortest
-                    while k < top and text[q - k - 1] == text[length - k - 1]:
-                        k += 1
-                    while k >= shortest and cover[q - k] <= k:  # the window's start covered past q
-                        k -= 1
-                    if k >= shortest:
-                        pairs.append((q, k))
-                        if k > high:
-                            high = k
+                    # window k has a child at q where an insert ended past q within branch of its start q - k
+                    k = branch + q - after[q]
+                    if k > top:
+                        k = top
+                    if k < shortest:
+                        continue
+                    at = shortest
+                    while at < k and text[q - at - 1] == text[length - at - 1]:
+                        at += 1
+                    if at > k:
+                        at = k
+                    pairs.append((q, at))
+                    if at > high:
+                        high = at
         chain_q = -1  # the single occurrence the last window walked, and where that walk stopped
         for window in range(high if high else m, m - 1, -1):
             if size > drafts:
@@ -282,11 +297,10 @@ class LoneTrie:
                 occ = [q for q, k in pairs if k >= window]
                 if len(occ) == 1:  # one occurrence: its breadth-first expansion is a chain from the root
                     q = occ[0]
-                    stop = q - window
-                    stop += cover[stop]
+                    limit = q - window + branch
                     if q != chain_q:
                         chain_q, parent, at = q, 0, q
-                    while at < stop and size <= drafts:
+                    while after[at] <= limit and size <= drafts:
                         token = text[at]
                         here = children[parent]
                         parent = here.get(token)
@@ -311,9 +325,10 @@ class LoneTrie:
                     cap = 1
                 breadth -= scale
                 nxt = []
+                slack = branch - depth  # an occurrence ending at q has a child where after[q] - q <= slack
                 if level.__class__ is dict:  # the shortest window's node: its children in recency order
                     here, taken = children[0], 0
-                    for token in reversed(level):
+                    for token, ends in reversed(level.items()):
                         if taken >= cap or size > drafts:
                             break
                         taken += 1
@@ -322,14 +337,12 @@ class LoneTrie:
                             pos = here[token] = size
                             children.append({})
                             size += 1
-                        ends = level[token]
                         nxt.append((pos, ends[0] if len(ends) == 1 else ends))
                     asc = True  # the ends lists run oldest first
                 elif len(level) == 1 and level[0][1].__class__ is int:  # one chain: the rest walks it
                     parent, q = level[0]
-                    stop = q - depth
-                    stop += cover[stop]
-                    while q < stop and size <= drafts:
+                    limit = q + slack
+                    while after[q] <= limit and size <= drafts:
                         token = text[q]
                         here = children[parent]
                         parent = here.get(token)
@@ -345,7 +358,7 @@ class LoneTrie:
                             break
                         here = children[parent]
                         if occ.__class__ is int:  # one occurrence: one child at most
-                            if cover[occ - depth] > depth:
+                            if after[occ] - occ <= slack:
                                 token = text[occ]
                                 pos = here.get(token)
                                 if pos is None:
@@ -356,7 +369,7 @@ class LoneTrie:
                             continue
                         groups: dict = {}  # child token -> its occurrences, latest first
                         for q in (reversed(occ) if asc else occ):
-                            if cover[q - depth] > depth:
+                            if after[q] - q <= slack:
                                 token = text[q]
                                 found = groups.get(token)
                                 if found is None:
