@@ -469,3 +469,38 @@ def test_sglang_lone_walks_are_the_trie_steps_on_drawn_streams(seed):
         assert got == stepped.step(tree, last.request_id, None, 0, 0, remaining)
         remaining -= got[1]
     assert walked._lone is None  # a step outside a lone walk: the LoneTrie is left
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_plain_steps_after_lone_walks_insert_after_the_walks(seed):
+    """A request whose first tokens come from plain steps (advance: each inserts its tokens into SGLang's trie) after
+    requests walked alone: the walks' inserts land first, as they happened, so its drafted steps match a model
+    that stepped every request."""
+    rng = np.random.default_rng(seed)
+    config, alphabet = random_ngram_config(rng), int(rng.integers(2, 6))
+
+    class Random:
+        def tokens(self, index, count):
+            return np.random.default_rng([seed, index]).integers(0, alphabet, count).tolist()
+
+    walked, stepped = TextAcceptance("ngram", config, Random()), TextAcceptance("ngram", config, Random())
+    for rid in range(int(rng.integers(1, 4))):
+        request = SimpleNamespace(request_id=rid, prompt_tokens=int(rng.integers(1, 30)),
+                                  output_tokens=int(rng.integers(2, 200)))
+        tree, remaining = Tree.chain(int(rng.integers(1, 8))), request.output_tokens - 1
+        walked.taken_alone(tree, walked.start_request(request), remaining)
+        stepped.start_request(request)
+        while remaining > 0:
+            remaining -= stepped.step(tree, rid, None, 0, 0, remaining)[1]
+    last = SimpleNamespace(request_id=9, prompt_tokens=int(rng.integers(1, 30)), output_tokens=120)
+    remaining, tree, plain = last.output_tokens - 1, Tree.chain(5), int(rng.integers(2, 6))
+    for model in (walked, stepped):
+        model.start_request(last)
+        for _ in range(plain):
+            model.advance(last.request_id, 1, 0.0)
+    remaining -= walked._positions[9] - last.prompt_tokens
+    while remaining > 0:
+        got = walked.step(tree, last.request_id, None, 0, 0, remaining)
+        assert got == stepped.step(tree, last.request_id, None, 0, 0, remaining)
+        remaining -= got[1]

@@ -183,6 +183,8 @@ class TextAcceptance(AcceptanceModel):
             self._flush()
 
     def _flush(self) -> None:
+        if self._unapplied:  # the stored walks' inserts came first
+            self._materialize()
         for state, end in self._pending.items():
             self._trie.insert(state, self._requests[state][0], end)
         self._pending.clear()
