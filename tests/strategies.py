@@ -393,7 +393,8 @@ def served_workloads(draw, max_requests: int = 4, max_output: int = MAX_OUTPUT) 
     return workload, prompt_max + output_max
 
 
-POLICY_KINDS = ("static", "hybrid", "adaptive_length", "batch_threshold", "batch_table", "goodput", "multi_drafter")
+POLICY_KINDS = ("static", "hybrid", "adaptive_length", "batch_threshold", "batch_table", "goodput", "multi_drafter",
+                "assistant_heuristic")
 
 
 @st.composite
@@ -403,8 +404,11 @@ def policies_for(draw, raw: dict, kind: str | None = None) -> dict:
     if kind == "multi_drafter" and raw["speculation"]["method"] != "ngram":
         raw["speculation"]["method"] = "ngram"
         raw["speculation"].pop("draft_model", None)
+    if kind == "assistant_heuristic" and raw["speculation"]["verify"] != "chain":
+        raw["speculation"].update(verify="chain", tree={"kind": "chain"})
     if kind is None:
-        kinds = [k for k in POLICY_KINDS if k != "multi_drafter" or raw["speculation"]["method"] == "ngram"]
+        kinds = [k for k in POLICY_KINDS if (k != "multi_drafter" or raw["speculation"]["method"] == "ngram")
+                 and (k != "assistant_heuristic" or raw["speculation"]["verify"] == "chain")]
         kind = draw(st.sampled_from(kinds))
     if kind == "hybrid":
         return {"kind": "hybrid", "estimator": draw(st.sampled_from(["ema", "window"])),
@@ -425,6 +429,9 @@ def policies_for(draw, raw: dict, kind: str | None = None) -> dict:
         return {"kind": "multi_drafter", "min_match_tokens": draw(st.integers(1, 6)),
                 "fallback": {"method": draw(st.sampled_from(fallbacks)), "draft_tokens": draft_tokens, "verify": verify,
                              "tree": tree, "acceptance": draw(acceptances(("iid", "positional")))}}
+    if kind == "assistant_heuristic":
+        return {"kind": "assistant_heuristic", "num_assistant_tokens": draw(st.integers(1, 8)),
+                "max_new_tokens": draw(st.integers(2, 64))}
     return {"kind": "static"}
 
 
@@ -450,7 +457,9 @@ def squeezed_memory_fraction(raw: dict, longest: int, squeeze: float) -> float:
 
     machine = Machine(make_scenario(raw))
     memory = machine.memory
-    lookahead = raw.get("speculation", {}).get("draft_tokens", 0) + 8
+    policy = raw.get("policy", {})
+    longest_draft = policy["max_new_tokens"] if policy.get("kind") == "assistant_heuristic" else 0  # its reservation
+    lookahead = max(raw.get("speculation", {}).get("draft_tokens", 0), longest_draft) + 8
     need_one = 1.05 * (longest + lookahead)
     need_all = max(need_one, raw["workload"]["requests"] * (longest + lookahead))
     tokens = need_one + squeeze * (need_all - need_one)

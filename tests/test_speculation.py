@@ -10,6 +10,7 @@ import yaml
 import simulator
 import simulator.api.run
 from simulator.cli import main
+from simulator.serving.records import KIND_DECODE
 from simulator.speculation.setup import build_speculation
 from conftest import ROOT, scenario_path
 
@@ -142,6 +143,56 @@ def test_adaptive_length_and_multi_drafter_record_their_decisions():
                                                "acceptance": {"kind": "positional", "probs": [0.75, 0.33, 0.2]}}})
     share = multi.extra["policy"]["drafter_share"]
     assert 0 < share["ngram"] < 1 and 0 < share["eagle3"] < 1
+
+
+def test_assistant_heuristic_follows_a_hand_worked_accept_sequence(tmp_path):
+    """transformers 4.37.1's "heuristic" schedule (candidate_generator.py update_candidate_strategy) over a replayed
+    trace [1, 4, 2, 6] (tokens a step, capped at the k drafts + 1), worked by hand from k = 5: +2 after a round whose
+    k drafts were all accepted, -1 otherwise; each request starts again at 5; a round drafts at most
+    max_new_tokens - generated - 1."""
+    trace = tmp_path / "accept.csv"
+    trace.write_text("accept_len\n1\n4\n2\n6\n")
+    policy = {"kind": "assistant_heuristic", "num_assistant_tokens": 5, "max_new_tokens": 200}
+    r = simulator.run(EAGLE3, baseline=False, workload__requests=2, workload__output_tokens=60,
+                      speculation__acceptance={"kind": "trace", "file": str(trace)}, policy=policy)
+    depths = r.run.steps["depth"][r.run.spec_steps].tolist()
+    emitted = r.run.accept_lengths.tolist()
+    # k 5 (1: none accepted) -> 4 (4: 3 of 4) -> 3 (2) -> 2 (6 capped to 3: both accepted) -> 4 (1) -> 3 (4: all 3)
+    # -> 5 (2) -> 4 (6 capped to 5: all 4) -> 6 (1) -> 5 (4) -> 4 (2) -> 3 (6 capped to 4: all 3) -> 5 (1) -> 4 (4)
+    # -> 3 (2) -> 2 (6 capped to 3) = the fourth round's state: a cycle of 12 from there
+    assert depths[:15] == [5, 4, 3, 2, 4, 3, 5, 4, 6, 5, 4, 3, 5, 4, 3]
+    assert emitted[:15] == [1, 4, 2, 3, 1, 4, 2, 5, 1, 4, 2, 4, 1, 4, 2]
+    first = r.run.requests[0]
+    rounds = int(np.searchsorted(np.cumsum(emitted), first.output_tokens - 1)) + 1  # the first request's rounds
+    assert depths[rounds] == 5  # the second request's first round: k back to num_assistant_tokens (else 4)
+    # the cap, max_new_tokens 10: rounds at 1, 2, 6 and 8 tokens generated draft 5, 4, 3 (room 3) and 1 (k 2, room
+    # 10 - 8 - 1 = 1; the trace's 6 gives 2 tokens), then no room: plain decode from 10 tokens on
+    capped = simulator.run(EAGLE3, baseline=False, workload__requests=1, workload__output_tokens=60,
+                           speculation__acceptance={"kind": "trace", "file": str(trace)},
+                           policy={**policy, "max_new_tokens": 10})
+    spec = capped.run.spec_steps
+    assert capped.run.steps["depth"][spec].tolist() == [5, 4, 3, 1]
+    assert capped.run.accept_positions.tolist() == [1, 2, 6, 8] and capped.run.accept_lengths.tolist() == [1, 4, 2, 2]
+    assert spec.sum() == 4 and (capped.run.steps["kind"] == KIND_DECODE).sum() == 60 - 10
+
+
+def test_assistant_heuristic_reserves_kv_for_its_longest_round():
+    """The longest round a request may draft is max_new_tokens - 1 (a3e218c: the server reserves for it)."""
+    scenario = simulator.api.run.resolve(EAGLE3, {"policy": {"kind": "assistant_heuristic", "max_new_tokens": 40}})
+    assert build_speculation(scenario).lookahead == 40  # a chain of 39 drafts and its root
+
+
+def test_the_transformers_profile_gives_a_draft_model_its_schedule():
+    """transformers 4.37.1's profile (speculative_policy) runs a draft model under its heuristic schedule unless the
+    scenario sets a policy; another drafter keeps the scenario's."""
+    case = os.path.join(ROOT, "scenarios", "validation", "cases", "a100_vicuna7b_specbench.yaml")
+    sps = {"speculation__method": "draft_model", "speculation__draft_model": {"model": "../../models/vicuna_68m.yaml"}}
+    scenario = simulator.api.run.resolve(case, sps)
+    policy = scenario.spec.policy
+    assert (policy.kind, policy.num_assistant_tokens, policy.max_new_tokens) == ("assistant_heuristic", 5, 1024)
+    assert "policy" in scenario.engine.keys
+    assert simulator.api.run.resolve(case, {**sps, "policy": {"kind": "static"}}).spec.policy.kind == "static"
+    assert simulator.api.run.resolve(case, {}).spec.policy.kind == "static"  # the case file's EAGLE-3
 
 
 # --- configuration mistakes of this issue's features ---------------------------------------------------------------

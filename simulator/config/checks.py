@@ -34,6 +34,9 @@ def check(scenario: Scenario) -> None:
                               f"{len(acc.probs)} probabilities for a chain of {spec_cfg.draft_tokens} drafts",
                               f"at least {spec_cfg.draft_tokens} entries, one per depth (or repeat_last: true)")
     policy = spec.policy
+    if policy.kind == "assistant_heuristic" and spec_cfg.method != "none" and spec_cfg.verify != "chain":
+        raise ConfigError(file, "speculation.verify", "assistant_heuristic drafts a chain (transformers' assisted "
+                          "generation verifies its candidates as one sequence)", "chain")
     if policy.kind == "multi_drafter":
         if spec_cfg.method != "ngram":
             raise ConfigError(file, "policy.kind", "multi_drafter drafts with the n-gram cache where it matches: "

@@ -6,7 +6,8 @@ names the file and function), `fitted` (a calibrated parameter: the source names
 scenarios/measured/), `measured` (timed by a script in this repository, named with the machine it ran on) or
 `estimated` (none of these: the source says what the estimate rests on). `runtime_defaults`
 turns a profile and the scenario's engine flags into the runtime keys the simulator reads; a key the scenario
-sets itself under `runtime:` wins over both (a what-if, never in a validation case).
+sets itself under `runtime:` wins over both (a what-if, never in a validation case); so does a policy it sets over
+the profile's speculative_policy (the draft-length schedule the engine's own code runs).
 """
 
 import os
@@ -43,6 +44,18 @@ def _with_ngram_host(spec, profile) -> tuple:
         return spec, ()
     speculation = spec.speculation.model_copy(update={"ngram": ngram.model_copy(update=taken)})
     return spec.model_copy(update={"speculation": speculation}), tuple(f"speculation.ngram.{k}" for k in sorted(taken))
+
+
+def _with_policy(spec, profile, code: str) -> tuple:
+    """The spec with the draft-length schedule the engine's code for this drafter runs (the profile's
+    speculative_policy), where the scenario sets no policy itself, and the keys taken."""
+    schedules = profile.speculative_policy
+    if schedules is None or spec.speculation.method == "none" or "policy" in spec.model_fields_set:
+        return spec, ()
+    policy = schedules.value.get(code, schedules.value.get(spec.speculation.method))
+    if policy is None:
+        return spec, ()
+    return spec.model_copy(update={"policy": policy}), ("policy",)
 
 
 def profile_path(name: str, version: str) -> str:
@@ -199,5 +212,6 @@ def apply_engine(spec, topology, file: str, user_keys=None):
     own = spec.runtime.model_dump(mode="json", include=user)
     runtime = validate(Runtime, {**own, **taken}, file, "runtime")
     spec, ngram_keys = _with_ngram_host(spec.model_copy(update={"runtime": runtime}), profile)
-    return spec, EngineRun(engine.name, engine.version, path, named, tuple(sorted(taken)) + ngram_keys)
+    spec, policy_keys = _with_policy(spec, profile, flags_of(engine).get("script") or spec.speculation.method)
+    return spec, EngineRun(engine.name, engine.version, path, named, tuple(sorted(taken)) + ngram_keys + policy_keys)
 

@@ -7,6 +7,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 from . import rules
 from .base import Strict
 from .surface import EngineProfileSurface, HostWorkSurface
+from .policy import AssistantHeuristicPolicy
 from .scenario import DecoderKernels, SpeculativeHost
 
 T = TypeVar("T")
@@ -153,6 +154,9 @@ class EngineProfile(EngineProfileSurface, Strict):
     quantised_gemm: Sourced[dict[Literal["fp8", "fp8_block", "fp4", "int8", "int4"], QuantisedGemm]] = Field(
         description="weights' dtype -> the GEMM and activation-quantisation kernels the engine runs for it")
     kernel_database: Sourced[KernelDatabase]
+    speculative_policy: Optional[Sourced[dict[str, AssistantHeuristicPolicy]]] = Field(None, description=(
+        "the drafter's code (the engine's script flag, else the speculation method) -> the draft-length schedule the "
+        "engine's own code runs; absent, or no entry: the scenario's policy (a policy the scenario sets wins)"))
     ngram_host: Optional[Sourced[NgramHost]] = Field(None, description=(
         "the n-gram drafter's host time; absent: speculation.ngram's own (SGLang's trie costs)"))
     eager_launch_us: Optional[Sourced[float]] = Field(None, description=(

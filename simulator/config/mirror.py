@@ -97,8 +97,8 @@ class CustomAllReduce(Plain):
     _pydantic = ('simulator.config.engine_schema', 'CustomAllReduce')
 
 class EngineProfile(EngineProfileSurface, Plain):
-    __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'kernel_database', 'ngram_host', 'eager_launch_us', 'eager_kernels')
-    _fields = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'kernel_database', 'ngram_host', 'eager_launch_us', 'eager_kernels')
+    __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'kernel_database', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'eager_kernels')
+    _fields = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'kernel_database', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'eager_kernels')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'EngineProfile')
 
@@ -216,6 +216,12 @@ class Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm(Sourced):
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', "Sourced[dict[Literal['fp8', 'fp8_block', 'fp4', 'int8', 'int4'], QuantisedGemm]]")
 
+class Sourced_dict_str_AssistantHeuristicPolicy(Sourced):
+    __slots__ = ()
+    _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
+    _pydantic = ('simulator.config.engine_schema', 'Sourced[dict[str, AssistantHeuristicPolicy]]')
+
 class Sourced_dict_str_str(Sourced):
     __slots__ = ()
     _fields = ('value', 'kind', 'source')
@@ -323,6 +329,12 @@ class AdaptiveLengthPolicy(Plain):
     _fields = ('kind', 'choices', 'ema_alpha', 'spare')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.policy', 'AdaptiveLengthPolicy')
+
+class AssistantHeuristicPolicy(Plain):
+    __slots__ = ('kind', 'num_assistant_tokens', 'max_new_tokens')
+    _fields = ('kind', 'num_assistant_tokens', 'max_new_tokens')
+    model_fields = dict.fromkeys(_fields)
+    _pydantic = ('simulator.config.policy', 'AssistantHeuristicPolicy')
 
 class BatchRow(Plain):
     __slots__ = ('max_batch', 'draft_tokens')
@@ -613,6 +625,7 @@ NS = {
     'Sourced_Union_float_NoneType': Sourced_Union_float_NoneType,
     'Sourced_bool': Sourced_bool,
     'Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm': Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm,
+    'Sourced_dict_str_AssistantHeuristicPolicy': Sourced_dict_str_AssistantHeuristicPolicy,
     'Sourced_dict_str_str': Sourced_dict_str_str,
     'Sourced_float': Sourced_float,
     'Sourced_list_BatchRange': Sourced_list_BatchRange,
@@ -631,6 +644,7 @@ NS = {
     'WeightDtypes': WeightDtypes,
     'Parallelism': Parallelism,
     'AdaptiveLengthPolicy': AdaptiveLengthPolicy,
+    'AssistantHeuristicPolicy': AssistantHeuristicPolicy,
     'BatchRow': BatchRow,
     'BatchTablePolicy': BatchTablePolicy,
     'BatchThresholdPolicy': BatchThresholdPolicy,
@@ -818,6 +832,7 @@ EngineProfile._checks = (
     ('attention_backend', Model('Sourced_dict_str_str', NS), _MISSING, None),
     ('quantised_gemm', Model('Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm', NS), _MISSING, None),
     ('kernel_database', Model('Sourced_KernelDatabase', NS), _MISSING, None),
+    ('speculative_policy', Either(Model('Sourced_dict_str_AssistantHeuristicPolicy', NS), NoneOnly()), None, None),
     ('ngram_host', Either(Model('Sourced_NgramHost', NS), NoneOnly()), None, None),
     ('eager_launch_us', Either(Model('Sourced_float', NS), NoneOnly()), None, None),
     ('eager_kernels', Either(Model('Sourced_ProfileKernels', NS), NoneOnly()), None, None),
@@ -958,6 +973,13 @@ Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm._checks = (
 )
 Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm._rules = ()
 Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm._before = None
+Sourced_dict_str_AssistantHeuristicPolicy._checks = (
+    ('value', Dict(Str(), Model('AssistantHeuristicPolicy', NS)), _MISSING, None),
+    ('kind', Lit('counted', 'measured', 'fitted', 'estimated'), _MISSING, None),
+    ('source', Str(min_length=8), _MISSING, None),
+)
+Sourced_dict_str_AssistantHeuristicPolicy._rules = ()
+Sourced_dict_str_AssistantHeuristicPolicy._before = None
 Sourced_dict_str_str._checks = (
     ('value', Dict(Str(), Str()), _MISSING, None),
     ('kind', Lit('counted', 'measured', 'fitted', 'estimated'), _MISSING, None),
@@ -1122,6 +1144,13 @@ AdaptiveLengthPolicy._checks = (
 )
 AdaptiveLengthPolicy._rules = ()
 AdaptiveLengthPolicy._before = None
+AssistantHeuristicPolicy._checks = (
+    ('kind', Lit('assistant_heuristic'), _MISSING, None),
+    ('num_assistant_tokens', Int(le=255, gt=0), 5, None),
+    ('max_new_tokens', Int(ge=2), _MISSING, None),
+)
+AssistantHeuristicPolicy._rules = ()
+AssistantHeuristicPolicy._before = None
 BatchRow._checks = (
     ('max_batch', Int(gt=0), _MISSING, None),
     ('draft_tokens', Int(ge=0, le=255), _MISSING, None),
@@ -1244,7 +1273,7 @@ ScenarioSpec._checks = (
     ('runtime', Model('Runtime', NS), Runtime._make({'cuda_graph_decode': True, 'cuda_graph_verify': False, 'cuda_graph_draft': True, 'cuda_graph_draft_extend': None, 'speculative_graph_batch_sizes': None, 'allreduce': 'auto', 'fuse_allreduce_rmsnorm': False, 'overlap_schedule': True, 'scheduler_step_us': None, 'scheduler_per_request_us': 0.0, 'overlap_schedule_speculative': False, 'step_eager_ops': 0, 'eager_launch_us': None, 'eager_kernels': None, 'speculative_host': SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_accepted_token': 0, 'syncs': 0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), 'verify_tokens': 'fixed', 'kernels': 'measured', 'ep_backend': 'auto', 'memory_fraction': 0.9, 'draft_on_own_gpus': False, 'two_batch_overlap': False, 'host_slowdown': None}, []), None),
     ('workload', Model('Workload', NS), Workload._make({'requests': 1, 'arrival': AllAtOnce._make({'kind': 'all_at_once'}, ['kind']), 'prompt_tokens': 1000, 'output_tokens': 2048, 'max_running_requests': 1, 'max_concurrency': None, 'stop_strings': 0, 'max_prefill_tokens': 8192, 'kv_overflow': 'queue', 'target': LatencyTarget._make({'ttft_ms': 2000.0, 'tpot_ms': 100.0, 'percentile': 90.0}, []), 'seed_offset': 0, 'corpus': None, 'corpus_stream': 0}, []), None),
     ('speculation', Model('Speculation', NS), Speculation._make({'method': 'none', 'draft_tokens': 3, 'verify': 'chain', 'tree': TreeShape._make({'kind': 'optimal', 'k': 2, 'depth': None, 'parents': None}, []), 'acceptance': None, 'ngram': NgramDrafter._make({'host_us_per_step': 400.0, 'host_us_per_request': 150.0, 'host_us_per_node': 0.05, 'algorithm': 'sglang_trie', 'branch_length': 18, 'min_match_window': 1, 'max_match_window': 12, 'min_bfs_breadth': 1, 'max_bfs_breadth': 10, 'prompt_lookup_min': 2, 'prompt_lookup_max': 5}, []), 'suffix': SuffixDrafter._make({'max_tree_depth': 24, 'max_spec_factor': 1.0, 'max_spec_offset': 0.0, 'min_token_prob': 0.1, 'cache_requests': True, 'host_us_per_step': 100.0, 'host_us_per_request': 20.0, 'host_us_per_node': 0.05}, []), 'draft_model': None, 'heads': HeadsConfig._make({'num_heads': 4, 'num_layers': 1}, []), 'lookahead': LookaheadConfig._make({'window': 7, 'ngram': 5, 'guesses': 7, 'host_us_per_step': 100.0, 'host_us_per_request': 20.0}, []), 'dynamic_tree': DynamicTreeConfig._make({'eagle_topk': 4, 'num_steps': 5, 'num_draft_tokens': 8}, []), 'sparse_kv': SparseKVConfig._make({'kv_budget_tokens': 512}, [])}, []), None),
-    ('policy', Tagged('kind', {'static': 'StaticPolicy', 'hybrid': 'HybridPolicy', 'adaptive_length': 'AdaptiveLengthPolicy', 'multi_drafter': 'MultiDrafterPolicy', 'batch_threshold': 'BatchThresholdPolicy', 'batch_table': 'BatchTablePolicy', 'goodput': 'GoodputPolicy', 'dynamic_length': 'DynamicLengthPolicy'}, NS), StaticPolicy._make({'kind': 'static'}, ['kind']), None),
+    ('policy', Tagged('kind', {'static': 'StaticPolicy', 'hybrid': 'HybridPolicy', 'adaptive_length': 'AdaptiveLengthPolicy', 'multi_drafter': 'MultiDrafterPolicy', 'batch_threshold': 'BatchThresholdPolicy', 'batch_table': 'BatchTablePolicy', 'goodput': 'GoodputPolicy', 'dynamic_length': 'DynamicLengthPolicy', 'assistant_heuristic': 'AssistantHeuristicPolicy'}, NS), StaticPolicy._make({'kind': 'static'}, ['kind']), None),
     ('seed', Int(ge=0), 0, None),
     ('fidelity', Lit('fast', 'layer', 'link', 'event'), 'fast', None),
 )

@@ -108,5 +108,21 @@ class DynamicLengthPolicy(GoodputPolicy):
                                                     "pass (vLLM: the largest cudagraph capture size); none: no bound")
 
 
+class AssistantHeuristicPolicy(Strict):
+    """transformers' assisted generation, num_assistant_tokens_schedule "heuristic" (transformers 4.37.1,
+    generation/candidate_generator.py, AssistedCandidateGenerator): a chain of num_assistant_tokens drafts at each
+    request's start (each generate() call builds its generator anew), +2 after a round whose drafts were all
+    accepted, -1 otherwise, at least 1 (update_candidate_strategy); a round drafts at most max_new_tokens - generated
+    - 1 (get_candidates). Chain verify only."""
+
+    kind: Literal["assistant_heuristic"]
+    num_assistant_tokens: PositiveInt = Field(5, le=255, description="Drafts in a request's first round "
+                                              "(transformers' GenerationConfig default: 5)")
+    max_new_tokens: int = Field(ge=2, description="The generate() call's max_new_tokens: a round drafts at most "
+                                        "max_new_tokens - generated - 1, so the longest draft is max_new_tokens - 1 "
+                                        "(the KV cache is reserved for it); past it, plain decode")
+
+
 Policy = Annotated[Union[StaticPolicy, HybridPolicy, AdaptiveLengthPolicy, MultiDrafterPolicy, BatchThresholdPolicy,
-                         BatchTablePolicy, GoodputPolicy, DynamicLengthPolicy], Field(discriminator="kind")]
+                         BatchTablePolicy, GoodputPolicy, DynamicLengthPolicy, AssistantHeuristicPolicy],
+                   Field(discriminator="kind")]

@@ -146,6 +146,6 @@ class ScenarioSpec(Strict):
     runtime: Runtime = Runtime()
     workload: Workload = Workload()
     speculation: Speculation = Speculation()
-    policy: Policy = Field(StaticPolicy(kind="static"), description="When to speculate and with what: static, hybrid, adaptive_length, multi_drafter, batch_threshold, batch_table, goodput")
+    policy: Policy = Field(StaticPolicy(kind="static"), description="When to speculate and with what: static, hybrid, adaptive_length, multi_drafter, batch_threshold, batch_table, goodput, dynamic_length, assistant_heuristic")
     seed: NonNegativeInt = Field(0, description="Seed of every random stream (acceptance, host jitter, arrivals, lengths)")
     fidelity: Literal["fast", "layer", "link", "event"] = Field("fast", description="fast: memoised pass costs; layer: every pass per rank; link: flows on the fabric's links; event: every rank's host and stream, every collective and the drafter as SimPy processes")

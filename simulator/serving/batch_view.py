@@ -1,7 +1,7 @@
 """The read-only view of the running batch that a speculation policy decides from (speculation.protocols.BatchState).
 
-A policy sees the batch size, the tokens cached for it, what the n-gram cache would match for each request, and the
-batch-time model (the mean cost of a step); it cannot change the server.
+A policy sees the batch size, the tokens cached for it, the tokens each request has generated, what the n-gram cache
+would match for each request, and the batch-time model (the mean cost of a step); it cannot change the server.
 """
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ class BatchView:
     @property
     def context_tokens(self) -> int:
         return sum(r.prompt_tokens + r.generated for r in self._server.admission.active)
+
+    def generated(self) -> list[int]:
+        return [r.generated for r in self._server.admission.active]
 
     def match_tokens(self) -> list[int]:
         server = self._server

@@ -63,6 +63,7 @@ class Server:
         acceptance_seq, jitter_seq = np.random.SeedSequence(seed).spawn(2)
         self.walks = Walks(self.slots, self.policy, np.random.default_rng(acceptance_seq))
         self._primary = self.walks.primary
+        self._policy_start = getattr(self.policy, "start_request", None)  # a per-request schedule (AssistantHeuristic)
         jitter = np.random.default_rng(jitter_seq)
         # the breakdown of a step's cost is evaluated only if read (a sweep point reads the durations alone)
         links = network or None
@@ -224,8 +225,11 @@ class Server:
         self._arrived_all = True
 
     def _start_acceptance(self, request) -> None:
+        """A request's first admission: its acceptance state starts, and a policy that restarts per request does."""
         if self._primary is not None:
             request.acceptance_state = self._primary.start_request(request)
+        if self._policy_start is not None:
+            self._policy_start()
 
     # -- the loop --------------------------------------------------------------------------------------------
     def run(self):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..config.mirror import (AdaptiveLengthPolicy, BatchTablePolicy, BatchThresholdPolicy, DynamicLengthPolicy,
+from ..config.mirror import (AdaptiveLengthPolicy, AssistantHeuristicPolicy, BatchTablePolicy, BatchThresholdPolicy, DynamicLengthPolicy,
                              GoodputPolicy, HybridPolicy, MultiDrafterPolicy, StaticPolicy)
 from .protocols import BatchState, Decision, Policy
 from .trees import Tree
@@ -242,6 +242,52 @@ class DynamicLength(Goodput):
         return self.max_tokens is None or batch * (k + 1) <= self.max_tokens
 
 
+class AssistantHeuristic:
+    """transformers' assisted generation, schedule "heuristic" (transformers 4.37.1, generation/candidate_generator.py,
+    AssistedCandidateGenerator): k drafts in a chain, k = num_assistant_tokens when a request starts; after a round
+    whose k drafts were all accepted k += 2, else k = max(1, k - 1) (update_candidate_strategy); a round drafts
+    min(k, max_new_tokens - generated - 1) (get_candidates), plain decode where that is 0.
+
+    One schedule for the running batch (transformers assists batch 1 only): restarted when a request is admitted,
+    capped by the request furthest on, and a round counts as fully accepted when every request accepted all k.
+    """
+
+    def __init__(self, config: AssistantHeuristicPolicy, make_tree):
+        self.first = config.num_assistant_tokens
+        self.max_new = config.max_new_tokens
+        self.make_tree = make_tree
+        self.k = self.first
+        self.decisions: dict[int, Decision] = {}
+        # the first round's chain and the longest any round may draft (max_new_tokens - 1, at a request's first
+        # token): the server reserves KV for the largest; the chains between are built when first drafted
+        self.trees = (self._decision(min(self.first, self.max_new - 1)).tree, self._decision(self.max_new - 1).tree)
+
+    def _decision(self, k: int) -> Decision:
+        decision = self.decisions.get(k)
+        if decision is None:
+            decision = self.decisions[k] = Decision(0, self.make_tree(k))
+        return decision
+
+    def start_request(self) -> None:
+        """A request starts (a generate() call builds its candidate generator anew): k back to num_assistant_tokens."""
+        self.k = self.first
+
+    def decide(self, view: BatchState) -> Decision | None:
+        room = self.max_new - max(view.generated(), default=0) - 1
+        k = self.k if self.k <= room else room
+        return self._decision(k) if k >= 1 else None
+
+    def observe(self, decision, step_us: float, accept_len: float, batch: int) -> None:
+        if decision is None:
+            return
+        k = self.k
+        # transformers compares the matches with k itself: a round capped below k is not fully accepted
+        if decision.tree.num_drafts == k and round(accept_len * batch) == batch * (k + 1):
+            self.k = k + 2
+        else:
+            self.k = max(1, k - 1)
+
+
 def build_policy(config, tree: Tree | None, make_tree=None, fallback_tree: Tree | None = None) -> Policy:
     if tree is None:
         return Static(None)
@@ -261,4 +307,6 @@ def build_policy(config, tree: Tree | None, make_tree=None, fallback_tree: Tree 
         return DynamicLength(config, make_tree)
     if isinstance(config, GoodputPolicy):
         return Goodput(config, make_tree)
+    if isinstance(config, AssistantHeuristicPolicy):
+        return AssistantHeuristic(config, make_tree)
     raise TypeError(f"unknown policy {config!r}")

@@ -29,6 +29,9 @@ class BatchState(Protocol):
     def context_tokens(self) -> int:
         """Tokens cached for them (prompts plus what they generated)."""
 
+    def generated(self) -> list[int]:
+        """Per decoding request, the tokens it has generated so far."""
+
     def match_tokens(self) -> list[int]:
         """Per decoding request, the n-gram cache match the primary drafter would find."""
 
@@ -39,7 +42,8 @@ class BatchState(Protocol):
 @runtime_checkable
 class Policy(Protocol):
     """Each step: speculate (a Decision) or decode plainly (None); then it observes what the step did. `trees`: every
-    tree its decisions may carry (a step's KV cache needs the largest)."""
+    tree its decisions may carry (a step's KV cache needs the largest). A policy may also define start_request(),
+    called when a request is first admitted."""
 
     trees: tuple[Tree, ...]
 
