@@ -163,6 +163,25 @@ def test_result_sections_are_named_records_read_as_their_json_too():
                            "step=StatsMs(mean=3.0, p50=2.5, p99=5.0), baseline_decode=None)")
 
 
+def test_a_sections_one_init_binds_fields_as_a_dataclass_would():
+    """Section's one __init__ (no per-class method compiled): positional then keyword fields in order, a class
+    value the default, a missing, unknown or repeated field a TypeError; the record frozen against delete too."""
+    import dataclasses
+
+    from simulator.results.sections import AllreduceChoice, PolicyFigures, StatsMs
+
+    assert dict(StatsMs(1.0, p99=3.0, p50=2.0)) == {"mean": 1.0, "p50": 2.0, "p99": 3.0}
+    assert PolicyFigures("static", 10, 1.0).drafter_share is None
+    for bad in [lambda: StatsMs(1.0, 2.0), lambda: StatsMs(1.0, 2.0, 3.0, 4.0), lambda: StatsMs(1.0, 2.0, p90=3.0),
+                lambda: StatsMs(1.0, 2.0, 3.0, mean=1.0)]:
+        with pytest.raises(TypeError):
+            bad()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del StatsMs(1.0, 2.0, 3.0).mean
+    from simulator.hardware.collective_cost import CollectiveCost
+    assert AllreduceChoice._keys() == ("bytes", *(f.name for f in dataclasses.fields(CollectiveCost)))
+
+
 def test_a_sections_optional_figure_is_no_key_while_it_is_none():
     """A figure a section has only sometimes (a policy's drafter shares, a what-if that does not apply) is absent
     from its keys and its JSON while None, present once set: the JSON the plain dicts wrote, unchanged."""

@@ -6,11 +6,10 @@ import numpy as np
 
 from ..config import Scenario
 from ..serving.records import StepColumns
-from .sections import PercentilesMs, Section, section
+from .sections import PercentilesMs, Section
 from .summary import RunSummary, _percentiles_ms, summarize
 
 
-@section
 class InstanceFigures(Section):
     """One instance of a deployment: its GPUs and role, requests, tokens, throughput, time waiting for shared links,
     accept length and latency percentiles (TTFT None on a decode instance, TPOT None on a prefill one); a prefill
@@ -31,7 +30,6 @@ class InstanceFigures(Section):
     _optional = ("prefills_per_s",)
 
 
-@section
 class DisaggregationFigures(Section):
     """The KV transfers from the prefill pool to the decode pool: how many, how large, how long, their mean rate."""
 
@@ -43,7 +41,6 @@ class DisaggregationFigures(Section):
     kv_GBps_mean: float
 
 
-@section
 class ContentionFigures(Section):
     """A deployment whose instances share links, at link fidelity and at layer fidelity (nothing shared)."""
 
@@ -53,7 +50,6 @@ class ContentionFigures(Section):
     link_delay_ms: float
 
 
-@section
 class DeploymentFigures(Section):
     """The instances behind the router, each one's figures, the totals, the links instances share, and where they
     apply, the KV transfers of disaggregation and the contention on shared links (absent otherwise)."""

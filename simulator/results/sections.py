@@ -1,21 +1,55 @@
-"""Named records for a Result's sections: frozen dataclasses whose fields are the section's keys, in the unit the
+"""Named records for a Result's sections: frozen records whose fields are the section's keys, in the unit the
 section's name says (step_ms: milliseconds). Code reads them by attribute (`result.step_ms.verify.p50`); each is also
 a read-only Mapping of the same keys, so the JSON, the CSV columns and the dotted paths of sweeps, calibration and
 validation (`step_ms.verify.mean`) read them as before. `json_of` turns a section (nested ones too) into its object."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, make_dataclass
+from dataclasses import MISSING, FrozenInstanceError, fields
 from typing import Any
 
 from ..hardware.collective_cost import CollectiveCost
 
 
 class Section(Mapping):
-    """A record read by key as well (its fields, in order); equal to any mapping with the same items. A field named
-    in `_optional` is no key while it is None (a figure the section has only sometimes: absent, not null, in JSON)."""
+    """A frozen record read by key as well (its fields, in order); equal to any mapping with the same items. A
+    subclass's fields are its annotated names, in order, a class value their default (as a dataclass's would be);
+    one __init__, __setattr__ and __repr__ here serve every section, where dataclass() compiled three methods per
+    class at import (~0.5 ms each class, 29 classes: issue 27's start-up). A field named in `_optional` is no key
+    while it is None (a figure the section has only sometimes: absent, not null, in JSON)."""
 
     _optional: tuple[str, ...] = ()
+    _fields: tuple[str, ...] = ()
+    _defaults: dict[str, Any] = {}
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        own = tuple(name for name in cls.__dict__.get("__annotations__", {}) if not name.startswith("_"))
+        cls._fields = (*cls._fields, *(name for name in own if name not in cls._fields))
+        cls._defaults = {**cls._defaults, **{name: cls.__dict__[name] for name in own if name in cls.__dict__}}
+        required = [name for name in cls._fields if name not in cls._defaults]
+        if required and cls._fields.index(required[-1]) >= len(required):
+            raise TypeError(f"{cls.__name__}: a field without a default follows one with a default")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        names = self._fields
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__}() takes {len(names)} fields, {len(args)} given")
+        values = dict(zip(names, args))
+        for name, value in kwargs.items():
+            if name in values or name not in names:
+                raise TypeError(f"{type(self).__name__}() got {'a second' if name in values else 'no field'} {name!r}")
+            values[name] = value
+        missing = [name for name in names if name not in values and name not in self._defaults]
+        if missing:
+            raise TypeError(f"{type(self).__name__}() missing {', '.join(map(repr, missing))}")
+        self.__dict__.update({name: values.get(name, self._defaults.get(name)) for name in names})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __getitem__(self, key: str) -> Any:
         if key not in self._present():
@@ -30,21 +64,16 @@ class Section(Mapping):
 
     @classmethod
     def _keys(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
+        return cls._fields
 
     def _present(self) -> tuple[str, ...]:
         """The keys this record has: its fields, less the optional ones that are None."""
         if not self._optional:
-            return self._keys()
-        return tuple(k for k in self._keys() if not (k in self._optional and getattr(self, k) is None))
+            return self._fields
+        return tuple(k for k in self._fields if not (k in self._optional and getattr(self, k) is None))
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self._keys())})"
-
-
-# a Section's dataclass: frozen, compared as a Mapping, its repr Section's own (the text the generated one would be,
-# without compiling a __repr__ per class at import: issue 27's start-up)
-section = dataclass(frozen=True, eq=False, repr=False)
+        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self._fields)})"
 
 
 def json_of(value: Any) -> Any:
@@ -58,7 +87,6 @@ def json_of(value: Any) -> Any:
     return value
 
 
-@section
 class StatsMs(Section):
     """Mean and percentiles of a set of times, in milliseconds."""
 
@@ -67,7 +95,6 @@ class StatsMs(Section):
     p99: float
 
 
-@section
 class StepTimesMs(Section):
     """Step times of a run (None where the run has no such step): plain decode steps, the verify pass, the drafting
     and the whole speculative step, and the baseline's plain decode steps."""
@@ -79,7 +106,6 @@ class StepTimesMs(Section):
     baseline_decode: StatsMs | None
 
 
-@section
 class AllreduceMs(Section):
     """A pass's all-reduce time, milliseconds per pass: the mean over ranks, what a profile of one typical rank shows
     (the median rank's), and the mean over ranks split into transfer and waiting for the slowest rank."""
@@ -90,7 +116,6 @@ class AllreduceMs(Section):
     wait: float
 
 
-@section
 class BreakdownMs(Section):
     """Milliseconds per generated token by category (they sum to the simulated time per token)."""
 
@@ -103,7 +128,6 @@ class BreakdownMs(Section):
     other: float  # the scheduler, syncs and idle time between steps
 
 
-@section
 class SpeculationFigures(Section):
     """What speculated: the method, its draft tokens and verify (chain or tree), and the acceptance model's expected
     tokens per verify (None where the model has no closed form)."""
@@ -114,7 +138,6 @@ class SpeculationFigures(Section):
     expected_accept_len: float | None
 
 
-@section
 class PercentilesMs(Section):
     """Mean and percentiles of per-request latencies, in milliseconds."""
 
@@ -124,7 +147,6 @@ class PercentilesMs(Section):
     p99: float
 
 
-@section
 class TargetCheck(Section):
     """The workload's latency target (results.planner.target_check): its limits (ms) and percentile, the run's TTFT
     and TPOT at that percentile (None without such requests) and whether both are within the limits."""
@@ -137,7 +159,6 @@ class TargetCheck(Section):
     met: bool
 
 
-@section
 class ClientStatsMs(Section):
     """A latency as the benchmark clients summarise it, in milliseconds: mean, median, standard deviation
     (population), p90 and p99."""
@@ -149,7 +170,6 @@ class ClientStatsMs(Section):
     p99: float
 
 
-@section
 class ClientFigures(Section):
     """What the benchmark clients report (results.client.client_metrics): TTFT, TPOT, ITL per chunk (vLLM's) and per
     token (SGLang's), end-to-end latency and the client's own queueing (None without such requests), the output
@@ -165,7 +185,6 @@ class ClientFigures(Section):
     max_concurrency: int | None
 
 
-@section
 class LoadFigures(Section):
     """A run under its load: per-request latencies (None without such requests), request throughput and goodput under
     the latency target, the target's check (results.planner.target_check), KV cache use, preemptions, batch and
@@ -188,7 +207,6 @@ class LoadFigures(Section):
     client: ClientFigures
 
 
-@section
 class GpuPrice(Section):
     """The topology's rental price of one GPU (config.topology.GPUPrice, whose fields these are): US dollars per
     GPU-hour, where it is published and the date it was read."""
@@ -198,7 +216,6 @@ class GpuPrice(Section):
     as_of: str
 
 
-@section
 class PlannerFigures(Section):
     """The planner's figures of a run and its baseline: per GPU throughput and goodput, whether the latency target is
     met (None without one), the GPU price (topology `price`, None without one) and US dollars per million tokens
@@ -217,7 +234,6 @@ class PlannerFigures(Section):
     usd_per_good_mtok: float | None
 
 
-@section
 class Provenance(Section):
     """What was run (results.provenance.provenance): the simulator's version, the scenario, topology and model by
     name and file (None for one not read from a file), the overrides as 'a.b=value' texts, the seed, fidelity and
@@ -239,7 +255,6 @@ class Provenance(Section):
     description: str
 
 
-@section
 class KernelSources(Section):
     """Which source timed the kernels (measured database, roofline, and why), and per kernel family which served."""
 
@@ -247,7 +262,6 @@ class KernelSources(Section):
     families: dict[str, str]
 
 
-@section
 class AcceptWindow(Section):
     """The speculative steps whose request had generated [start, end) tokens: how many, and their mean accept length."""
 
@@ -257,7 +271,6 @@ class AcceptWindow(Section):
     steps: int
 
 
-@section
 class PolicyFigures(Section):
     """How the policy chose: its kind, the plain and speculative steps it decided, the share that speculated and,
     for a policy of several drafters, each drafter's share (absent otherwise)."""
@@ -270,7 +283,6 @@ class PolicyFigures(Section):
     _optional = ("drafter_share",)
 
 
-@section
 class GraphVerifyWhatIf(Section):
     """The run's speculative steps with the verify pass captured in a CUDA graph: its time, the accept length that
     breaks even, and the speedup at the run's accept length."""
@@ -280,7 +292,6 @@ class GraphVerifyWhatIf(Section):
     speedup_at_this_accept_len: float
 
 
-@section
 class WhatIf(Section):
     """The report's quick levers (results.derived.what_if); empty where none applies."""
 
@@ -289,7 +300,6 @@ class WhatIf(Section):
     _optional = ("cuda_graph_verify",)
 
 
-@section
 class CollectiveKind(Section):
     """One kind of collective in a plain decode pass: how many close its segments, their time per pass and each."""
 
@@ -298,7 +308,6 @@ class CollectiveKind(Section):
     us_each: float
 
 
-@section
 class CollectiveFigures(Section):
     """What a plain decode pass moves under a wider split, at the workload's batch: per collective kind (empty for one
     plain TP group: the all-reduce lines say it all)."""
@@ -312,10 +321,9 @@ class CollectiveFigures(Section):
 def _at_a_size(name: str, cost: type, doc: str) -> type:
     """A section of `bytes` then the fields of the cost record `cost` (their types and defaults): one list of fields,
     written once in the hardware layer, so the section cannot drift from what the collective model returns."""
-    def copied(f):
-        return (f.name, f.type, field(default=f.default)) if f.default is not MISSING else (f.name, f.type)
-    return make_dataclass(name, [("bytes", int), *map(copied, fields(cost))], bases=(Section,), frozen=True,
-                          eq=False, repr=False, namespace={"__doc__": doc, "__module__": __name__})
+    annotations = {"bytes": "int", **{f.name: f.type for f in fields(cost)}}
+    defaults = {f.name: f.default for f in fields(cost) if f.default is not MISSING}
+    return type(name, (Section,), {"__annotations__": annotations, **defaults, "__doc__": doc, "__module__": __name__})
 
 
 AllreduceChoice = _at_a_size("AllreduceChoice", CollectiveCost, """The all-reduce a layer runs at one pass's message
@@ -323,7 +331,6 @@ AllreduceChoice = _at_a_size("AllreduceChoice", CollectiveCost, """The all-reduc
     fields (algorithm, protocol, time_us, latency_us, algbw_GBps, busbw_GBps, implementation).""")
 
 
-@section
 class AllreduceChoices(Section):
     """The all-reduce at a plain decode's message size, and at the verify's where the run speculates."""
 
