@@ -154,20 +154,23 @@ def test_malloc_is_tuned_on_glibc():
 def test_startup_gc_is_off_while_loading_frozen_for_the_run_and_undone_after():
     import gc
 
-    from simulator.experiments.memory import startup_gc
+    from simulator.experiments.memory import SWEEP_GC_YOUNG, startup_gc
 
     assert gc.isenabled() and gc.get_freeze_count() == 0
+    threshold = gc.get_threshold()
     made = []
     with startup_gc() as started:
         off = gc.isenabled()
         made.append([made])  # a cycle made during the start-up
         started()
-        on, frozen = gc.isenabled(), gc.get_freeze_count()
+        on, frozen, young = gc.isenabled(), gc.get_freeze_count(), gc.get_threshold()[0]
     assert (off, on) == (False, True) and frozen > 0  # the start-up's objects left out of the run's collections
+    assert young == max(SWEEP_GC_YOUNG, threshold[0])  # the run's young collections as a sweep point's
     assert gc.isenabled() and gc.get_freeze_count() == 0  # undone: the cycle is collectable again
+    assert gc.get_threshold() == threshold
     with pytest.raises(ValueError), startup_gc():
         raise ValueError("a user's mistake while loading")
-    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert gc.isenabled() and gc.get_freeze_count() == 0 and gc.get_threshold() == threshold
 
 
 def test_shared_launches_give_the_same_tables():
