@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import MISSING, FrozenInstanceError, fields
+from types import MappingProxyType
 from typing import Any
 
 from ..hardware.collective_cost import CollectiveCost
@@ -20,13 +21,14 @@ class Section(Mapping):
 
     _optional: tuple[str, ...] = ()
     _fields: tuple[str, ...] = ()
-    _defaults: dict[str, Any] = {}
+    _defaults: Mapping[str, Any] = MappingProxyType({})  # read-only: a class's defaults, its bases' with them
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         own = tuple(name for name in cls.__dict__.get("__annotations__", {}) if not name.startswith("_"))
         cls._fields = (*cls._fields, *(name for name in own if name not in cls._fields))
-        cls._defaults = {**cls._defaults, **{name: cls.__dict__[name] for name in own if name in cls.__dict__}}
+        own_defaults = {name: cls.__dict__[name] for name in own if name in cls.__dict__}
+        cls._defaults = MappingProxyType({**cls._defaults, **own_defaults})
         required = [name for name in cls._fields if name not in cls._defaults]
         if required and cls._fields.index(required[-1]) >= len(required):
             raise TypeError(f"{cls.__name__}: a field without a default follows one with a default")
@@ -323,7 +325,8 @@ def _at_a_size(name: str, cost: type, doc: str) -> type:
     written once in the hardware layer, so the section cannot drift from what the collective model returns."""
     annotations = {"bytes": "int", **{f.name: f.type for f in fields(cost)}}
     defaults = {f.name: f.default for f in fields(cost) if f.default is not MISSING}
-    return type(name, (Section,), {"__annotations__": annotations, **defaults, "__doc__": doc, "__module__": __name__})
+    namespace = {"__annotations__": annotations, **defaults, "__doc__": doc, "__module__": __name__}
+    return type(name, (Section,), namespace)
 
 
 AllreduceChoice = _at_a_size("AllreduceChoice", CollectiveCost, """The all-reduce a layer runs at one pass's message
