@@ -240,6 +240,18 @@ def test_mtp_module_held_at_bf16():
     assert extra == pytest.approx(held, rel=1e-12)
 
 
+def test_mtp_module_holds_no_embedding_or_lm_head_of_its_own():
+    """DeepSeek-V3's MTP module shares the target's embedding and output head (DeepSeek-V3 technical report, 2.2;
+    SGLang's EAGLE worker hands it the target's tensors, set_embed_and_head): the budget leaves out 129,280 x 7,168
+    bf16 values of each, 1/8 of them a rank at TP8 (2 x 231,669,760 B)."""
+    from simulator.model.cost import mtp_card
+
+    per_rank = 129_280 * 7_168 // 8 * BF16
+    assert per_rank == 231_669_760
+    mtp = mtp_card(DSV3)
+    own = weight_bytes_per_gpu(mtp, 8) - weight_bytes_per_gpu(mtp, 8, own_vocab=False)
+    assert own == pytest.approx(2 * per_rank, rel=1e-12)
+
 # --- collectives ------------------------------------------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 2; ranks are placed on GPUs with their groups; the weights per GPU follow the split."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -169,6 +170,39 @@ def test_tp_alone_weighs_what_the_engine_budgets(path):
     (per_gpu,) = weight_bytes_per_gpu(loaded)
     assert per_gpu == pytest.approx(memory_budget(loaded, machine.cards, machine.tp)["weights_GB"] * 1e9, rel=1e-12)
 
+
+DSV3_MTP = os.path.join(ROOT, "scenarios", "validation", "cases", "h200_deepseek_v3_mtp_tp8.yaml")
+
+
+def _one_more_layer(card):
+    """What one more MoE decoder layer of the target's kind adds per GPU: the MTP module's weights when they share
+    the target's embedding and lm_head (and dtypes)."""
+    return card.model_copy(update={"num_layers": card.num_layers + 1, "mtp_layers": 0})
+
+
+def test_mtp_module_weighs_one_decoder_layer_under_tp():
+    """TP8: the MTP module adds one decoder layer's weights and no second embedding or lm_head (model.cost.mtp_card)."""
+    from simulator.model.cost import mtp_card
+
+    loaded = load_scenario(DSV3_MTP)
+    card, tp = loaded.model, 8
+    assert card.mtp_layers == 1 and card.weights.mtp is None
+    with_mtp = memory_budget(loaded, {"target": card, "mtp": mtp_card(card)}, tp)["weights_GB"]
+    alone = memory_budget(loaded, {"target": card}, tp)["weights_GB"]
+    longer = memory_budget(loaded, {"target": _one_more_layer(card)}, tp)["weights_GB"]
+    assert (with_mtp - alone) * 1e9 == pytest.approx((longer - alone) * 1e9, rel=1e-12)
+
+
+def test_mtp_module_weighs_one_decoder_layer_under_dp_attention():
+    """DP-attention with EP8: the same, on the split path (placement.weight_bytes_per_gpu)."""
+    loaded = load_scenario(scenario_path("h200_dsv3_dpattn_ep8.yaml"))
+    card = loaded.model
+    assert card.mtp_layers == 1 and loaded.spec.parallelism.dp_attention
+    drop = lambda c: dataclasses.replace(loaded, model=c)  # noqa: E731
+    (with_mtp,) = weight_bytes_per_gpu(loaded)
+    (alone,) = weight_bytes_per_gpu(drop(card.model_copy(update={"mtp_layers": 0})))
+    (longer,) = weight_bytes_per_gpu(drop(_one_more_layer(card)))
+    assert with_mtp - alone == pytest.approx(longer - alone, rel=1e-12)
 
 def test_pipeline_stages_share_the_weights():
     """The stages of a pipeline hold the whole model between them (no draft parts here)."""

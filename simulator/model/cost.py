@@ -284,8 +284,10 @@ LAYER_WEIGHTS = ("attention", "dense_mlp", "experts", "shared_experts", "router"
 
 
 def mtp_card(card: ModelCard) -> ModelCard:
-    """A multi-token-prediction module: one decoder layer of the target's own kind, sharing its lm_head; its layer
-    weights in `weights.mtp`'s dtype where the card states one (else each family as the target's)."""
+    """A multi-token-prediction module: one decoder layer of the target's own kind, sharing its embedding and lm_head
+    (the memory budget holds them once: SGLang's EAGLE worker hands the draft the target's tensors, set_embed_and_head,
+    and the checkpoint's own copies are never loaded, deepseek_nextn.py); its layer weights in `weights.mtp`'s dtype
+    where the card states one (else each family as the target's)."""
     dense = card.num_dense_layers >= card.num_layers
     update = {"name": f"{card.name}-mtp", "num_layers": card.mtp_layers,
               "num_dense_layers": card.mtp_layers if dense else 0, "draft_head": None, "mtp_layers": 0}

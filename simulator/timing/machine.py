@@ -81,7 +81,8 @@ def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
 
     gpu = scenario.topology.gpu
     usable = gpu.memory_GB * 1e9 * scenario.spec.runtime.memory_fraction
-    weights = sum(weight_bytes_per_gpu(card, tp) for card in cards.values())
+    # an MTP module uses the target's embedding and lm_head (model.cost.mtp_card): held once, with the target
+    weights = sum(weight_bytes_per_gpu(card, tp, own_vocab=name != "mtp") for name, card in cards.items())
     if weights > usable:
         raise ConfigError(scenario.source, "parallelism.tp",
                           f"{scenario.model.name} does not fit: {weights / 1e9:.1f} GB of weights per GPU at tp={tp}, "

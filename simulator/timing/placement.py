@@ -117,11 +117,13 @@ def stage_weight_bytes(card, par: Parallelism, stage: int, first: bool, last: bo
 
 def weight_bytes_per_gpu(scenario: Scenario) -> list[float]:
     """Per pipeline stage, the weights one of its GPUs holds: the target's share, and on the last stage every draft
-    part (EAGLE head, MTP modules, draft model) split the same way but whole in layers."""
+    part (EAGLE head, MTP modules, draft model) split the same way but whole in layers (the MTP modules without an
+    embedding or lm_head: they use the target's)."""
     card, par = scenario.model, scenario.spec.parallelism
-    drafts = ([draft_head_card(card)] if card.draft_head is not None else []) + \
-             ([mtp_card(card)] if card.mtp_layers else []) + \
-             ([scenario.draft_model] if scenario.draft_model is not None else [])
+    # (card, holds its own embedding and lm_head): an MTP module uses the target's (model.cost.mtp_card)
+    drafts = ([(draft_head_card(card), True)] if card.draft_head is not None else []) + \
+             ([(mtp_card(card), False)] if card.mtp_layers else []) + \
+             ([(scenario.draft_model, True)] if scenario.draft_model is not None else [])
     whole = par.model_copy(update={"pp": 1})
     shared = replicates_shared_experts(scenario)
     out = []
@@ -129,7 +131,7 @@ def weight_bytes_per_gpu(scenario: Scenario) -> list[float]:
         last = stage == par.pp - 1
         total = stage_weight_bytes(card, par, stage, stage == 0, last, shared)
         if last:
-            total += sum(stage_weight_bytes(draft, whole, 0, True, True, shared) for draft in drafts)
+            total += sum(stage_weight_bytes(draft, whole, 0, own, own, shared) for draft, own in drafts)
         out.append(total)
     return out
 
