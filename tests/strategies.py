@@ -394,7 +394,7 @@ def served_workloads(draw, max_requests: int = 4, max_output: int = MAX_OUTPUT) 
 
 
 POLICY_KINDS = ("static", "hybrid", "adaptive_length", "batch_threshold", "batch_table", "goodput", "multi_drafter",
-                "assistant_heuristic")
+                "assistant_heuristic", "dynamic_length")
 
 
 @st.composite
@@ -429,6 +429,11 @@ def policies_for(draw, raw: dict, kind: str | None = None) -> dict:
         return {"kind": "multi_drafter", "min_match_tokens": draw(st.integers(1, 6)),
                 "fallback": {"method": draw(st.sampled_from(fallbacks)), "draft_tokens": draft_tokens, "verify": verify,
                              "tree": tree, "acceptance": draw(acceptances(("iid", "positional")))}}
+    if kind == "dynamic_length":  # goodput's fields, tiers up to SGLang's default top (7) and one past it
+        return {"kind": "dynamic_length", "choices": draw(st.lists(st.integers(0, 8), min_size=1, max_size=4, unique=True)),
+                "prior_acceptance": draw(probability), "prior_weight": draw(st.floats(0.0, 10.0)),
+                "memory": draw(st.integers(1, 512)),
+                "max_graph_tokens": draw(st.one_of(st.none(), st.integers(1, 16)))}
     if kind == "assistant_heuristic":
         return {"kind": "assistant_heuristic", "num_assistant_tokens": draw(st.integers(1, 8)),
                 "max_new_tokens": draw(st.integers(2, 64))}
@@ -458,7 +463,9 @@ def squeezed_memory_fraction(raw: dict, longest: int, squeeze: float) -> float:
     machine = Machine(make_scenario(raw))
     memory = machine.memory
     policy = raw.get("policy", {})
-    longest_draft = policy["max_new_tokens"] if policy.get("kind") == "assistant_heuristic" else 0  # its reservation
+    # a policy's longest draft: the server reserves KV for it
+    longest_draft = (policy["max_new_tokens"] if policy.get("kind") == "assistant_heuristic" else
+                     max(policy["choices"]) if policy.get("kind") in ("goodput", "dynamic_length") else 0)
     lookahead = max(raw.get("speculation", {}).get("draft_tokens", 0), longest_draft) + 8
     need_one = 1.05 * (longest + lookahead)
     need_all = max(need_one, raw["workload"]["requests"] * (longest + lookahead))

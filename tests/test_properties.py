@@ -267,6 +267,13 @@ def test_served_workloads_complete_every_request_and_balance_their_books(policy,
     event(f"preempted: {r.run.preemptions > 0}")
     kv = r.run
     assert kv.kv_peak_tokens <= kv.kv_capacity_tokens or kv.kv_capacity_tokens == 0
+    if policy == "dynamic_length":  # each verify is one of its tiers, inside the largest captured graph
+        steps = r.run.steps
+        spec = steps["kind"] == KIND_SPEC
+        sizes, batch = steps["verify_tokens"][spec], steps["batch"][spec]
+        assert set((sizes - 1).tolist()) <= set(raw["policy"]["choices"])
+        bound = raw["policy"]["max_graph_tokens"]
+        assert bound is None or np.all(batch * sizes <= bound), bound
 
 
 @pytest.mark.parametrize("overflow", ["queue", "preempt"])
