@@ -15,6 +15,7 @@ from simulator.config.errors import ConfigError
 from simulator.timing.machine import Machine, memory_budget
 from simulator.timing.placement import check_memory, place, stage_layers, weight_bytes_per_gpu
 from simulator.model.cards import attention_params, bytes_per_param
+from simulator.model.cards import weight_bytes_per_gpu as weight_bytes_per_gpu_of
 from simulator.model.cost import draft_head_card
 
 EAGLE3 = scenario_path("pcie8_eagle3.yaml")  # Kimi-K2.5 on the 8-GPU PCIe machine
@@ -203,6 +204,45 @@ def test_mtp_module_weighs_one_decoder_layer_under_dp_attention():
     (alone,) = weight_bytes_per_gpu(drop(card.model_copy(update={"mtp_layers": 0})))
     (longer,) = weight_bytes_per_gpu(drop(_one_more_layer(card)))
     assert with_mtp - alone == pytest.approx(longer - alone, rel=1e-12)
+
+def _dsv3_tp8(speculation: dict, policy: dict | None = None):
+    """The DeepSeek-V3 MTP case (TP8) with another speculation config (and policy)."""
+    with open(DSV3_MTP) as handle:
+        raw = yaml.safe_load(handle)
+    raw["speculation"], raw["policy"] = speculation, policy or {"kind": "static"}
+    return build(raw, DSV3_MTP, os.path.dirname(DSV3_MTP), [])
+
+
+CHAIN = {"draft_tokens": 1, "verify": "chain", "acceptance": {"kind": "iid", "alpha": 0.8}}
+MLA_LAYER = (512 + 64) * 2  # a token's latent KV a layer, bf16 (kv_lora_rank + qk_rope_head_dim), whole on each rank
+EAGLE_HEAD_TP8 = 2 * (8 // 8) * 128 * 2  # the EAGLE-3 head's K and V: 8 kv heads of 128 over tp 8, bf16
+
+
+@pytest.mark.parametrize("speculation, policy, kv_per_token, parts", [
+    ({"method": "mtp", **CHAIN}, None, 62 * MLA_LAYER, {"mtp"}),
+    ({"method": "eagle3", **CHAIN}, None, 61 * MLA_LAYER + EAGLE_HEAD_TP8, {"draft_head"}),
+    ({"method": "none"}, None, 61 * MLA_LAYER, set()),
+    ({"method": "ngram", "draft_tokens": 1}, None, 61 * MLA_LAYER, set()),
+    ({"method": "ngram", "draft_tokens": 1},
+     {"kind": "multi_drafter", "fallback": {"method": "mtp", "acceptance": {"kind": "iid", "alpha": 0.8}}},
+     62 * MLA_LAYER, {"mtp"}),
+    ({"method": "mtp", **CHAIN}, {"kind": "hybrid"}, 62 * MLA_LAYER, {"mtp"}),
+])
+def test_budget_holds_the_draft_parts_of_the_method_that_runs(speculation, policy, kv_per_token, parts):
+    """DeepSeek-V3 (an EAGLE-3 head and an MTP module on its card) at TP8: the budget holds the drafters the scenario
+    runs and no other's weights or KV: mtp one more MoE layer (59dad49's hand count), eagle3 its head, n-gram none."""
+    loaded = _dsv3_tp8(speculation, policy)
+    card, tp = loaded.model, 8
+    assert card.draft_head is not None and card.mtp_layers == 1
+    memory = Machine(loaded).memory
+    assert memory["kv_bytes_per_token"] == kv_per_token
+    target = memory_budget(loaded, {"target": card}, tp)["weights_GB"] * 1e9
+    extra = {"mtp": memory_budget(loaded, {"target": _one_more_layer(card)}, tp)["weights_GB"] * 1e9 - target,
+             "draft_head": weight_bytes_per_gpu_of(draft_head_card(card), tp)}
+    assert memory["weights_GB"] * 1e9 == pytest.approx(target + sum(extra[p] for p in parts), rel=1e-12)
+    (split_path,) = weight_bytes_per_gpu(loaded)  # placement's count (the split path's) holds the same parts
+    assert split_path == pytest.approx(memory["weights_GB"] * 1e9, rel=1e-12)
+
 
 def test_pipeline_stages_share_the_weights():
     """The stages of a pipeline hold the whole model between them (no draft parts here)."""

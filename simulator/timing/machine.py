@@ -27,7 +27,8 @@ from ..kernels.timer import KernelTimer
 from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
 from ..model.heads import head_cards
 from ..model.split_layout import Split
-from .placement import replicates_shared_experts, require_simulated, split_memory_budget
+from .placement import (DRAFT_PART, held_draft_parts, replicates_shared_experts, require_simulated,
+                        split_memory_budget)
 from .split_costs import SplitCollectives
 from . import sampling
 from .sampling import FAST_SAMPLES, SAMPLE_FIELDS  # noqa: F401  (re-exported)
@@ -72,9 +73,13 @@ def at_context(context: int, value_at: Callable[[int], Any]):
 
 def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
     """Weights per GPU (target and draft parts) against the usable device memory; what is left holds the KV cache
-    (under a wider split: placement.split_memory_budget)."""
+    (under a wider split: placement.split_memory_budget). Of the draft parts in `cards` it holds only those of the
+    drafters the scenario runs (placement.held_draft_parts): the others are planned, never loaded (analysis.breakeven
+    costs a drafter the scenario does not run)."""
     from ..model.cards import kv_bytes_per_token_layer, weight_bytes_per_gpu
 
+    held = held_draft_parts(scenario)
+    cards = {name: card for name, card in cards.items() if name not in DRAFT_PART.values() or name in held}
     par = scenario.spec.parallelism
     if (par.ep, par.pp, par.dp_attention) != (1, 1, False):  # more than a TP group per instance (dp replicas are)
         return split_memory_budget(scenario, cards)

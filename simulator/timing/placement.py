@@ -115,15 +115,33 @@ def stage_weight_bytes(card, par: Parallelism, stage: int, first: bool, last: bo
     return total
 
 
+# the draft part each drafter runs (speculation.drafters / methods); the others draft with no weights of their own
+# (ngram, suffix, lookahead: host-side; sparse_self: the target) or with heads (medusa, hydra: model.heads.head_cards)
+DRAFT_PART = {"eagle3": "draft_head", "eagle2": "draft_head", "mtp": "mtp", "draft_model": "draft_model"}
+
+
+def held_draft_parts(scenario: Scenario) -> set[str]:
+    """The draft parts the memory budget holds: those of every drafter the scenario may run (speculation.method, and
+    a multi-drafter policy's fallback; a hybrid policy runs the method or nothing). Assumed, as the engines load
+    them: a card's EAGLE head or MTP modules are loaded only when their method is configured (SGLang loads the
+    --speculative-draft-model-path of the algorithm it runs, and nothing for NGRAM)."""
+    spec = scenario.spec
+    methods = {spec.speculation.method}
+    if spec.policy.kind == "multi_drafter":
+        methods.add(spec.policy.fallback.method)
+    return {DRAFT_PART[m] for m in methods if m in DRAFT_PART}
+
+
 def weight_bytes_per_gpu(scenario: Scenario) -> list[float]:
-    """Per pipeline stage, the weights one of its GPUs holds: the target's share, and on the last stage every draft
-    part (EAGLE head, MTP modules, draft model) split the same way but whole in layers (the MTP modules without an
-    embedding or lm_head: they use the target's)."""
+    """Per pipeline stage, the weights one of its GPUs holds: the target's share, and on the last stage the draft
+    parts of the drafters it runs (held_draft_parts: EAGLE head, MTP modules, draft model) split the same way but
+    whole in layers (the MTP modules without an embedding or lm_head: they use the target's)."""
     card, par = scenario.model, scenario.spec.parallelism
+    held = held_draft_parts(scenario)
     # (card, holds its own embedding and lm_head): an MTP module uses the target's (model.cost.mtp_card)
-    drafts = ([(draft_head_card(card), True)] if card.draft_head is not None else []) + \
-             ([(mtp_card(card), False)] if card.mtp_layers else []) + \
-             ([(scenario.draft_model, True)] if scenario.draft_model is not None else [])
+    drafts = ([(draft_head_card(card), True)] if card.draft_head is not None and "draft_head" in held else []) + \
+             ([(mtp_card(card), False)] if card.mtp_layers and "mtp" in held else []) + \
+             ([(scenario.draft_model, True)] if scenario.draft_model is not None and "draft_model" in held else [])
     whole = par.model_copy(update={"pp": 1})
     shared = replicates_shared_experts(scenario)
     out = []
