@@ -114,7 +114,8 @@ class Store:
 
     def clear(self, *names: str) -> None:
         """Forget the entries of the named computations (every entry where none is named)."""
-        keys = list(self._entries) if not names else [k for name in dict.fromkeys(names) for k in self._keys.get(name, ())]
+        keys = list(self._entries) if not names else \
+            [key for name in dict.fromkeys(names) for key in self._keys.get(name, ())]
         for key in keys:
             self._forget(key, self._entries.pop(key))
 

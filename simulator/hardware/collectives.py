@@ -172,14 +172,13 @@ class AllReduce:
                 return link.burst_bytes, k, link.bandwidth_GBps, link.burst_GBps
         return None
 
-    def burst_saving_us(self, option: nccl.Option, nbytes: int, nsteps: int) -> float:
-        """What the ring's bottleneck link's burst saves an operation of nbytes (the whole buffer) in nsteps ring
-        steps: each flow moves nbytes / ranks a step, over the protocol's wire efficiency (LL: half its bytes are
-        flags), so the link carries wire = k x nsteps x nbytes / ranks / efficiency in the option's bandwidth time
-        (at most its bandwidth: NCCL's channel speeds are discrete); its first burst bytes pass at the burst rate
-        instead of that rate."""
-        burst = self._ring_burst() if option.algorithm == "ring" else None
-        if burst is None or nbytes <= 0:
+    def burst_saving_us(self, option: nccl.Option, nbytes: int, nsteps: int, burst) -> float:
+        """What the ring's bottleneck link's burst (_ring_burst) saves an operation of nbytes (the whole buffer) in
+        nsteps ring steps: each flow moves nbytes / ranks a step, over the protocol's wire efficiency (LL: half its
+        bytes are flags), so the link carries wire = k x nsteps x nbytes / ranks / efficiency in the option's
+        bandwidth time (at most its bandwidth: NCCL's channel speeds are discrete); its first burst bytes pass at the
+        burst rate instead of that rate."""
+        if burst is None or option.algorithm != "ring" or nbytes <= 0:
             return 0.0
         burst_bytes, k, _, burst_GBps = burst
         efficiency = {"LL": T.LL_EFFICIENCY, "LL128": T.LL128_EFFICIENCY}.get(option.protocol, 1.0)
@@ -188,9 +187,9 @@ class AllReduce:
         return max(0.0, min(wire, burst_bytes) * (1.0 / sustained_GBps - 1.0 / burst_GBps) / 1000.0)
 
     def nccl_options(self, nbytes: int) -> list[CollectiveCost]:
-        out = []
+        out, burst = [], self._ring_burst()
         for option in self._tables:
-            time = nccl.algo_time_us(option, nbytes) - self.burst_saving_us(option, nbytes, 2 * (self.ranks - 1))
+            time = nccl.algo_time_us(option, nbytes) - self.burst_saving_us(option, nbytes, 2 * (self.ranks - 1), burst)
             algbw = nbytes / (1000.0 * (time - option.latency_us)) if nbytes else option.algbw_GBps
             out.append(CollectiveCost(NCCL_NAME[option.algorithm], option.protocol, time, option.latency_us,
                                       algbw, algbw * 2 * (self.ranks - 1) / self.ranks))
@@ -259,8 +258,9 @@ class AllReduce:
         hw, extra = self._route()
         options = nccl.allgather_options(n, self.fabric.topology.gpu.sm_version, hw, self._graphs["ring"], extra,
                                          self._ll_extra())
-        return min(nccl.algo_time_us(o, nbytes_per_rank * n) - self.burst_saving_us(o, nbytes_per_rank * n, n - 1)
-                   for o in options)
+        burst = self._ring_burst()
+        nbytes = nbytes_per_rank * n
+        return min(nccl.algo_time_us(o, nbytes) - self.burst_saving_us(o, nbytes, n - 1, burst) for o in options)
 
     # -- choice ---------------------------------------------------------------------------------------------
     @stored

@@ -300,15 +300,7 @@ class LoneTrie:
                     limit = q - window + branch
                     if q != chain_q:
                         chain_q, parent, at = q, 0, q
-                    while after[at] <= limit and size <= drafts:
-                        token = text[at]
-                        here = children[parent]
-                        parent = here.get(token)
-                        if parent is None:
-                            parent = here[token] = size
-                            children.append({})
-                            size += 1
-                        at += 1
+                    parent, at, size = _walk_chain(children, text, after, parent, at, limit, size, drafts)
                     continue
                 level, asc = [(0, occ)], False
             else:
@@ -341,16 +333,7 @@ class LoneTrie:
                     asc = True  # the ends lists run oldest first
                 elif len(level) == 1 and level[0][1].__class__ is int:  # one chain: the rest walks it
                     parent, q = level[0]
-                    limit = q + slack
-                    while after[q] <= limit and size <= drafts:
-                        token = text[q]
-                        here = children[parent]
-                        parent = here.get(token)
-                        if parent is None:
-                            parent = here[token] = size
-                            children.append({})
-                            size += 1
-                        q += 1
+                    size = _walk_chain(children, text, after, parent, q, q + slack, size, drafts)[2]
                     break
                 else:
                     for parent, occ in level:
@@ -392,6 +375,22 @@ class LoneTrie:
                     break
                 level, depth = nxt, depth + 1
         return children
+
+
+def _walk_chain(children: list[dict], text, after, parent: int, at: int, limit: int, size: int, drafts: int):
+    """LoneTrie.propose's walk down one occurrence's chain: from draft node `parent`, the text's tokens from `at` on,
+    while an insert ended within `limit` past them (after[at] <= limit) and the tree has room; returns (the last node,
+    where the walk stopped, the tree's size)."""
+    while after[at] <= limit and size <= drafts:
+        token = text[at]
+        here = children[parent]
+        parent = here.get(token)
+        if parent is None:
+            parent = here[token] = size
+            children.append({})
+            size += 1
+        at += 1
+    return parent, at, size
 
 
 class PromptLookup:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..config.mirror import (AdaptiveLengthPolicy, AssistantHeuristicPolicy, BatchTablePolicy, BatchThresholdPolicy, DynamicLengthPolicy,
-                             GoodputPolicy, HybridPolicy, MultiDrafterPolicy, StaticPolicy)
+from ..config.mirror import (AdaptiveLengthPolicy, AssistantHeuristicPolicy, BatchTablePolicy, BatchThresholdPolicy,
+                             DynamicLengthPolicy, GoodputPolicy, HybridPolicy, MultiDrafterPolicy, StaticPolicy)
 from .protocols import BatchState, Decision, Policy
 from .trees import Tree
 

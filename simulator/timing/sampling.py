@@ -88,9 +88,7 @@ def sample_rows(machine, part: str, shape, graph: bool, seed: int, rows: list[in
     64,448 rows of 4,523 shapes, 940 of them drawn once), and a shape drawn once evaluates its row alone."""
     store = current()
     key = _key(machine, part, shape, graph, seed)
-    hit = store.peek(("sampling.samples", *key))
-    if hit is None:
-        hit = store.peek(("sampling.rows_all", *key))
+    hit = _at_hand(store, key)
     if hit is not None:
         return hit[rows]
     row_key = ("sampling.rows", *key, tuple(rows))
@@ -106,8 +104,10 @@ def sample_rows(machine, part: str, shape, graph: bool, seed: int, rows: list[in
 def rows_at_hand(machine, part: str, shape, graph: bool, seed: int) -> np.ndarray | None:
     """Every row of samples() where they are in the store already (the whole table, or sample_rows' rows all
     evaluated: the same floats), else None."""
-    store = current()
-    key = _key(machine, part, shape, graph, seed)
+    return _at_hand(current(), _key(machine, part, shape, graph, seed))
+
+
+def _at_hand(store, key) -> np.ndarray | None:
     hit = store.peek(("sampling.samples", *key))
     return store.peek(("sampling.rows_all", *key)) if hit is None else hit
 
