@@ -1,13 +1,17 @@
 """One cache, owned: no module outside simulator/cache keeps results of its own across runs.
 
 What counts as a process-wide cache here (read from each module's syntax tree):
-- `functools.lru_cache` / `functools.cache` (imported or called, by any name it is imported under);
+- `functools.lru_cache` / `functools.cache` (imported or called, by any name it or functools is imported under);
 - a module-level or class-level name bound to a mutable container (a dict, list or set display or comprehension,
   or dict() / list() / set() / OrderedDict() / defaultdict() / deque() / Counter() / ChainMap() /
   WeakKeyDictionary() / WeakValueDictionary()) that is empty (it exists to be filled while the process runs, by
   whatever function it is handed to), or that a function writes: an item assigned or deleted, an augmented
   assignment, or a mutating method (setdefault, update, pop, popitem, clear, append, extend, insert, remove,
   discard, add, move_to_end, appendleft);
+- the same defined under a module-level `if` / `try` / `with` or in an inner class, or written through a local alias
+  (`m = _MEMO; m[k] = v`);
+- a module-level object bound to any other call's value (a numpy array, a namespace, an instance) that a function
+  writes through: an item or attribute assigned, or a mutating method (a shared array patched in place, a singleton);
 - a `global` statement (a function rebinding module state: a lazily filled singleton);
 - a mutable default argument (a dict, list or set display or constructor call), the classic memo in disguise.
 Per-object memos too (a result kept on an object for a later call, which the run's store holds instead):
@@ -32,6 +36,7 @@ CONTAINER_CALLS = {"dict", "list", "set", "OrderedDict", "defaultdict", "deque",
                    "WeakKeyDictionary", "WeakValueDictionary"}
 MUTATORS = {"setdefault", "update", "pop", "popitem", "clear", "append", "extend", "insert", "remove", "discard",
             "add", "move_to_end", "appendleft", "__setitem__"}
+ARRAY_MUTATORS = {"fill", "put", "itemset", "resize", "sort", "setflags"}  # a numpy array patched in place
 MEMO_DECORATORS = {"lru_cache", "cache"}
 
 
@@ -83,6 +88,26 @@ def _written_name(node: ast.AST) -> str | None:
         return base(node.target)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
         return base(node.func.value)
+    return None
+
+
+def _written_module_name(node: ast.AST) -> str | None:
+    """The bare name a write inside a function goes through, an item or an attribute of it (X[0] = / X.a = /
+    X[k] += / X.fill(...) / X.a.append(...)): what a module-level array or object patched in place looks like."""
+    def name(target: ast.AST) -> str | None:
+        while isinstance(target, (ast.Subscript, ast.Attribute)):
+            target = target.value
+        return target.id if isinstance(target, ast.Name) else None
+
+    if isinstance(node, (ast.Assign, ast.Delete)):
+        for t in node.targets:
+            if isinstance(t, (ast.Subscript, ast.Attribute)):
+                return name(t)
+    if isinstance(node, ast.AugAssign) and isinstance(node.target, (ast.Subscript, ast.Attribute)):
+        return name(node.target)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr in MUTATORS | ARRAY_MUTATORS:
+        return name(node.func.value)
     return None
 
 
@@ -150,36 +175,76 @@ def _memo_offences(function: ast.AST, where: str) -> list[str]:
     return found
 
 
+def _module_level(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements that run at import, at module or class level: inside if / try / with / for blocks and nested
+    classes too (a cache defined under `try:` or in an inner class is as process-wide), function bodies aside."""
+    found: list[ast.stmt] = []
+    for statement in body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        found.append(statement)
+        for field in ("body", "orelse", "finalbody"):
+            found += _module_level(getattr(statement, field, []))
+        for handler in getattr(statement, "handlers", []):
+            found += _module_level(handler.body)
+    return found
+
+
+def _local_names(function: ast.AST) -> set[str]:
+    """Names a function binds for itself (parameters and assignments, unless declared global): a write to one of
+    them is not a write to the module's object of that name."""
+    args = function.args
+    names = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg] if a}
+    names |= {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return names - {name for n in ast.walk(function) if isinstance(n, ast.Global) for name in n.names}
+
+
 def offences(source: str, where: str = "<module>") -> list[str]:
     """Every process-wide cache in one module's source, as 'where:line: what'."""
     tree = ast.parse(source)
     found: list[str] = []
     memo_names = set(MEMO_DECORATORS)
+    functools_names = {"functools"}  # what the functools module is imported as
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "functools":
             for alias in node.names:
                 if alias.name in MEMO_DECORATORS:
                     memo_names.add(alias.asname or alias.name)
                     found.append(f"{where}:{node.lineno}: imports functools.{alias.name}")
+        elif isinstance(node, ast.Import):
+            functools_names |= {alias.asname for alias in node.names if alias.name == "functools" and alias.asname}
     shared: dict[str, int] = {}  # module- and class-level containers -> line
+    bound: dict[str, int] = {}  # module- and class-level names bound to any other call's value (an array, an object)
     empty: set[str] = set()
-    for statement in tree.body:
-        inner = statement.body if isinstance(statement, ast.ClassDef) else [statement]
-        for s in inner:
-            for name, value in _targets(s):
-                if _is_container(value):
-                    shared[name] = s.lineno
-                    if _is_empty(value):
-                        empty.add(name)
+    module_level = _module_level(tree.body)
+    at_import = {id(s) for s in module_level if not any(s in getattr(c, "body", ()) for c in module_level
+                                                        if isinstance(c, ast.ClassDef))}
+    for s in module_level:
+        for name, value in _targets(s):
+            if _is_container(value):
+                shared[name] = s.lineno
+                if _is_empty(value):
+                    empty.add(name)
+            elif isinstance(value, ast.Call) and id(s) in at_import:  # a class's calls are its fields' defaults
+                bound[name] = s.lineno
     functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
     written: set[str] = set()
+    written_by_name: set[str] = set()  # module-level names a function writes through, not attributes of that name
     for function in functions:
+        local = _local_names(function) if not isinstance(function, ast.Lambda) else set()
+        # a local alias of a module-level container (m = _MEMO; m[k] = v) writes the container
+        aliases = {t.id: n.value.id for n in ast.walk(function) if isinstance(n, ast.Assign)
+                   and isinstance(n.value, ast.Name) and n.value.id in shared for t in n.targets
+                   if isinstance(t, ast.Name)}
         for node in ast.walk(function):
             if isinstance(node, ast.Global):
                 found.append(f"{where}:{node.lineno}: global {', '.join(node.names)}")
             name = _written_name(node)
             if name is not None:
-                written.add(name)
+                written.add(aliases.get(name, name))
+            name = _written_module_name(node)
+            if name is not None and name not in local:
+                written_by_name.add(name)
         found += _memo_offences(function, where)
         if not isinstance(function, ast.Lambda):
             for default in function.args.defaults + [d for d in function.args.kw_defaults if d is not None]:
@@ -191,18 +256,21 @@ def offences(source: str, where: str = "<module>") -> list[str]:
                 if name in memo_names:
                     found.append(f"{where}:{decorator.lineno}: @{name} on {function.name}")
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "functools" \
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in functools_names \
                 and node.attr in MEMO_DECORATORS and not any(f"@{node.attr}" in line and f":{node.lineno}:" in line
                                                               for line in found):
             found.append(f"{where}:{node.lineno}: functools.{node.attr}")
     found += [f"{where}:{line}: {name}, a shared container {'filled at run time' if name in empty else 'a function writes'}"
               for name, line in shared.items() if name in written or name in empty]
+    found += [f"{where}:{line}: {name}, a module- or class-level object a function writes"
+              for name, line in bound.items() if name in written_by_name]
     return sorted(set(found))
 
 
 # Module state that is not a result kept for reuse, each with why.
 NOT_CACHES = {("simulator/experiments/memory.py", "_sweeping"): "a count of the sweep_gc contexts open in the process",
               ("simulator/serving/simulate.py", "ON_START"): "hooks a progress display registers while it is shown",
+              ("simulator/cli/__init__.py", "log"): "the package's logger, whose propagation the command line sets",
               # an object's running state, which a get-or-compute shape does not make a memo
               ("simulator/model/split_layout.py", "self.index"): "the layout being built: each distinct segment's place",
               ("simulator/serving/steplog.py", "self._offsets"): "the log's layout: where each cost table's rows start",
@@ -257,6 +325,19 @@ def test_the_check_sees_every_kind_of_cache():
         "class A:\n    def f(self, k):\n        return self._m.setdefault(k, self.g(k))\n": 1,
         "def memo(m):\n    def w(self, *a):\n        c = self.__dict__.setdefault('_c', {})\n        return m(self, *a)\n"
         "    return w\n": 1,
+        # the same in disguise: functools under another name, called rather than applied; a container reached
+        # through a local alias, defined under try / if or in an inner class; a module-level array or object
+        # patched in place
+        "import functools as ft\ndef g(k):\n    return k\nf = ft.lru_cache(maxsize=None)(g)\n": 1,
+        "_M = {None: None}\ndef f(k):\n    m = _M\n    if k not in m:\n        m[k] = k\n    return m[k]\n": 1,
+        "try:\n    _M = {}\nexcept ImportError:\n    _M = None\n": 1,
+        "import os\nif os.name:\n    _M = dict()\n": 1,
+        "class O:\n    class I:\n        _memo = {}\n": 1,
+        "_M = dict.fromkeys(())\ndef f(k):\n    _M[k] = 1\n": 1,
+        "import numpy as np\n_BUF = np.zeros(8)\ndef f(k):\n    _BUF[0] = k\n    return _BUF\n": 1,
+        "import numpy as np\n_BUF = np.zeros(8)\ndef f(k):\n    _BUF.fill(k)\n": 1,
+        "import types\n_NS = types.SimpleNamespace(v=None)\ndef f(k):\n    if _NS.v is None:\n        _NS.v = k\n"
+        "    return _NS.v\n": 1,
     }
     for source, count in cases.items():
         assert len(offences(source)) == count, (source, offences(source))
@@ -267,5 +348,11 @@ def test_the_check_sees_every_kind_of_cache():
                "    return seen\n"
                "class D:\n    def f(self, k):\n        self.n[k] = self.n.get(k, 0) + 1\n"
                "from functools import cached_property\nclass C:\n    @cached_property\n    def x(self):\n"
-               "        return 1\n")
+               "        return 1\n"
+               # a module-level object only read, a dataclass field's default, a local of the same name written
+               "import numpy as np\n_W = np.ones(3)\ndef h(x):\n    return _W @ x\n"
+               "from dataclasses import dataclass, field\n@dataclass\nclass E:\n"
+               "    rows: list = field(default_factory=list)\n"
+               "    def f(self):\n        self.rows.append(1)\n"
+               "def k(n):\n    _W = np.zeros(n)\n    _W[0] = 1\n    return _W\n")
     assert offences(allowed) == []
