@@ -162,6 +162,28 @@ def test_captured_sizes_follow_the_engines_list():
     assert captured_sizes(profile, {}, gpu_memory_GB=80, tp=8)[-1] == 512
 
 
+MTP_CASE = os.path.join(SCENARIOS, "validation", "cases", "h200_deepseek_v3_mtp_tp8.yaml")
+
+
+def test_sglang_0_4_3_post4_verifies_a_batch_of_32_in_its_own_graph():
+    """SGLang v0.4.3.post4 captures the speculative graphs at every batch 1-32 and EAGLE turns padding off
+    (cuda_graph_runner.py, server_args.py): a batch-32 MTP verify of 2 tokens a request carries 32 x 2 = 64 rows.
+    0.4.4.post2's list (1-8, odd 9-31, 64...) runs it in the 64 graph: 32 padding rows, 64 x 2 = 128 rows."""
+    from simulator.model.cost import PassShape
+    from simulator.timing.stepspec import captured_batch
+
+    scenario = simulator.load_scenario(MTP_CASE, [("workload.requests", 32), ("workload.max_running_requests", 32)])
+    assert (scenario.engine.name, scenario.engine.version) == ("sglang", "0.4.3.post4")
+    sizes = scenario.spec.runtime.speculative_graph_batch_sizes
+    assert sizes == list(range(1, 33))
+    later = scenario.with_overrides({"engine.version": "0.4.4.post2"}).spec.runtime.speculative_graph_batch_sizes
+    rows = {}
+    for name, listed in (("0.4.3.post4", sizes), ("0.4.4.post2", later)):
+        graphed = captured_batch(listed, 32)
+        rows[name] = PassShape(2, 32, padding=graphed - 32).query_tokens
+    assert rows == {"0.4.3.post4": 64, "0.4.4.post2": 128}
+
+
 def test_the_provenance_names_the_engine_and_its_profile():
     result = simulator.run(EAGLE3, workload__requests=1, workload__output_tokens=16)
     assert result.provenance["engine"] == "sglang 0.5.9"
