@@ -1,15 +1,17 @@
 """The house: every import inside the package points down the layers, never up.
 
-config -> hardware / model / kernels / speculation -> timing (what a pass and a step cost) -> serving (the processes:
-the serving loop, admission, requests, router, deployment, KV transfer, the event fidelity's ranks) -> results (figures
-from a run's records) -> api (simulator.run and its figure table) -> analysis / experiments / viz -> cli;
-importers (outside files -> configuration) and corpora (shipped token streams) sit beside config.
-A module may import its own layer or any lower one; anything else is a wrong-way arrow and fails here.
+cache / config / importers / corpora -> hardware / model / kernels / speculation -> timing (what a pass and a step
+cost) -> serving (the processes: the serving loop, admission, requests, router, deployment, KV transfer, the event
+fidelity's ranks) -> results (figures from a run's records) -> api (simulator.run and its figure table) -> analysis /
+experiments / viz -> cli; the one store (cache), outside files -> configuration (importers) and shipped token streams
+(corpora) sit beside config. A module may import its own layer or any lower one; anything else is a wrong-way arrow
+and fails here. docs/design.md names the same layers in the same order (checked below).
 """
 from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -111,3 +113,25 @@ def test_the_walker_sees_results_reaching_into_the_serving_loop():
         assert serving_internals(bad) == ["results/_probe_internal.py:1 imports simulator.serving.server"]
     finally:
         bad.unlink()
+
+
+DESIGN = PACKAGE.parent / "docs" / "design.md"
+
+
+def documented_layers(text: str) -> dict[str, int]:
+    """The layers design.md's import line names ("a / b -> c -> ..." after "Imports point one way"): folder -> rank."""
+    block = re.search(r"Imports point one way[^\n]*\n(?:[^\n]*\n)*?\n((?: {4}[^\n]*\n)+)", text)
+    assert block, "docs/design.md: no indented import line after 'Imports point one way'"
+    line = " ".join(block.group(1).split())
+    return {name.strip(): rank for rank, group in enumerate(line.split("->")) for name in group.split("/")}
+
+
+def test_design_md_names_the_layers_this_test_enforces():
+    assert documented_layers(DESIGN.read_text()) == LAYERS
+
+
+def test_the_design_check_sees_a_missing_or_misplaced_layer():
+    good = "Imports point one way:\n\n    a / b -> c\n    -> d\n\nmore\n"
+    assert documented_layers(good) == {"a": 0, "b": 0, "c": 1, "d": 2}
+    assert documented_layers(good.replace("a / b", "a")) != {"a": 0, "b": 0, "c": 1, "d": 2}
+    assert documented_layers(good.replace("-> c", "/ c")) != {"a": 0, "b": 0, "c": 1, "d": 2}

@@ -1,9 +1,9 @@
 """What a step costs: its passes (drafts, then a decode/verify/prefill pass), host-side drafting and overheads.
 
-`FastStepCosts` draws a whole step from memoised samples of the layer model at the two anchor contexts around the
-step's context and interpolates (one lookup per step); timing.layercosts.LayerStepCosts runs every pass at layer
-fidelity, one SimPy event per collective. Both return the step's cost as STEP_COST values (serving.records names
-them).
+`FastStepCosts` draws a whole step from samples of the layer model (kept in the run's store) at the two anchor
+contexts around the step's context and interpolates (one lookup per step); timing.layercosts.LayerStepCosts runs
+every pass at layer or link fidelity, serving.steps.EventStepCosts on rank processes at event fidelity. Each returns
+the step's cost as STEP_COST values (serving.records names them).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What a step costs at layer or link fidelity: every pass runs, one SimPy event per collective (or per link flow).
+"""What a step costs at layer or link fidelity: every pass runs (layer: the collective recurrence stepped in Python,
+a SimPy timeout only where another process is due; link: the collectives' flows on the shared links, their events).
 
 The step's passes (drafts, then a decode/verify/prefill pass) and host-side costs, as timing.costs describes them;
 the cost comes back as STEP_COST values like FastStepCosts.step's.
@@ -17,7 +18,8 @@ from .timeline import DURATION_ONLY, LayerPass
 
 
 class LayerStepCosts:
-    """Steps whose passes run at layer (an event per collective) or link fidelity (rank and collective processes).
+    """Steps whose passes run at layer (the recurrence in Python, a few events a step) or link fidelity (one process
+    a pass: the ranks' arrivals in closed form, each collective's transfers as flows on the shared links).
 
     `on_pass(spec, plan, result)`, when given, receives every pass with its rank timeline (result['_spans']).
     """
