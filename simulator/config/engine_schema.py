@@ -8,7 +8,7 @@ from . import rules
 from .base import Strict
 from .surface import EngineProfileSurface, HostWorkSurface
 from .policy import AssistantHeuristicPolicy
-from .scenario import DecoderKernels, SpeculativeHost
+from .scenario import DecoderKernels, PiecewiseHost, SpeculativeHost
 
 T = TypeVar("T")
 from .names import SOURCE_KINDS
@@ -161,6 +161,9 @@ class EngineProfile(EngineProfileSurface, Strict):
         "the n-gram drafter's host time; absent: speculation.ngram's own (SGLang's trie costs)"))
     eager_launch_us: Optional[Sourced[float]] = Field(None, description=(
         "host time per eagerly launched kernel under the engine's Python; absent: the topology's host.eager_launch_us"))
+    piecewise_host: Optional[Sourced[PiecewiseHost]] = Field(None, description=(
+        "the host work of a graph pass captured piecewise (a piece per layer, eager attention between); absent: "
+        "one graph a pass"))
     eager_kernels: Optional[Sourced[ProfileKernels]] = Field(None, description=(
         "the engine's own eager kernel counts; absent: the model cards' (SGLang's)"))
 

@@ -39,6 +39,17 @@ class SpeculativeHost(Strict):
         "text); the engine checks once per emitted token and once per request a step"))
 
 
+class PiecewiseHost(Strict):
+    """The host work of a forward in piecewise CUDA graphs (vLLM V1's torch.compile split at every attention call):
+    per layer one graph piece's replay and one eager attention call under Python, each its Python plus its launches
+    at host.eager_launch_us. The GPU waits only where the host falls behind its kernels (timing.piecewise)."""
+
+    piece_us: float = Field(ge=0, le=1e4, description="Python of one piece's replay, its launch apart")
+    piece_launches: NonNegativeInt = Field(1, le=64, description="Launches of one piece's replay (the graph launch)")
+    attention_us: float = Field(ge=0, le=1e4, description="Python of one eager attention call, its launches apart")
+    attention_launches: NonNegativeInt = Field(le=64, description="Kernel launches of one attention call")
+
+
 class DecoderKernels(Strict):
     """Kernels an engine's own eager model code launches per dense decoder layer and per pass (the model card's
     counts are SGLang's fused ones): counted from that code, every eager op that launches a kernel."""
@@ -90,6 +101,9 @@ class Runtime(Strict):
         "topology's host.eager_launch_us)"))
     eager_kernels: Optional[EngineKernels] = Field(None, description=(
         "Kernels the engine's own eager model code launches (the engine profile's; default: the model cards' counts)"))
+    piecewise_host: Optional[PiecewiseHost] = Field(None, description=(
+        "Graph passes replay one piece per layer with eager attention between (the engine profile's; default: one "
+        "graph a pass)"))
     speculative_host: SpeculativeHost = Field(SpeculativeHost(), description=(
         "Host work of the engine's speculative step outside the passes (eager ops behind syncs, syncs, per-request "
         "Python), exposed because the overlap scheduler is off while speculating"))

@@ -28,7 +28,7 @@ def launch_times(plan: PassPlan, host: Host, rng: np.random.Generator, slowdown:
         return h[0], H[0]
     if plan.graph:
         start = host.graph_launch_us(rng, 1, plan.ranks)[:, :, None] * slowdown[None, :, None]
-        h = start + plan.gpu_us[None, None, :]
+        h = start + plan.graph_ready[None, None, :]  # a piecewise pass's later pieces: at the host's own pace
         return h[0], np.broadcast_to(start, h.shape)[0]
     L = host.eager_launch_us(plan.launches, rng, 1, plan.ranks) * slowdown[None, :, None]
     H = np.cumsum(L, axis=2)

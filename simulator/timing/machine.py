@@ -34,6 +34,7 @@ from . import sampling
 from .sampling import FAST_SAMPLES, SAMPLE_FIELDS  # noqa: F401  (re-exported)
 from .kernellines import kernel_lines
 from .passplan import PassPlan, blend
+from .piecewise import attention_split_us, host_times, piecewise_ready_us
 
 
 def context_anchors(context: int) -> tuple[int, int, float]:
@@ -227,10 +228,11 @@ class Machine:
         split = self.split if part == "target" else replace(self.split, pp=1)  # drafts run on the last stage
         layout = self.layout(part, shape, split)
         node_us = self.scenario.topology.host.graph_node_us if graph else 0.0
-        rows, kernels = [], []
+        rows, kernels, splits = [], [], []
         for s in layout.segments:
             t = self.kernels.segment(s, graph)
             kernels.append((t.kernel_us, t.small_us, t.num_kernels - len(t.kernel_us)))
+            splits.append(attention_split_us(s, t))
             coll, _, is_allreduce = self.collectives.time(s, shape, steps=False)
             launches = t.num_kernels + (1 if s.collective else 0)
             gaps = (launches - t.gapless_kernels) * node_us  # a measured op's time includes its node gaps
@@ -239,13 +241,18 @@ class Machine:
         table = distinct[list(layout.order)]
         positions, suffixes = (a[list(layout.order)] for a in lines)
         # the plan's sampled values, exactly and compactly (the anchors of a shape often share them: sampling)
+        ready = None
+        if graph and self.runtime.piecewise_host is not None:  # vLLM V1: a piece per layer, eager attention between
+            gpu = table[:, 1] + table[:, 2] + table[:, 3]
+            ready = piecewise_ready_us([(w, splits[i]) for w, i in zip(gpu.tolist(), layout.order)],
+                                       *host_times(self.runtime.piecewise_host, self.host.spec.eager_launch_us))
         sampled_key = (graph, layout.order, distinct.shape, distinct.tobytes(), lines[0].shape,
-                       *(a.tobytes() for a in lines))
+                       *(a.tobytes() for a in lines), None if ready is None else ready.tobytes())
         return PassPlan(
             launches=table[:, 0], compute_us=table[:, 1], memory_us=table[:, 2], gap_us=table[:, 3],
             last_us=table[:, 4], collective_us=table[:, 5], allreduce_mask=table[:, 6].astype(bool),
             graph=graph, ranks=self.tp, steps_of=partial(_collective_steps, self.collectives, layout, shape),
-            line_positions=positions, line_suffix_us=suffixes, sampled_key=sampled_key,
+            line_positions=positions, line_suffix_us=suffixes, sampled_key=sampled_key, graph_ready_us=ready,
             label=f"{part} {shape.tokens}x{shape.batch}{f'+{shape.padding}' if shape.padding else ''} "
                   f"ctx{shape.context}{' tree' if shape.tree else ''}"
                   f" {'graph' if graph else 'eager'}",

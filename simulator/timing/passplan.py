@@ -34,6 +34,9 @@ class PassPlan:
     # every value the closed form reads, exactly (machine.Machine._build: the distinct segments' rows and lines, their
     # order, graph); None where not known (a blended plan). Plans with the same key sample the same floats
     sampled_key: tuple | None = None
+    # a graph pass captured piecewise (timing.piecewise): per segment when, after the first graph launch, the host
+    # has let its kernels run (h = launch + graph_ready_us); None: one graph, every kernel queued at its launch
+    graph_ready_us: np.ndarray | None = None
 
     @cached_property
     def collective_steps(self) -> tuple:
@@ -46,6 +49,11 @@ class PassPlan:
         """W per segment (computed once per plan: a layer pass reads it several times)."""
         return self.compute_us + self.memory_us + self.gap_us
 
+    @property
+    def graph_ready(self) -> np.ndarray:
+        """A graph pass's h - (its launch) per segment: graph_ready_us where captured piecewise, else W."""
+        return self.gpu_us if self.graph_ready_us is None else self.graph_ready_us
+
     def blended(self, other: "PassPlan", weight: float, label: str) -> "PassPlan":
         """This anchor's plan moved `weight` of the way to `other`'s (the next anchor of the same shape): what the
         context changes (compute, memory, the last kernel, the kernel lines) blended, the rest this plan's."""
@@ -55,6 +63,8 @@ class PassPlan:
                       last_us=blend(self.last_us, other.last_us, weight),
                       line_suffix_us=blend(self.line_suffix_us, other.line_suffix_us, weight), label=label,
                       sampled_key=None)
+        if self.graph_ready_us is not None:  # the host's times are the anchors' own; the GPU's blend
+            values["graph_ready_us"] = blend(self.graph_ready_us, other.graph_ready_us, weight)
         if self.steps_of is not None:  # the same steps as this anchor's (its steps_of would build them again)
             values["steps_of"] = partial(_steps_of_plan, self)
         return PassPlan(**values)

@@ -68,7 +68,7 @@ def host_ready(plan: PassPlan, host: Host, rng: np.random.Generator | None, samp
     """
     if plan.graph:
         start = host.graph_launch_us(rng, samples, plan.ranks, draws)[:, :, None]
-        h = start + plan.gpu_us[None, None, :]  # every kernel is queued at the graph launch
+        h = start + plan.graph_ready[None, None, :]  # every kernel queued at the graph launch (or piece by piece)
         return (h, np.broadcast_to(start, h.shape)) if with_host else h
     start, H, one, bounds = launch if launch is not None else eager_launch(plan, host, rng, samples, draws)
     h = eager_ready(start, H, one, bounds, *plan.ready_lines)
@@ -136,7 +136,7 @@ def latest_ready(plan: PassPlan, host: Host, samples: int, draws: tuple, launch:
     """host_ready(...).max(axis=1), the same floats, for the given draws: a CUDA-graph pass's h = launch + W is not
     built, its maximum over the ranks being the latest launch + W (rounding is monotonic)."""
     if plan.graph:
-        return host.graph_launch_us(None, samples, plan.ranks, draws).max(axis=1)[:, None] + plan.gpu_us[None, :]
+        return host.graph_launch_us(None, samples, plan.ranks, draws).max(axis=1)[:, None] + plan.graph_ready[None, :]
     return host_ready(plan, host, None, samples, draws=draws, launch=launch).max(axis=1)
 
 
