@@ -179,3 +179,42 @@ def test_eager_ops_per_accepted_token_count_the_accepted_drafts_only():
     assert speculative_host_us(host, runtime, 3, Tree.chain(4), emitted=1.0) == pytest.approx(50.0)
     assert speculative_host_us(host, runtime, 3, Tree.chain(4), emitted=1.64) == pytest.approx(
         50.0 + 3 * 64 * 0.64 * 10.0, rel=1e-12)
+
+
+def test_syncs_per_draft_step_are_charged_per_draft_step_after_the_first():
+    """speculative_host_us: syncs_per_draft_step costs host.sync_us once per draft step after the first (a chain of
+    4: 3 of them), beside the fixed syncs."""
+    from types import SimpleNamespace
+
+    from simulator.config.scenario import SpeculativeHost
+    from simulator.speculation.trees import Tree
+    from simulator.timing.stepspec import speculative_host_us
+
+    host = SimpleNamespace(eager_launch_us=10.0, sync_us=20.0)
+    runtime = SimpleNamespace(speculative_host=SpeculativeHost(syncs=5, syncs_per_draft_step=2))
+    assert speculative_host_us(host, runtime, 8, Tree.chain(4)) == pytest.approx((5 + 2 * 3) * 20.0, rel=1e-12)
+    assert speculative_host_us(host, runtime, 8, Tree.chain(1)) == pytest.approx(5 * 20.0, rel=1e-12)
+
+
+MAGICDEC = os.path.join(ROOT, "scenarios", "validation", "cases", "h100x8_llama8b_magicdec.yaml")
+
+
+def test_magicdec_steps_charge_the_host_work_counted_in_its_benchmark_loops():
+    """MagicDec 2024-11 (engines/magicdec/2024-11.yaml), as counted by hand from tests/baseline_benchmark.py and
+    tests/StreamingLLM/selfspec_benchmark.py: a plain decode token launches 15 eager ops after a sync (one step-end
+    sync charged); a speculative step of gamma 3 launches 113 (verify 9, first draft step 16, two more draft steps of
+    10, the verify loop 68) and syncs 19 times (the step's end, 3 benchmark synchronize(), 2 per plan x 4 plans,
+    7 in the verify loop), the GPU idle throughout."""
+    import simpy
+
+    import simulator
+    from simulator.serving.server import KIND_DECODE, KIND_SPEC, Server
+    from simulator.timing.machine import Machine
+
+    scenario = simulator.load_scenario(MAGICDEC)
+    host = scenario.topology.host
+    server = Server(simpy.Environment(), Machine(scenario), seed=0, fidelity="fast")
+    spec = server.step_spec(KIND_SPEC, server.policy.decide(None), 32)
+    assert spec.other_us == pytest.approx(113 * host.eager_launch_us + 19 * host.sync_us, rel=1e-9)
+    plain = server.step_spec(KIND_DECODE, None, 32)
+    assert plain.other_us == pytest.approx(15 * host.eager_launch_us + host.sync_us, rel=1e-9)

@@ -65,6 +65,7 @@ class HostWork(HostWorkSurface, Strict):
     eager_ops_per_draft_step: Optional[Sourced[NonNegativeInt]] = None
     eager_ops_per_accepted_token: Optional[Sourced[NonNegativeInt]] = None
     syncs: Optional[Sourced[NonNegativeInt]] = None
+    syncs_per_draft_step: Optional[Sourced[NonNegativeInt]] = None
     per_request_us: Optional[Sourced[float]] = None
     per_draft_token_us: Optional[Sourced[float]] = None
     per_accepted_token_us: Optional[Sourced[float]] = None

@@ -29,6 +29,9 @@ class SpeculativeHost(Strict):
         "Further eager ops per accepted draft token of each request, the bonus token excluded (copying its KV "
         "entries into place), each at host.eager_launch_us"))
     syncs: NonNegativeInt = Field(0, description="Device-to-host synchronisations per speculative step beyond the end-of-step one (each costs topology host.sync_us)")
+    syncs_per_draft_step: NonNegativeInt = Field(0, description=(
+        "Further syncs per draft step after the first (a draft step's attention plan copied to the host), each at "
+        "host.sync_us"))
     per_request_us: float = Field(0.0, ge=0, le=1e4, description="Host (Python) time per running request per speculative step: result processing, stop checks, streaming")
     per_draft_token_us: float = Field(0.0, ge=0, le=1e3, description=(
         "Host time per draft token of each request (the verify's per-token tensors turned into Python lists)"))
