@@ -30,3 +30,42 @@ def test_the_script_flag_selects_the_methods_own_step_code():
     assert spec_eagle.speculative_host.eager_ops == profile["inference_eagle"]["eager_ops"]["value"]
     assert spec_eagle2.speculative_host.per_draft_token_us == profile["inference_eagle2"]["per_draft_token_us"]["value"]
 
+
+
+def _launches(card, shape):
+    from simulator.model.cost import pass_layout
+
+    layout = pass_layout(card, 1, shape)
+    return sum(layout.segments[i].num_kernels for i in layout.order)
+
+
+def test_a_chain_verify_through_transformers_copies_the_query_once_a_layer():
+    """transformers 4.37.1 LlamaSdpaAttention: a pass of more than one query token over the KV cache keeps a 4D mask
+    (modeling_attn_mask_utils.py _prepare_4d_causal_attention_mask_for_sdpa), and with a mask the attention makes the
+    query contiguous, a copy after apply_rotary_pos_emb: one launch more a layer in a chain verify (PLD's, SpS's),
+    none in a decode step (mask None at one token) and none beyond tree_attention in a tree verify (Spec-Bench's own
+    modeling_llama_kv.py, matmul attention)."""
+    from simulator.model.cost import PassShape
+    from simulator.timing.machine import Machine
+
+    card = Machine(simulator.load_scenario(CASE)).cards["target"]  # Llama-2-7B: 32 layers
+    decode = _launches(card, PassShape(1, 1, 400))
+    chain = _launches(card, PassShape(11, 1, 400, False, True))
+    tree = _launches(card, PassShape(61, 1, 400, True, True))
+    assert chain - decode == 32 * 1  # the query's contiguous() in each of the 32 layers
+    assert tree - decode == 32 * 9  # tree_attention alone: eager attention (+5) and KVCache.cat (+4) a layer
+    # the decode step: the layout's embedding launch, 32 x (29 + 14) in the layers and 31 a pass (4.37.1
+    # greedy_search's loop 14, the `== 0` its `if unfinished_sequences.max() == 0` launches included)
+    assert decode == 1 + 32 * (29 + 14) + 31
+
+
+def test_the_sps_loop_counts_the_assistants_two_token_forward():
+    """Spec-Bench's SpS (transformers 4.37.1 assisted generation): each round the assistant's first forward takes two
+    tokens (get_candidates crops its cache to new_cur_len - 2), so it builds the 4D mask (to_4d: 14 launches) and
+    copies the query in each of Vicuna-68M's 2 layers (2), and reads the mask back (_unmask_unattended's
+    attention_mask.cpu()), as the target's chain verify does once more."""
+    runtime = simulator.load_scenario(CASE, [("speculation.method", "draft_model"), (
+        "speculation.draft_model", {"model": "../../models/vicuna_68m.yaml"})]).spec.runtime
+    loop = 3 + 3 + 5 + 2 + 6 + 1 + 2 + 5  # the loop's own ops (get_candidates, setup, eos, mask, accept, ...)
+    assert runtime.speculative_host.eager_ops == loop + 14 + 2
+    assert runtime.speculative_host.syncs == 6 + 2

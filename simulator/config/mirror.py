@@ -277,8 +277,8 @@ class SparseKVConfig(Plain):
     _pydantic = ('simulator.config.methods', 'SparseKVConfig')
 
 class EagerKernels(Plain):
-    __slots__ = ('attention', 'dense_mlp', 'moe', 'per_pass', 'verify_per_pass', 'tree_attention', 'attention_fused', 'moe_fused')
-    _fields = ('attention', 'dense_mlp', 'moe', 'per_pass', 'verify_per_pass', 'tree_attention', 'attention_fused', 'moe_fused')
+    __slots__ = ('attention', 'dense_mlp', 'moe', 'per_pass', 'verify_per_pass', 'tree_attention', 'chain_verify_attention', 'attention_fused', 'moe_fused')
+    _fields = ('attention', 'dense_mlp', 'moe', 'per_pass', 'verify_per_pass', 'tree_attention', 'chain_verify_attention', 'attention_fused', 'moe_fused')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.model_card', 'EagerKernels')
 
@@ -397,8 +397,8 @@ class StaticPolicy(Plain):
     _pydantic = ('simulator.config.policy', 'StaticPolicy')
 
 class DecoderKernels(Plain):
-    __slots__ = ('attention', 'dense_mlp', 'per_pass', 'verify_per_pass', 'tree_attention')
-    _fields = ('attention', 'dense_mlp', 'per_pass', 'verify_per_pass', 'tree_attention')
+    __slots__ = ('attention', 'dense_mlp', 'per_pass', 'verify_per_pass', 'tree_attention', 'chain_verify_attention')
+    _fields = ('attention', 'dense_mlp', 'per_pass', 'verify_per_pass', 'tree_attention', 'chain_verify_attention')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'DecoderKernels')
 
@@ -1065,6 +1065,7 @@ EagerKernels._checks = (
     ('per_pass', Int(ge=0, le=1048576), _MISSING, None),
     ('verify_per_pass', Int(ge=0, le=1048576), _MISSING, None),
     ('tree_attention', Int(ge=0, le=1048576), 0, None),
+    ('chain_verify_attention', Int(ge=0, le=1048576), 0, None),
     ('attention_fused', Int(ge=0, le=1048576), 0, None),
     ('moe_fused', Int(ge=0, le=1048576), 0, None),
 )
@@ -1250,6 +1251,7 @@ DecoderKernels._checks = (
     ('per_pass', Int(ge=0, le=4096), _MISSING, None),
     ('verify_per_pass', Int(ge=0, le=4096), 0, None),
     ('tree_attention', Int(ge=0, le=4096), 0, None),
+    ('chain_verify_attention', Int(ge=0, le=4096), 0, None),
 )
 DecoderKernels._rules = ()
 DecoderKernels._before = None

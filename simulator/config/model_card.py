@@ -106,6 +106,8 @@ class EagerKernels(Strict):
     per_pass: Kernels = Field(description="Embedding, final norm, lm_head, logits gather and sampling")
     verify_per_pass: Kernels = Field(description="Extra per verify pass: draft organisation, tree/positions build, accept walk")
     tree_attention: Kernels = Field(0, description="Extra per layer when the verify attention takes a tree mask (e.g. cascade + merge)")
+    chain_verify_attention: Kernels = Field(0, description=(
+        "Extra per layer when a verify pass of a chain (no tree mask) takes an explicit causal mask"))
     attention_fused: Kernels = Field(0, description=(
         "Of the attention launches, those inside the measured attention op besides its main kernel (e.g. a split-KV "
         "decode's reduce stage): a measured attention time includes them"))

@@ -63,6 +63,9 @@ class DecoderKernels(Strict):
     verify_per_pass: int = Field(0, ge=0, le=4096, description="Extra per verify pass")
     tree_attention: int = Field(0, ge=0, le=4096, description=(
         "Extra per layer when the verify attention takes a tree mask (the method's own attention and KV-cache code)"))
+    chain_verify_attention: int = Field(0, ge=0, le=4096, description=(
+        "Extra per layer when a verify pass of a chain (no tree mask) takes an explicit causal mask (the engine's "
+        "attention over a 4D mask)"))
 
 
 class EngineKernels(Strict):

@@ -249,7 +249,7 @@ def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm
     fused = 1 if fused_allreduce_norm and tp > 1 else 0  # the norm after each all-reduce runs inside it
     emb = Kernel("embedding", 0.0, T * d * (act + BYTES_PER_VALUE[card.weights.embedding]), card.activation_dtype)
     head = _segment([emb], 1, T, card, collective, ar_bytes)
-    attention_launches = k.attention - fused + (k.tree_attention if shape.tree else 0)
+    attention_launches = k.attention - fused + verify_attention_launches(k, shape)
     attention = _segment(_attention_kernels(card, tp, shape), attention_launches, T, card, collective, ar_bytes)
     dense = _segment(_dense_mlp_kernels(card, tp, T), k.dense_mlp - fused, T, card, collective, ar_bytes)
     moe = _segment(_moe_kernels(card, tp, shape), k.moe - fused, T, card, collective, ar_bytes) if card.moe else dense
@@ -265,6 +265,14 @@ def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm
         order += [1, 2 if layer < card.num_dense_layers else 3]
     order.append(4)
     return PassLayout((head, attention, dense, moe, tail), tuple(order))
+
+
+def verify_attention_launches(k: EagerKernels, shape: PassShape) -> int:
+    """A layer's attention launches beyond k.attention in a verify pass: the tree mask's (tree_attention) or, for a
+    chain, the explicit causal mask's (chain_verify_attention); none outside verify."""
+    if shape.tree:
+        return k.tree_attention
+    return k.chain_verify_attention if shape.verify else 0
 
 
 def draft_head_card(card: ModelCard) -> ModelCard:

@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from ..config.mirror import ModelCard
 from .cards import BYTES_PER_VALUE, bytes_per_param, compute_dtype
 from .cost import (Kernel, PassLayout, PassShape, Segment, _attention_kernels, _dense_mlp_kernels, _expert_kernels,
-                   _gemm, _router_kernel, _sampling_kernels, _segment, pass_layout)
+                   _gemm, _router_kernel, _sampling_kernels, _segment, pass_layout, verify_attention_launches)
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bo
     vocab_parallel = "allreduce" if split.groups == 1 and split.tp > 1 else None
     out.add("head", lambda: out.segment([emb], 1, Tg, vocab_parallel, Tg * d * act))
     attention = _attention_kernels(card, a, group)
-    attention_launches = k.attention + (k.tree_attention if group.tree else 0)
+    attention_launches = k.attention + verify_attention_launches(k, group)
     plain = pass_layout(card, split.tp, group) if split.groups == 1 else None
     for layer in range(card.num_layers):
         dense = card.moe is None or layer < card.num_dense_layers
