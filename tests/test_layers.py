@@ -1,11 +1,12 @@
 """The house: every import inside the package points down the layers, never up.
 
-cache / config / importers / corpora -> hardware / model / kernels / speculation -> timing (what a pass and a step
-cost) -> serving (the processes: the serving loop, admission, requests, router, deployment, KV transfer, the event
+cache / compiled / config / importers / corpora -> hardware / model / kernels / speculation -> timing (what a pass and a
+step cost) -> serving (the processes: the serving loop, admission, requests, router, deployment, KV transfer, the event
 fidelity's ranks) -> results (figures from a run's records) -> api (simulator.run and its figure table) -> analysis /
-experiments / viz -> cli; the one store (cache), outside files -> configuration (importers) and shipped token streams
-(corpora) sit beside config. A module may import its own layer or any lower one; anything else is a wrong-way arrow
-and fails here. docs/design.md names the same layers in the same order (checked below).
+experiments / viz -> cli; the one store (cache), dataclasses compiled once (compiled), outside files -> configuration
+(importers) and shipped token streams (corpora) sit beside config. A module may import its own layer or any lower one;
+anything else is a wrong-way arrow and fails here. docs/design.md names the same layers in the same order (checked
+below).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import re
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "simulator"
-LAYERS = {"cache": 0, "config": 0, "importers": 0, "corpora": 0, "hardware": 1, "model": 1, "kernels": 1,
+LAYERS = {"cache": 0, "compiled": 0, "config": 0, "importers": 0, "corpora": 0, "hardware": 1, "model": 1, "kernels": 1,
           "speculation": 1, "timing": 2, "serving": 3, "results": 4, "api": 5,
           "analysis": 6, "experiments": 6, "viz": 6, "cli": 7}
 TOP = 8  # simulator/__init__.py and __main__.py: the public face may import anything

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
 
+from ..compiled import dataclass
 from ..config.errors import ConfigError
 
 # (figure, the client's key, specsim's result metric, unit); `itl` differs between the clients: vLLM keeps one gap

@@ -7,8 +7,9 @@ docs/reference.md's rule (verify pass / plain step).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from ..compiled import dataclass
 from ..config import Scenario
 from ..config.typical import mean_length
 from ..timing.stepspec import expected_emitted, speculative_host_us, speculative_passes, step_overhead_us

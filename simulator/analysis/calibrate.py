@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 from pydantic import Field, PositiveFloat
 
+from ..compiled import dataclass
 from ..api.run import resolve, run
 from ..config.base import Strict, validate
 from ..config.yaml_files import read_yaml

@@ -11,9 +11,9 @@ the same set has both figures at least as high and one higher.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
+from ..compiled import dataclass
 from ..config.errors import ConfigError
 
 USERS = (1, 4, 16, 64)  # the default concurrency axis: small enough for a few minutes on one core

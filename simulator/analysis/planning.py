@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable
 
+from ..compiled import dataclass
 from .breakeven import CHAIN_DRAFTS
 from ..config import Scenario
 from ..config.errors import ConfigError

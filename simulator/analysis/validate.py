@@ -9,11 +9,11 @@ from __future__ import annotations
 import datetime
 import glob
 import os
-from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
+from ..compiled import dataclass
 from ..config.base import Strict, validate
 from ..config.errors import ConfigError
 from ..config.yaml_files import read_yaml

@@ -11,8 +11,8 @@ The data lives at the repository's top level (topologies/, scenarios/) in a sour
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
+from ..compiled import dataclass
 from .errors import ConfigError
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,8 +11,8 @@ the profile's speculative_policy (the draft-length schedule the engine's own cod
 """
 
 import os
-from dataclasses import dataclass
 
+from ..compiled import dataclass
 from .errors import ConfigError
 from .mirror_base import validate
 from .names import DEFAULT_ENGINE

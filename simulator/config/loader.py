@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Iterable, Mapping
 
+from ..compiled import dataclass
 from .catalog import read_kind
 from .errors import ConfigError
 from .paths import set_path, split_path  # noqa: F401  (re-exported: the one reading of a dotted path)

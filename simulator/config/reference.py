@@ -7,11 +7,13 @@ Units are read from the key's suffix, the project's naming rule (latency_us, ban
 from __future__ import annotations
 
 import typing
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
+
+from ..compiled import dataclass
 
 UNITS = (("_per_s", "1/s"), ("_GBps", "GB/s"), ("_TFLOPS", "TFLOP/s"), ("_GB", "GB"), ("_us", "us"), ("_ms", "ms"),
          ("_s", "s"), ("_tokens", "tokens"), ("_bytes", "bytes"), ("_cv", "ratio"), ("_fraction", "ratio"))

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from dataclasses import dataclass
+
+from ..compiled import dataclass
 
 REFERENCE_SCENARIOS = ("pcie8_ngram", "pcie8_eagle3", "pcie8_baseline")  # shipped scenarios, by name
 DEFAULT_TOKENS = {"fast": (2048, 8192, 32768), "layer": (2048, 8192), "link": (2048,), "event": (2048,)}

@@ -19,9 +19,9 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from ..compiled import dataclass
 from ..cache import holding
 from ..config.errors import ConfigError
 from ..results.files import check_output_file

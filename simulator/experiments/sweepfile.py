@@ -12,12 +12,12 @@ import itertools
 import json
 import math
 import os
-from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Literal, NamedTuple
 
 import numpy as np
 from pydantic import Field
 
+from ..compiled import dataclass
 from ..config import Scenario, load_scenario
 from ..config.base import Strict, validate
 from ..config.errors import ConfigError

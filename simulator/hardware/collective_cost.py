@@ -3,8 +3,9 @@ Its own module, importing nothing heavy, so that the results layer builds its al
 (results.sections.AllreduceChoice) without loading the NCCL model."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
+from ..compiled import dataclass
 from .nccl_tables import NCCL_VERSION
 
 IMPLEMENTATION_NCCL = f"NCCL {NCCL_VERSION} cost model"

@@ -13,8 +13,8 @@ NCCL; its cost is a flag round trip per phase plus the reads every rank makes fr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from ..compiled import dataclass
 from ..cache import current, key_of, stored
 from . import nccl
 from . import nccl_tables as T

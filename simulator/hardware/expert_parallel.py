@@ -33,9 +33,9 @@ next stage, all at once (parallel_collectives.pipeline_boundary_us), after the s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
+from ..compiled import dataclass
 from . import nccl_tables as T
 from .interconnect import Fabric
 from .parallel_collectives import all_to_all_us, ep_bytes_per_pair, ep_bytes_per_pair_once_per_rank, \

@@ -15,11 +15,12 @@ Time is in microseconds, bandwidth in GB/s (1 GB/s = 1e3 bytes per microsecond),
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Hashable, Mapping, Sequence
 
 import simpy
 
+from ..compiled import dataclass
 from ..cache import current
 from .lonegroup import (BYTES_PER_US_PER_GBPS, RELATIVE_TIE as _RELATIVE_TIE, LoneGroup, RouteSet, Schedule,
                         lone_schedule)

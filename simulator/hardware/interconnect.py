@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
 from functools import cached_property
 
+from ..compiled import dataclass
 from ..cache import current
 from ..cache.keys import json_of
 from ..config.mirror import Topology

@@ -11,8 +11,9 @@ had always been there.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Sequence
+
+from ..compiled import dataclass
 
 BYTES_PER_US_PER_GBPS = 1e3
 RELATIVE_TIE = 1e-12  # completions within this relative distance are simultaneous (flows.py's tie rule)

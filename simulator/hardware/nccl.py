@@ -13,8 +13,8 @@ What is modelled, and how:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from ..compiled import dataclass
 from . import nccl_tables as T
 
 

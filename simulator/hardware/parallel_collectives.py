@@ -19,9 +19,9 @@ bandwidth); routing of MoE tokens is uniform (each token's k experts spread even
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Hashable, Sequence
 
+from ..compiled import dataclass
 from . import nccl_tables as T
 from .flows import BYTES_PER_US_PER_GBPS
 from .maxmin import max_min_rates

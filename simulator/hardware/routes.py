@@ -7,9 +7,10 @@ the heap's would be, independent of the order scipy's Fibonacci heap pops ties i
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 
 import numpy as np
+
+from ..compiled import dataclass
 
 # Route preference by link kind, as NCCL ranks paths by type (NVL before PCI before SYS) before bandwidth: a route
 # never trades an NVLink path for a PCIe one because of a link's latency or bandwidth.

@@ -7,8 +7,8 @@ sources, its PCIe generation), and the host figures of the reference machine.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
+from ..compiled import dataclass
 from ..config.catalog import data_dir
 from ..config.errors import ConfigError
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import csv
 import io
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ..compiled import dataclass
 from ..config.errors import ConfigError
 
 LEVELS = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")

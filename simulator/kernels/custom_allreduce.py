@@ -10,8 +10,8 @@ above, and the answer says which it read.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from ..compiled import dataclass
 from .measured import _version_key, data_root
 
 TABLE = "custom_allreduce_perf"

@@ -8,8 +8,8 @@ the same fabric class (all NVLink or PCIe) at that GPU count, and says so.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 
+from ..compiled import dataclass
 from . import custom_allreduce as tables
 
 ONE_SHOT_MAX_BYTES = 256 * 1024  # the kernels' one-shot bound at 8 ranks (engines/*: custom_allreduce)

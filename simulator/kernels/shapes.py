@@ -4,8 +4,9 @@ Dtypes use the config's names (bf16, fp8, int4, fp4); sources map them to their 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal, Union
+
+from ..compiled import dataclass
 
 Mask = Literal["causal", "tree"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from dataclasses import dataclass
 
+from ..compiled import dataclass
 from ..cache import current, key_of
 from ..config.names import MEASURED_GPU_FIELDS
 from ..hardware.gpu import GPU

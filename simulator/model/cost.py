@@ -8,8 +8,9 @@ launches counted in the model card are small element-wise kernels touching only 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from ..compiled import dataclass
 from ..config.mirror import DraftHead, EagerKernels, GQAAttention, MLAAttention, ModelCard
 from ..kernels.shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
 from .cards import (BYTES_PER_VALUE, busiest_expert_group, bytes_per_param, compute_dtype,

@@ -41,8 +41,9 @@ Consecutive kernels with no collective between them are one segment here (a segm
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from ..compiled import dataclass
 from ..config.mirror import ModelCard
 from .cards import BYTES_PER_VALUE, bytes_per_param, compute_dtype
 from .cost import (Kernel, PassLayout, PassShape, Segment, _attention_kernels, _dense_mlp_kernels, _expert_kernels,

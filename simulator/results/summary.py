@@ -1,11 +1,12 @@
 """Result of a run: throughput, step times, accept statistics and a time breakdown, as pure functions of the step log."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..compiled import dataclass
 from ..serving.records import KIND_DECODE, KIND_SPEC, StepColumns
 from .client import client_metrics, send_times
 from .planner import target_check

@@ -12,9 +12,10 @@ instead of one per step: the hot path stays at a list append).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import NamedTuple
 
+from ..compiled import dataclass
 from ..timing.costtable import STEP_COST, CostTable  # noqa: F401  (a step's cost; re-exported)
 
 KIND_PREFILL, KIND_DECODE, KIND_SPEC = 0, 1, 2

@@ -6,10 +6,10 @@ timing streams, so changing the workload's shape leaves the acceptance draws of 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..compiled import dataclass
 from ..config.mirror import ArrivalTrace, FixedLength, LognormalLength, RateArrivals, UniformLength, Workload
 from ..config.rules import MAX_SPAN_S
 from ..config.csv_rows import csv_rows

@@ -13,8 +13,8 @@ lookahead, EAGLE-2's dynamic tree and the sparse-KV self-draft: speculation/meth
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
+from ..compiled import dataclass
 from .trees import Tree
 
 

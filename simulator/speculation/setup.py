@@ -1,8 +1,8 @@
 """Assembles a scenario's speculation: drafters with their acceptance models and verify trees, and the policy."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from ..compiled import dataclass
 from ..config.errors import ConfigError
 from ..config.typical import typical_context
 from .acceptance import AcceptanceModel

@@ -15,11 +15,12 @@ import heapq
 import math
 import numbers
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 
 import numpy as np
 
+from ..compiled import dataclass
 from ..cache import current
 
 _SUM_TOLERANCE = 1e-9

@@ -2,11 +2,13 @@
 and link passes read), and the blend between the plans of two anchor contexts."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from functools import cached_property, partial
 from typing import Callable
 
 import numpy as np
+
+from ..compiled import dataclass
 
 CATEGORIES = ("compute", "memory", "launch", "allreduce_transfer", "allreduce_wait")
 

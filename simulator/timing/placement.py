@@ -10,8 +10,8 @@ stages as SGLang's get_pp_indices splits them (python/sglang/srt/distributed/uti
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from ..compiled import dataclass
 from ..config import Scenario
 from ..config.errors import ConfigError
 from ..config.mirror import Parallelism

@@ -3,8 +3,9 @@ them (the scheduler, the end-of-step sync, an engine's speculative host path), a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
+from ..compiled import dataclass
 from ..model.cost import PassShape
 
 

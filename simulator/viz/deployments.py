@@ -11,9 +11,10 @@ from __future__ import annotations
 import csv
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from ..compiled import dataclass
 from ..config.errors import ConfigError
 
 Overrides = dict[str, Any]  # keyword overrides of simulator.run ("__" for ".")
