@@ -215,21 +215,30 @@ class LoneTrie:
 
     def walk(self, tokens, position: int, remaining: int, drafts: int) -> list[int]:
         """Drafts accepted at each step of a lone request whose tokens are `tokens`, from `position` with `remaining`
-        tokens to generate (SglangTrie's may_accept, propose and insert after each step; loop and insert inlined)."""
+        tokens to generate (SglangTrie's may_accept, propose and insert after each step; loop, insert and accepted()
+        inlined, the shortest window of one token apart: the walks are most of an n-gram run's CPU)."""
         base = self._start(tokens)
         text, after, heads = self.text, self.after, self.heads
         branch, m = self.branch, self.min_window
         single = m == 1
+        heads_get, propose = heads.get, self.propose
         length = base + position
         out = []
+        append = out.append
         covered = last = base  # starts below `covered` are covered (or never will be); `last`: the last insert end
         while remaining > 0:
             start, taken = length - m, 0
             if start >= base:  # may_accept: the next token under the shortest window
-                kids = heads.get(text[start] if single else tuple(text[start:length]))
+                kids = heads_get(text[start] if single else tuple(text[start:length]))
                 if kids is not None and text[length] in kids:
-                    taken = accepted(self.propose(length, length - base, drafts), text[length:length + drafts])
-            out.append(taken)
+                    children, node, at = propose(length, length - base, drafts), 0, length
+                    for token in text[length:length + drafts]:  # accepted(), inlined
+                        node = children[node].get(token)
+                        if node is None:
+                            break
+                        at += 1
+                    taken = at - length
+            append(taken)
             if taken < remaining:
                 emitted = taken + 1
                 remaining -= emitted
@@ -246,9 +255,24 @@ class LoneTrie:
                 lo = base
             if covered < lo:
                 covered = lo
+            if single:
+                while covered < hi:  # newly covered: their first two tokens
+                    key = text[covered]
+                    kids = heads_get(key)
+                    if kids is None:
+                        kids = heads[key] = {}
+                    covered += 1
+                    token = text[covered]
+                    found = kids.pop(token, None)
+                    if found is None:
+                        kids[token] = [covered + 1]
+                    else:
+                        found.append(covered + 1)
+                        kids[token] = found
+                continue
             while covered < hi:  # newly covered: their first m + 1 tokens
-                key = text[covered] if single else tuple(text[covered:covered + m])
-                kids = heads.get(key)
+                key = tuple(text[covered:covered + m])
+                kids = heads_get(key)
                 if kids is None:
                     kids = heads[key] = {}
                 token = text[covered + m]
