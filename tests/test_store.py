@@ -89,6 +89,40 @@ def test_stored_arrays_are_read_only():
         value[1]["x"][0] = 2.0
 
 
+def test_a_value_weighs_its_objects_once_numbers_nothing_subclasses_as_their_kind():
+    """freeze_and_weigh's sum, worked out by hand: sys.getsizeof of each distinct object that is not a number, an
+    array's nbytes; numbers (and their subclasses: bool, an IntEnum) nothing; an object met twice counted once."""
+    import enum
+    import sys
+    from collections import namedtuple
+
+    from simulator.cache.keys import freeze_and_weigh
+
+    class Level(enum.IntEnum):
+        LOW = 1
+
+    class Name(str):
+        pass
+
+    Pair = namedtuple("Pair", "a b")
+
+    class Slotted:
+        __slots__ = ("x",)
+
+        def __init__(self, x):
+            self.x = x
+
+    shared, word, name, pair = [1.5, 2], "tokens", Name("ranks"), Pair(3, True)
+    array, slotted = np.arange(4.0), Slotted((Level.LOW, None))
+    value = {word: shared, "other": (shared, name, pair), 7: [array, slotted, frozenset({9})]}
+    objects = [value, word, shared, "other", value["other"], name, pair, value[7], slotted, slotted.x,
+               value[7][2]]
+    expected = sum(sys.getsizeof(o) for o in objects) + array.nbytes
+    assert freeze_and_weigh(value) == expected
+    assert not array.flags.writeable
+    assert freeze_and_weigh(value, held={id(shared)}) == expected - sys.getsizeof(shared)
+
+
 def test_a_run_uses_the_store_its_caller_holds_and_keeps_nothing_without_one():
     calls = []
 

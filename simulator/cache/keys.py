@@ -83,32 +83,43 @@ def json_of(model: Any, exclude: frozenset | None = None) -> str:
 def freeze_and_weigh(value: Any, held: Any = ()) -> int:
     """The bytes `value` holds (arrays by their buffers, frames by their columns, other objects by sys.getsizeof,
     each object once; configuration models not counted), making every numpy array in it read-only on the way: a stored value is only read. Objects
-    whose id is in `held` (other stored values, weighed when they were stored) are neither weighed nor walked again."""
+    whose id is in `held` (other stored values, weighed when they were stored) are neither weighed nor walked again.
+    Numbers, strings and the built-in containers are taken by their exact type first (most of what a layout or a
+    plan holds), the same as the general checks below would take them."""
     seen: set[int] = {id(value)}
     total = 0
     stack = [value]
     first = True
+    getsizeof = sys.getsizeof
     while stack:
         v = stack.pop()
-        if v is None or isinstance(v, (bool, int, float)):
+        kind = type(v)
+        if kind in _UNWEIGHED or isinstance(v, (bool, int, float)):
             continue
         if first:
             first = False
         elif id(v) in seen or id(v) in held:
             continue
         seen.add(id(v))
+        if kind is str or kind is bytes:
+            total += getsizeof(v)
+            continue
+        if kind is tuple or kind is list:
+            total += getsizeof(v)
+            stack.extend(v)
+            continue
         if isinstance(v, np.ndarray):
             if v.flags.writeable:
                 v.setflags(write=False)
             total += v.nbytes  # a view: the bytes it shows (an estimate)
             continue
-        if getattr(type(v), "model_dump_json", None) is not None:  # a configuration model: the scenario's, not
+        if getattr(kind, "model_dump_json", None) is not None:  # a configuration model: the scenario's, not
             continue  # the stored value's (a generated cluster's topology is thousands of objects, walked per put)
         usage = getattr(v, "memory_usage", None)  # a pandas frame: its columns' buffers
         if usage is not None and callable(usage) and hasattr(v, "columns"):
             total += int(usage(index=True, deep=False).sum())
             continue
-        total += sys.getsizeof(v)
+        total += getsizeof(v)
         if isinstance(v, (str, bytes, type)) or callable(v) and not hasattr(v, "__dict__"):
             continue
         if isinstance(v, dict):
@@ -119,6 +130,9 @@ def freeze_and_weigh(value: Any, held: Any = ()) -> int:
         else:
             if hasattr(v, "__dict__"):
                 stack.extend(vars(v).values())
-            for slot in getattr(type(v), "__slots__", ()):
+            for slot in getattr(kind, "__slots__", ()):
                 stack.append(getattr(v, slot, None))
     return total
+
+
+_UNWEIGHED = frozenset({bool, int, float, type(None)})  # by exact type; their subclasses by isinstance
