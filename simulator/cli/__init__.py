@@ -166,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "command", None):
             build_parser().print_help(sys.stderr)
             return 2
-        from ..cache import held  # here: --help and --version import no numerics
+        from ..experiments.blas import one_blas_thread
+
+        with one_blas_thread():  # numpy's OpenBLAS without its spinning thread pool (experiments.blas)
+            from ..cache import held  # here: --help and --version import no numerics
 
         with held():  # the command's store (simulator.cache): what its runs share (bench's repetitions, a compare)
             return int(args.handler(args) or 0)
