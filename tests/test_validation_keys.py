@@ -30,7 +30,7 @@ def test_the_check_fails_on_a_knob(tmp_path):
     path = folder / "cases" / "h100_llama8b_eagle3_mtbench.yaml"
     path.write_text(path.read_text() + "runtime:\n  speculative_host: {eager_ops: 82, syncs: 13}\n")
     source = folder / "eagle3_sglang_batch.yaml"
-    source.write_text(source.read_text().replace("set: {workload.max_running_requests: 2}",
+    source.write_text(source.read_text().replace("set: {workload.max_running_requests: 2, workload.max_concurrency: 2}",
                                                  "set: {workload.max_running_requests: 2, topology.host.eager_launch_us: 5, "
                                                  "runtime.speculative_graph_batch_sizes: [1, 2]}"))
     # a model-free drafter's block holds the engine's flags (allowed) beside host costs (not)

@@ -17,6 +17,10 @@ def check(scenario: Scenario) -> None:
         raise ConfigError(file, "workload.max_concurrency", f"a client's concurrency over {spec.parallelism.instances} "
                           "instances is not modelled (the router would have to see the client's requests in flight)",
                           "none, with workload.max_running_requests each instance's cap")
+    if spec.workload.turns > 1 and (spec.parallelism.instances > 1 or spec.workload.arrival.kind != "all_at_once"):
+        raise ConfigError(file, "workload.turns", "conversations of several turns are modelled for one instance whose "
+                          "requests all arrive at once (the client sends each later turn when the one before "
+                          "completes)", "1, or arrival all_at_once on one instance")
     spec_cfg = spec.speculation
     if spec_cfg.method == "mtp" and card.mtp_layers == 0:
         raise ConfigError(file, "speculation.method", f"mtp needs a model with MTP modules; {card.name} has none",

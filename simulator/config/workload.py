@@ -94,6 +94,12 @@ class Workload(WorkloadSurface, Strict):
         "The benchmark client's cap on requests in flight (vllm bench serve / sglang.bench_serving "
         "--max-concurrency): a request is sent when it has arrived and fewer are outstanding, and its TTFT and "
         "E2E latency count from then (docs/metrics.md); none: each request is sent when it arrives"))
+    turns: PositiveInt = Field(1, le=64, description=(
+        "Turns of a conversation: request i is turn i % turns of conversation i // turns, and each later turn is "
+        "sent when the one before it completes; with max_concurrency C, C conversations run at once, each keeping "
+        "its client through its turns (a benchmark thread running a conversation's turns in order, as SGLang's "
+        "benchmark/mtbench run_batch(num_threads=C) does). Every turn has the workload's lengths. Needs arrival "
+        "all_at_once and one instance"))
     stop_strings: NonNegativeInt = Field(0, le=64, description=(
         "Stop strings each request carries (SGLang's frontend adds its chat template's end-of-turn string): the "
         "engine then decodes the output's tail to text at each finish check (engine profile speculative_host.<code>.stop_check_us)"))

@@ -29,6 +29,7 @@ class Admission:
         self.kv_reserved = 0
         self.kv_peak = 0
         self.preemptions = 0
+        self.on_complete = None  # called with each request that completes (Server: a conversation's next turn)
 
     def check_fits(self, requests, memory: dict, file: str) -> None:
         """Refuse, at the start, a request whose cache alone is larger than the whole KV cache."""
@@ -83,6 +84,8 @@ class Admission:
         self.held -= 1
         if self.queue_mode:
             self.kv_reserved -= request.prompt_tokens + request.output_tokens + self.lookahead
+        if self.on_complete is not None and request.completed_at is not None:
+            self.on_complete(request)
 
     def kv_in_use(self) -> int:
         """Cached tokens: running requests' contexts, and prefilling requests at their full prefill (their pages
