@@ -214,21 +214,25 @@ class Server:
     def _arrivals(self):
         env = self.env
         if self.workload.turns > 1:
-            yield from self._conversations()
+            self._conversations()
             return
         for request in self.requests:
             if request.arrived_at > env.now:
                 yield env.timeout(request.arrived_at - env.now)
-            self.admission.waiting.append(request)
-            self.admission.held += 1
-            if self.run_in_flight is not None:
-                self.run_in_flight.arrived(env.now)
-            if not self._wake.triggered:
-                self._wake.succeed()
+            self._arrive(request, env.now)
         self._arrived_all = True
 
-    def _conversations(self):
-        """Generator: the client of workload.turns (all arrivals at once, config.checks): request i is turn
+    def _arrive(self, request, now: float) -> None:
+        """A request reaches the server at `now`: it waits for admission, and a sleeping scheduler wakes."""
+        self.admission.waiting.append(request)
+        self.admission.held += 1
+        if self.run_in_flight is not None:
+            self.run_in_flight.arrived(now)
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    def _conversations(self) -> None:
+        """The client of workload.turns (all arrivals at once, config.checks): request i is turn
         i % turns of conversation i // turns; the first `max_concurrency` conversations (all, without one) send
         their first turn now, each later turn is sent when the turn before it completes, and a conversation's last
         turn completing sends the next waiting conversation's first (its client thread moves on). A request's
@@ -237,19 +241,15 @@ class Server:
         starts = list(range(0, len(requests), turns))
         clients = self.workload.max_concurrency or len(starts)
         queued = iter(starts[clients:])
-        sent = [0]
+        sent = 0
 
         def send(request) -> None:
+            nonlocal sent
             request.arrived_at = self.now
-            self.admission.waiting.append(request)
-            self.admission.held += 1
-            sent[0] += 1
-            if sent[0] == len(requests):
+            sent += 1
+            if sent == len(requests):
                 self._arrived_all = True
-            if self.run_in_flight is not None:
-                self.run_in_flight.arrived(self.now)
-            if not self._wake.triggered:
-                self._wake.succeed()
+            self._arrive(request, self.now)
 
         def completed(request) -> None:
             i = request.request_id
@@ -263,7 +263,6 @@ class Server:
         self.admission.on_complete = completed
         for i in starts[:clients]:
             send(requests[i])
-        yield from ()
 
     def _start_acceptance(self, request) -> None:
         """A request's first admission: its acceptance state starts, and a policy that restarts per request does."""
