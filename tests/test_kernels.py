@@ -295,3 +295,49 @@ def test_a_what_if_gpu_scales_the_measured_times_by_the_roofline(tmp_path):
     from dataclasses import replace
     as_loaded = replace(what_if, gpu_as_loaded=None)
     assert Machine(as_loaded).kernels.kernel_us(gemv)[0] == t0 and Machine(as_loaded).key != Machine(what_if).key
+
+
+GPT_FAST_CASE = ROOT / "scenarios" / "validation" / "cases" / "a100_llama2_decode.yaml"
+INT8 = [("model.weights.attention", "int8"), ("model.weights.dense_mlp", "int8"), ("model.weights.lm_head", "int8")]
+
+
+def _gemv_pair(m: int):
+    """An int8 weight-only GEMM of m rows and the bf16 one of the same shape (Llama-2-7B's fused qkv)."""
+    from simulator.model.cost import Kernel
+    n, k = 12288, 4096
+    int8 = Kernel("qkv", 2.0 * m * n * k, n * k + 2.0 * m * (n + k), "bf16", Gemm(m, n, k, "int8"))
+    bf16 = Kernel("qkv", 2.0 * m * n * k, 2.0 * n * k + 2.0 * m * (n + k), "bf16", Gemm(m, n, k, "bf16"))
+    return int8, bf16
+
+
+def test_gpt_fast_profile_states_the_int8_gemv_share_from_pytorchs_micro_benchmark():
+    """gpt-fast's profile: its int8 linear at one row is Inductor's fused dequantise + GEMV, streaming at the share of
+    the bf16 GEMV's rate that PyTorch's benchmarks/gpt_fast run_gemv publishes for the A100 (int8 870 GB/s of int8
+    weights, bf16 990 GB/s: 870 / 990), at one row only (decomposition.py mm: shape[0] == 1)."""
+    scenario = load_scenario(str(GPT_FAST_CASE), INT8)
+    rule = scenario.spec.runtime.weight_only_gemv
+    assert (rule.dtypes, rule.max_tokens) == (["int8"], 1)
+    assert rule.bandwidth_vs_bf16 == round(870 / 990, 3) == 0.879
+    other = load_scenario(str(GPT_FAST_CASE), INT8 + [("engine", {"name": "sglang", "version": "0.5.9"})])
+    assert other.spec.runtime.weight_only_gemv is None  # an engine without its own kernel: the measured table
+
+
+@pytest.mark.parametrize("kernels", ["roofline", pytest.param("measured", marks=needs_data)])
+def test_gpt_fast_int8_gemv_takes_the_bf16_gemvs_time_at_the_published_share(kernels):
+    """One row: the int8 GEMV streams half the bf16 GEMV's bytes at 0.879 of its rate, t = t_bf16 x (1 / 2) / 0.879,
+    exactly, whichever source times the bf16 GEMV (and the what-if board's 1,700 GB/s scaling with it); two rows: the
+    timer without the engine's kernel (the measured weight-only table, or the roofline)."""
+    overrides = INT8 + [("runtime.kernels", kernels), ("topology.gpu.read_bandwidth_GBps", 1700)]
+    machine = Machine(load_scenario(str(GPT_FAST_CASE), overrides))
+    from simulator.hardware.gpu import GPU
+    timer, loaded = machine.kernels, machine.scenario.gpu_as_loaded
+    plain = KernelTimer(timer.gpu, kernels, GPU(loaded) if loaded is not None else None)  # without the engine's kernel
+    int8, bf16 = _gemv_pair(1)
+    assert timer.kernel_us(int8)[0] == pytest.approx(plain.kernel_us(bf16)[0] * 1.0 / 2.0 / 0.879, rel=1e-12)
+    int8_2, _ = _gemv_pair(2)
+    assert timer.kernel_us(int8_2)[0] == plain.kernel_us(int8_2)[0]
+    if kernels == "measured":
+        assert timer.kernel_us(int8)[0] != plain.kernel_us(int8)[0]  # no longer TensorRT-LLM's kernel
+        report = timer.report([int8, bf16])["families"]["gemm"]
+        assert report == ("measured; 1 of 2 shapes the engine's weight-only GEMV (the bf16 GEMV's time, weights at "
+                          "0.879 of its rate)")

@@ -8,7 +8,7 @@ from . import rules
 from .base import Strict
 from .surface import EngineProfileSurface, HostWorkSurface
 from .policy import AssistantHeuristicPolicy
-from .scenario import DecoderKernels, PiecewiseHost, SpeculativeHost
+from .scenario import DecoderKernels, PiecewiseHost, SpeculativeHost, WeightOnlyGemv
 
 T = TypeVar("T")
 from .names import SOURCE_KINDS
@@ -154,6 +154,9 @@ class EngineProfile(EngineProfileSurface, Strict):
     attention_backend: Sourced[dict[str, str]] = Field(description="GPU architecture (sm90, sm100, sm120, ...) -> backend")
     quantised_gemm: Sourced[dict[Literal["fp8", "fp8_block", "fp4", "int8", "int4"], QuantisedGemm]] = Field(
         description="weights' dtype -> the GEMM and activation-quantisation kernels the engine runs for it")
+    weight_only_gemv: Optional[Sourced[WeightOnlyGemv]] = Field(None, description=(
+        "the engine's own kernel for weight-only linear layers at few rows, timed from the bf16 GEMV's rate; absent: "
+        "the measured weight-only table"))
     kernel_database: Sourced[KernelDatabase]
     speculative_policy: Optional[Sourced[dict[str, AssistantHeuristicPolicy]]] = Field(None, description=(
         "the drafter's code (the engine's script flag, else the speculation method) -> the draft-length schedule the "

@@ -53,6 +53,18 @@ class PiecewiseHost(Strict):
     attention_launches: NonNegativeInt = Field(le=64, description="Kernel launches of one attention call")
 
 
+class WeightOnlyGemv(Strict):
+    """The engine's own kernel for a weight-only linear layer at few rows (gpt-fast's torch.compile'd dequantise and
+    GEMV): it streams the quantised weights at a share of the rate the bf16 GEMV of the same shape streams its own,
+    so its time is that GEMV's times the weights' bytes over bf16's, over the share. Where none is given, the measured
+    weight-only table (TensorRT-LLM's WeightOnlyQuantMatmul on the A100) times it."""
+
+    dtypes: list[Literal["int8", "int4"]] = Field(min_length=1, description="Weight dtypes whose linear layers run it")
+    max_tokens: PositiveInt = Field(le=4096, description="GEMM rows up to which it runs (above: the measured table)")
+    bandwidth_vs_bf16: float = Field(gt=0, le=2, description=(
+        "Bytes per second it streams, as a share of the bf16 GEMV's of the same shape"))
+
+
 class DecoderKernels(Strict):
     """Kernels an engine's own eager model code launches per dense decoder layer and per pass (the model card's
     counts are SGLang's fused ones): counted from that code, every eager op that launches a kernel."""
@@ -110,6 +122,9 @@ class Runtime(Strict):
     piecewise_host: Optional[PiecewiseHost] = Field(None, description=(
         "Graph passes replay one piece per layer with eager attention between (the engine profile's; default: one "
         "graph a pass)"))
+    weight_only_gemv: Optional[WeightOnlyGemv] = Field(None, description=(
+        "The engine's own weight-only GEMV kernel at few rows, timed from the bf16 GEMV (the engine profile's; "
+        "default: the measured weight-only table)"))
     speculative_host: SpeculativeHost = Field(SpeculativeHost(), description=(
         "Host work of the engine's speculative step outside the passes (eager ops behind syncs, syncs, per-request "
         "Python), exposed because the overlap scheduler is off while speculating"))

@@ -13,7 +13,8 @@ from ..compiled import dataclass
 from ..cache import current, key_of
 from ..config.names import MEASURED_GPU_FIELDS
 from ..hardware.gpu import GPU
-from .roofline import ShapeRoofline
+from .roofline import BYTES, ShapeRoofline
+from .shapes import Gemm
 from .source import kernel_source
 
 
@@ -33,10 +34,12 @@ class KernelTimes:
 class KernelTimer:
     """Kernel times on one GPU for one scenario: measured, or the roofline, per kernel."""
 
-    def __init__(self, gpu: GPU, choice: str = "roofline", measured_gpu: GPU | None = None):
+    def __init__(self, gpu: GPU, choice: str = "roofline", measured_gpu: GPU | None = None, weight_only_gemv=None):
         """measured_gpu: the GPU the measured data are of, where `gpu` is a what-if of it (a physical field set away
-        from the topology file's): each measured time is scaled by the roofline's ratio between the two GPUs."""
+        from the topology file's): each measured time is scaled by the roofline's ratio between the two GPUs.
+        weight_only_gemv: the engine's own weight-only GEMV (runtime.weight_only_gemv), or None."""
         self.gpu = gpu
+        self.weight_only_gemv = weight_only_gemv
         self.source, self.note = kernel_source(choice, gpu.spec)
         # with fitted efficiencies, shaped kernels take the shape-aware roofline; without, the datasheet roofline
         self.roofline = ShapeRoofline(gpu.spec) if gpu.spec.roofline else None
@@ -60,6 +63,8 @@ class KernelTimer:
         """(time, compute_bound, whole_op): whole_op when the time stands for the engine's whole op as measured
         (the database, or the roofline fitted to it), element-wise stages and node gaps inside it included."""
         shape = kernel.shape
+        if self._runs_weight_only_gemv(shape):
+            return self._weight_only_gemv(kernel)
         if shape is not None and self.source is not None:
             t = current().get(("kernels.measured_us", self.value_key, key_of(shape)), lambda: self._measured_us(kernel))
             if t is not None:
@@ -68,6 +73,21 @@ class KernelTimer:
             return self.roofline.time_us(shape), self.roofline.is_compute_bound(shape), True
         roofline, compute_bound = self.gpu.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)
         return roofline, compute_bound, False
+
+    def _runs_weight_only_gemv(self, shape) -> bool:
+        rule = self.weight_only_gemv
+        return rule is not None and isinstance(shape, Gemm) and shape.dtype in rule.dtypes and shape.m <= rule.max_tokens
+
+    def _weight_only_gemv(self, kernel) -> tuple[float, bool, bool]:
+        """The engine's weight-only GEMV: the bf16 GEMV of the same shape (timed as any bf16 GEMM) streams 2 bytes a
+        weight; this kernel streams the quantised weights and their scales at bandwidth_vs_bf16 of that rate."""
+        s = kernel.shape
+        act = BYTES["bf16"]
+        bf16 = type(kernel)(kernel.name, kernel.flops, s.n * s.k * act + s.m * (s.n + s.k) * act, "bf16",
+                            Gemm(s.m, s.n, s.k, "bf16"))
+        t, compute_bound, whole_op = self._time(bf16)
+        weight = BYTES[s.dtype] + s.scale_bytes
+        return t * weight / act / self.weight_only_gemv.bandwidth_vs_bf16, compute_bound, whole_op
 
     def _measured_us(self, kernel) -> float | None:
         """The source's time of the kernel's shape; on a what-if GPU, times the roofline's ratio of this GPU's time
@@ -87,6 +107,8 @@ class KernelTimer:
         return self.gpu.kernel_us(kernel.flops, kernel.bytes, kernel.dtype)[1]
 
     def _covered(self, shape) -> bool:
+        if self._runs_weight_only_gemv(shape):
+            shape = Gemm(shape.m, shape.n, shape.k, "bf16")
         return self.source is not None and self.source.time_us(shape) is not None
 
     def segment(self, segment, graph: bool = False) -> "KernelTimes":
@@ -131,13 +153,19 @@ class KernelTimer:
     def _fills(self, covered_by: dict) -> str:
         """Where another engine's table stood in for SGLang's (a dtype SGLang's tables lack on this GPU)."""
         filled_from = getattr(self.source, "filled_from", None)
-        fills = [filled_from(shape) for shape, hit in covered_by.items() if hit] if filled_from else []
+        own = [shape for shape in covered_by if self._runs_weight_only_gemv(shape)]
+        fills = [filled_from(shape) for shape, hit in covered_by.items() if hit and shape not in own] \
+            if filled_from else []
         by_table: dict[str, int] = defaultdict(int)
         for table in fills:
             if table:
                 by_table[table] += 1
-        return "".join(f"; {n} of {len(covered_by)} shapes from {table} (SGLang's tables lack that dtype on this GPU)"
+        text = "".join(f"; {n} of {len(covered_by)} shapes from {table} (SGLang's tables lack that dtype on this GPU)"
                        for table, n in sorted(by_table.items()))
+        if own:
+            text += (f"; {len(own)} of {len(covered_by)} shapes the engine's weight-only GEMV (the bf16 GEMV's time, "
+                     f"weights at {self.weight_only_gemv.bandwidth_vs_bf16:g} of its rate)")
+        return text
 
     def report(self, kernels) -> dict:
         """The kernel-cost source, and per family which source times these kernels (a fixed set, e.g. the scenario's
