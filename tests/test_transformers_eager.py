@@ -69,3 +69,59 @@ def test_the_sps_loop_counts_the_assistants_two_token_forward():
     loop = 3 + 3 + 5 + 2 + 6 + 1 + 2 + 5  # the loop's own ops (get_candidates, setup, eos, mask, accept, ...)
     assert runtime.speculative_host.eager_ops == loop + 14 + 2
     assert runtime.speculative_host.syncs == 6 + 2
+
+
+# Spec-Bench (commit fd2c1cd) model/eagle/choices.py: mc_sim_7b_63, the default tree of evaluation/inference_eagle.py
+EAGLE1_TREE = [[0], [1], [2], [3], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0], [0, 0, 0],
+               [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 1, 1], [0, 2, 0], [0, 2, 1], [1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1],
+               [0, 0, 0, 2], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1]]
+
+
+def _validation_case(name_start):
+    path = os.path.join(ROOT, "scenarios", "validation", "spec_bench_a100.yaml")
+    return next(c for c in yaml.safe_load(open(path))["cases"] if c["name"].startswith(name_start))
+
+
+def test_the_eagle_cases_verify_spec_benchs_own_tree_of_25():
+    """The EAGLE rows' tree is the source's choices list in generate_tree_buffers' order (by length, then value), as
+    parents (root -1); its 25 drafts in 5 levels."""
+    ordered = sorted(EAGLE1_TREE, key=lambda path: (len(path), path))
+    index = {tuple(path): i + 1 for i, path in enumerate(ordered)}
+    parents = [-1] + [index.get(tuple(path[:-1]), 0) for path in ordered]
+    for size in ("7B", "13B", "33B"):
+        case = _validation_case(f"Vicuna-{size} EAGLE (")
+        assert case["set"]["speculation.tree"] == {"kind": "parents", "parents": parents}
+        assert case["set"]["speculation.draft_tokens"] == len(EAGLE1_TREE) == 25
+    assert max(len(path) for path in EAGLE1_TREE) == 5
+
+
+def test_the_eagle_loop_repeats_the_hidden_state_once_a_parent_a_level():
+    """model/eagle/cnets.py topK_genrate's repeat_hidden: one repeat per entry of repeat_nums, which
+    generate_tree_buffers fills with one entry per distinct parent among each level's nodes with children; the
+    loop's other ops (40) and the last topk and two cats (3) beside them."""
+    with_children = {tuple(path[:-1]) for path in EAGLE1_TREE if len(path) > 1}
+    levels = {}
+    for node in with_children:
+        levels.setdefault(len(node), set()).add(node[:-1])
+    repeats = sum(len(parents) for parents in levels.values())
+    assert sorted((depth, len(parents)) for depth, parents in levels.items()) == [(1, 1), (2, 2), (3, 1), (4, 1)]
+    profile = yaml.safe_load(open(PROFILE))["speculative_host"]
+    assert profile["inference_eagle"]["eager_ops"]["value"] == 40 + 3 + repeats == 48
+
+
+def test_hydra_expands_only_the_nodes_whose_children_have_children():
+    """model/hydra/hydra_heads/mlp_head.py _grounded_proposal on the mc_sim_7b_63 tree of the Hydra case: a topk and a
+    cat for every node with children, embed, list index and cat only where children_to_expand > 0 (a child with
+    children of its own), one cat a head that expanded any."""
+    case = yaml.safe_load(open(os.path.join(ROOT, "scenarios", "validation", "spec_bench_a100_methods.yaml")))
+    parents = next(c for c in case["cases"] if "Hydra" in c["name"])["set"]["speculation.tree"]["parents"]
+    has_children = set(parents[1:])
+    expand = {p for node, p in enumerate(parents) if p >= 0 and node in has_children}
+    depth = [0] * len(parents)
+    for node in range(1, len(parents)):
+        depth[node] = depth[parents[node]] + 1
+    heads_that_expand = {depth[node] for node in expand}
+    assert (len(has_children), len(expand), len(heads_that_expand)) == (22, 5, 3)
+    proposal = 4 + 6 * 4 + 2 * len(has_children) + 3 * len(expand) + len(heads_that_expand)
+    profile = yaml.safe_load(open(PROFILE))["speculative_host"]
+    assert profile["hydra"]["eager_ops"]["value"] == proposal - 40 + 3 + 8 + 14 + 2 == 77
