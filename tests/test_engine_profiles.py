@@ -89,6 +89,7 @@ def test_the_profile_sets_what_the_scenario_leaves_out():
     assert runtime.speculative_host.model_dump() == {
         "eager_ops_per_accepted_token": 0,  # no such input in SGLang's profile: nothing per accepted token
         "syncs_per_draft_step": 0,  # nor this one: its draft steps sync no more than the first
+        "eager_ops_per_draft_token": 0,  # nor this one: no PyTorch call per draft token
         **{key: item["value"] for key, item in profile["speculative_host"]["default"].items()}}
     assert (runtime.overlap_schedule, runtime.overlap_schedule_speculative) == (True, False)
     # SGLang 0.4.4.post2's list: 1-8, odd 9-31, then 64, 96, 128, 160 (an 80 GB H100 captures up to 160)

@@ -127,15 +127,16 @@ def test_the_host_path_grows_with_batch_depth_drafts_and_emitted_tokens():
     from simulator.speculation.trees import Tree
 
     host = SimpleNamespace(eager_launch_us=10.0, sync_us=20.0)
-    extra = SpeculativeHost(eager_ops=7, eager_ops_per_draft_step=3, syncs=2, per_request_us=4.0,
-                            per_draft_token_us=0.5, per_accepted_token_us=2.0, stop_check_us=16.0)
+    extra = SpeculativeHost(eager_ops=7, eager_ops_per_draft_step=3, eager_ops_per_draft_token=2, syncs=2,
+                            per_request_us=4.0, per_draft_token_us=0.5, per_accepted_token_us=2.0, stop_check_us=16.0)
     runtime = SimpleNamespace(speculative_host=extra)
     chain5 = Tree.chain(5)
     got = speculative_host_us(host, runtime, 6, chain5, emitted=2.5, stop_strings=1)
-    assert got == pytest.approx((7 + 3 * 4) * 10 + 2 * 20 + 6 * (4 + 0.5 * 5 + 2 * 2.5 + 16 * 3.5), rel=1e-12)
+    assert got == pytest.approx((7 + 3 * 4 + 6 * 2 * 5) * 10 + 2 * 20 + 6 * (4 + 0.5 * 5 + 2 * 2.5 + 16 * 3.5),
+                                rel=1e-12)
     without = speculative_host_us(host, runtime, 6, chain5, emitted=2.5, stop_strings=0)
     assert got - without == pytest.approx(6 * 16 * 3.5, rel=1e-12)
-    assert speculative_host_us(host, runtime, 1, Tree.chain(1)) == pytest.approx(7 * 10 + 2 * 20 + 4 + 0.5 + 2)
+    assert speculative_host_us(host, runtime, 1, Tree.chain(1)) == pytest.approx((7 + 2) * 10 + 2 * 20 + 4 + 0.5 + 2)
 
 
 def test_padding_rows_cost_gemm_rows_not_attention_or_sampling():

@@ -28,7 +28,8 @@ def test_the_script_flag_selects_the_methods_own_step_code():
     spec_eagle2 = simulator.load_scenario(CASE, [("engine.script", "inference_eagle2")]).spec.runtime
     profile = yaml.safe_load(open(PROFILE))["speculative_host"]
     assert spec_eagle.speculative_host.eager_ops == profile["inference_eagle"]["eager_ops"]["value"]
-    assert spec_eagle2.speculative_host.per_draft_token_us == profile["inference_eagle2"]["per_draft_token_us"]["value"]
+    assert (spec_eagle2.speculative_host.eager_ops_per_draft_token
+            == profile["inference_eagle2"]["eager_ops_per_draft_token"]["value"])
 
 
 
@@ -67,8 +68,10 @@ def test_the_sps_loop_counts_the_assistants_two_token_forward():
     runtime = simulator.load_scenario(CASE, [("speculation.method", "draft_model"), (
         "speculation.draft_model", {"model": "../../models/vicuna_68m.yaml"})]).spec.runtime
     loop = 3 + 3 + 5 + 2 + 6 + 1 + 2 + 5  # the loop's own ops (get_candidates, setup, eos, mask, accept, ...)
-    assert runtime.speculative_host.eager_ops == loop + 14 + 2
-    assert runtime.speculative_host.syncs == 6 + 2
+    # generate()'s right-padding check on the assistant's input each round (eq, sum, gt, and the `if` that reads it)
+    assert runtime.speculative_host.eager_ops == loop + 14 + 2 + 3
+    # the loop's reads 6, two _unmask_unattended reads, the padding check's, greedy_search's eos tensor copied in
+    assert runtime.speculative_host.syncs == 6 + 2 + 1 + 1
 
 
 # Spec-Bench (commit fd2c1cd) model/eagle/choices.py: mc_sim_7b_63, the default tree of evaluation/inference_eagle.py

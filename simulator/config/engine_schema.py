@@ -63,6 +63,7 @@ class HostWork(HostWorkSurface, Strict):
 
     eager_ops: Optional[Sourced[NonNegativeInt]] = None
     eager_ops_per_draft_step: Optional[Sourced[NonNegativeInt]] = None
+    eager_ops_per_draft_token: Optional[Sourced[NonNegativeInt]] = None
     eager_ops_per_accepted_token: Optional[Sourced[NonNegativeInt]] = None
     syncs: Optional[Sourced[NonNegativeInt]] = None
     syncs_per_draft_step: Optional[Sourced[NonNegativeInt]] = None

@@ -25,6 +25,9 @@ class SpeculativeHost(Strict):
     eager_ops_per_draft_step: NonNegativeInt = Field(0, description=(
         "Further eager ops per draft step after the first (the draft graph's per-step attention metadata), each at "
         "host.eager_launch_us"))
+    eager_ops_per_draft_token: NonNegativeInt = Field(0, description=(
+        "Further eager ops per draft token of each request (a Python loop over the tree's tokens calling PyTorch on "
+        "the host), each at host.eager_launch_us"))
     eager_ops_per_accepted_token: NonNegativeInt = Field(0, description=(
         "Further eager ops per accepted draft token of each request, the bonus token excluded (copying its KV "
         "entries into place), each at host.eager_launch_us"))

@@ -45,7 +45,8 @@ def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1
     """The engine's exposed host work in a speculative step beyond the scheduler's (runtime.speculative_host), serial
     with the GPU: eager ops launched with the GPU idle and device syncs (each a fixed number and more per draft step
     of the tree's depth after the first), and Python loops over the `batch` requests, their draft tokens (the
-    tree's) and the `emitted` tokens each request gets a step on average (bonus included; eager ops per accepted draft token, bonus excluded),
+    tree's; eager ops per draft token too) and the `emitted` tokens each request gets a step on average (bonus
+    included; eager ops per accepted draft token, bonus excluded),
     with a stop-string finish check per emitted token and per request where the requests carry stop strings. tree
     None: a chain of one."""
     extra = runtime.speculative_host
@@ -54,7 +55,8 @@ def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1
     syncs = extra.syncs + extra.syncs_per_draft_step * max(depth - 1, 0)
     per_request = (extra.per_request_us + extra.per_draft_token_us * drafts + extra.per_accepted_token_us * emitted
                    + (extra.stop_check_us * (emitted + 1.0) if stop_strings else 0.0))
-    ops_per_request = extra.eager_ops_per_accepted_token * max(emitted - 1.0, 0.0)
+    ops_per_request = (extra.eager_ops_per_draft_token * drafts
+                       + extra.eager_ops_per_accepted_token * max(emitted - 1.0, 0.0))
     return (ops + ops_per_request * batch) * host.eager_launch_us + syncs * host.sync_us + per_request * batch
 
 
