@@ -155,3 +155,20 @@ def test_pipeline_stages_with_ep_below_tp():
                    if k.name == "experts_down")
     assert (experts.shape.tp, experts.shape.ep) == (2, 2)
     assert experts.shape.busiest == pytest.approx(binomial_max_ratio(E, K, 1, 2), rel=1e-9)  # a micro-batch of 1
+
+
+@pytest.mark.parametrize("shape", [PassShape(1, 1), PassShape(4, 8, 800, False, True)])
+def test_ep_below_tp_fuses_the_norm_into_tps_all_reduce_as_tp_does(shape):
+    """With the all-reduce fused with the next RMSNorm, TP8 + EP4 launches exactly TP8's kernels a segment: its
+    all-reduces are TP's (TensorRT-LLM's DeepseekV3DecoderLayer fuses them whatever the expert split), one
+    launch fewer per fused segment than unfused."""
+    ep4, tp8 = _machine(*TP_ONLY, "parallelism.ep=4"), _machine(*TP_ONLY, "parallelism.ep=1")
+
+    def launches(machine, fused):
+        layout = pass_layout(machine.card, 8, shape, fused, machine.split)
+        return [layout.segments[i].num_kernels for i in layout.order]
+
+    fused_ep4, fused_tp8, unfused_ep4 = launches(ep4, True), launches(tp8, True), launches(ep4, False)
+    assert fused_ep4 == fused_tp8
+    # every layer's two segments one launch fewer (head and tail have no norm after their collective)
+    assert [a - b for a, b in zip(unfused_ep4, fused_ep4)] == [0] + [1] * (2 * 61) + [0]

@@ -37,7 +37,9 @@ pipeline stages):
   is not costed.
 
 Consecutive kernels with no collective between them are one segment here (a segment's end aligns the ranks).
-`fuse_allreduce_rmsnorm` applies to the plain TP layout only.
+`fuse_allreduce_rmsnorm` applies where TP's all-reduce closes a segment: the plain TP layout, an MoE layer with
+1 < ep < tp (the same all-reduce; TensorRT-LLM's DeepseekV3DecoderLayer sets PRE_MOE_FUSION and POST_MOE_FUSION from
+mapping.has_tp(), whatever the expert split) and pipeline stages; not the DP-attention or ep = tp collectives.
 """
 from __future__ import annotations
 
@@ -136,7 +138,7 @@ def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bo
     out.add("head", lambda: out.segment([emb], 1, Tg, vocab_parallel, Tg * d * act))
     attention = _attention_kernels(card, a, group)
     attention_launches = k.attention + verify_attention_launches(k, group)
-    plain = pass_layout(card, split.tp, group) if split.groups == 1 else None
+    plain = pass_layout(card, split.tp, group, fused) if split.groups == 1 else None
     for layer in range(card.num_layers):
         dense = card.moe is None or layer < card.num_dense_layers
         if not dense and split.ep > 1 and split.ep == split.tp:
