@@ -175,6 +175,10 @@ def test_tp_alone_weighs_what_the_engine_budgets(path):
 DSV3_MTP = os.path.join(ROOT, "scenarios", "validation", "cases", "h200_deepseek_v3_mtp_tp8.yaml")
 
 
+# an MTP module's eh_proj, replicated (SGLang's nn.Linear): 2 x hidden rows x hidden columns, bf16, held by every rank
+EH_PROJ_REPLICATED = 2 * 7168 * 7168 * 2
+
+
 def _one_more_layer(card):
     """What one more MoE decoder layer of the target's kind adds per GPU: the MTP module's weights when they share
     the target's embedding and lm_head (and dtypes)."""
@@ -182,7 +186,8 @@ def _one_more_layer(card):
 
 
 def test_mtp_module_weighs_one_decoder_layer_under_tp():
-    """TP8: the MTP module adds one decoder layer's weights and no second embedding or lm_head (model.cost.mtp_card)."""
+    """TP8: the MTP module adds one decoder layer's weights and its eh_proj, replicated (SGLang), and no second
+    embedding or lm_head (model.cost.mtp_card)."""
     from simulator.model.cost import mtp_card
 
     loaded = load_scenario(DSV3_MTP)
@@ -191,11 +196,11 @@ def test_mtp_module_weighs_one_decoder_layer_under_tp():
     with_mtp = memory_budget(loaded, {"target": card, "mtp": mtp_card(card)}, tp)["weights_GB"]
     alone = memory_budget(loaded, {"target": card}, tp)["weights_GB"]
     longer = memory_budget(loaded, {"target": _one_more_layer(card)}, tp)["weights_GB"]
-    assert (with_mtp - alone) * 1e9 == pytest.approx((longer - alone) * 1e9, rel=1e-12)
+    assert (with_mtp - alone) * 1e9 == pytest.approx((longer - alone) * 1e9 + EH_PROJ_REPLICATED, rel=1e-12)
 
 
 def test_mtp_module_weighs_one_decoder_layer_under_dp_attention():
-    """DP-attention with EP8: the same, on the split path (placement.weight_bytes_per_gpu)."""
+    """DP-attention with EP8: the same, on the split path (placement.weight_bytes_per_gpu); eh_proj replicated."""
     loaded = load_scenario(scenario_path("h200_dsv3_dpattn_ep8.yaml"))
     card = loaded.model
     assert card.mtp_layers == 1 and loaded.spec.parallelism.dp_attention
@@ -203,7 +208,7 @@ def test_mtp_module_weighs_one_decoder_layer_under_dp_attention():
     (with_mtp,) = weight_bytes_per_gpu(loaded)
     (alone,) = weight_bytes_per_gpu(drop(card.model_copy(update={"mtp_layers": 0})))
     (longer,) = weight_bytes_per_gpu(drop(_one_more_layer(card)))
-    assert with_mtp - alone == pytest.approx(longer - alone, rel=1e-12)
+    assert with_mtp - alone == pytest.approx(longer - alone + EH_PROJ_REPLICATED, rel=1e-12)
 
 def _dsv3_tp8(speculation: dict, policy: dict | None = None):
     """The DeepSeek-V3 MTP case (TP8) with another speculation config (and policy)."""
@@ -230,14 +235,16 @@ EAGLE_HEAD_TP8 = 2 * (8 // 8) * 128 * 2  # the EAGLE-3 head's K and V: 8 kv head
 ])
 def test_budget_holds_the_draft_parts_of_the_method_that_runs(speculation, policy, kv_per_token, parts):
     """DeepSeek-V3 (an EAGLE-3 head and an MTP module on its card) at TP8: the budget holds the drafters the scenario
-    runs and no other's weights or KV: mtp one more MoE layer (59dad49's hand count), eagle3 its head, n-gram none."""
+    runs and no other's weights or KV: mtp one more MoE layer (59dad49's hand count) and its eh_proj, eagle3 its head,
+    n-gram none."""
     loaded = _dsv3_tp8(speculation, policy)
     card, tp = loaded.model, 8
     assert card.draft_head is not None and card.mtp_layers == 1
     memory = Machine(loaded).memory
     assert memory["kv_bytes_per_token"] == kv_per_token
     target = memory_budget(loaded, {"target": card}, tp)["weights_GB"] * 1e9
-    extra = {"mtp": memory_budget(loaded, {"target": _one_more_layer(card)}, tp)["weights_GB"] * 1e9 - target,
+    extra = {"mtp": memory_budget(loaded, {"target": _one_more_layer(card)}, tp)["weights_GB"] * 1e9 - target
+             + EH_PROJ_REPLICATED,
              "draft_head": weight_bytes_per_gpu_of(draft_head_card(card), tp)}
     assert memory["weights_GB"] * 1e9 == pytest.approx(target + sum(extra[p] for p in parts), rel=1e-12)
     (split_path,) = weight_bytes_per_gpu(loaded)  # placement's count (the split path's) holds the same parts

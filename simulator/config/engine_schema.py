@@ -171,5 +171,7 @@ class EngineProfile(EngineProfileSurface, Strict):
         "one graph a pass"))
     eager_kernels: Optional[Sourced[ProfileKernels]] = Field(None, description=(
         "the engine's own eager kernel counts; absent: the model cards' (SGLang's)"))
+    mtp_eh_proj: Optional[Sourced[Literal["replicated", "row_parallel"]]] = Field(None, description=(
+        "how an MTP module's eh_proj is split over the tp ranks; absent: replicated"))
 
     _has_default = model_validator(mode="after")(rules.engine_profile_default)

@@ -141,6 +141,10 @@ class Runtime(Strict):
         "auto", description="Expert parallelism's dispatch/combine all-to-all: deepep_low_latency, deepep_normal (DeepEP's "
         "kernels, NVLink inside a machine), nccl (NCCL send/recv groups); auto: SGLang's --deepep-mode auto (low-latency "
         "for decode and verify, normal for prefill) where the EP ranks share NVLink, else nccl")
+    mtp_eh_proj: Literal["replicated", "row_parallel"] = Field("replicated", description=(
+        "An MTP module's eh_proj (bf16, 2 x hidden -> hidden, before its decoder layer, every draft pass): replicated "
+        "on every rank, or split by rows over the tp ranks with an all-reduce after it (the engine profile's; "
+        "default replicated, as SGLang's deepseek_nextn.py and vLLM's deepseek_mtp.py build it)"))
     memory_fraction: float = Field(0.9, gt=0, le=1, description="Share of device memory for weights and KV cache (SGLang mem_fraction_static, vLLM gpu_memory_utilization)")
     draft_on_own_gpus: bool = Field(False, description=(
         "The drafter runs on as many GPUs of its own after the target's, drafting the next step while the target "

@@ -231,16 +231,43 @@ class PassLayout:
     order: tuple[int, ...]
 
 
+# an MTP module's launches before its decoder layer besides eh_proj: enorm, hnorm and the concatenation
+# (SGLang DeepseekModelNextN.forward, vLLM DeepSeekMultiTokenPredictorLayer.forward, TensorRT-LLM DeepseekV3MTP.forward)
+EH_PROJ_SMALL_KERNELS = 3
+
+
+def eh_proj_segment(card: ModelCard, tp: int, T: int, mode: str) -> Segment:
+    """An MTP module's input projection, every draft pass: the normalised token embedding and hidden state
+    concatenated (T x 2 hidden) times eh_proj (2 hidden x hidden, bf16: an unquantised linear layer in every engine
+    read). Replicated, each rank reads all of it and no collective follows; row_parallel (TensorRT-LLM from PR #5689),
+    each rank reads 1 / tp of its rows on its slice of the input and an all-reduce of T x hidden sums them."""
+    d, act = card.hidden_size, BYTES_PER_VALUE[card.activation_dtype]
+    split = tp if mode == "row_parallel" and tp > 1 else 1
+    wd = card.activation_dtype
+    kernel = _gemm("eh_proj", T, 2 * d / split, d, BYTES_PER_VALUE[wd], act, compute_dtype(card, wd), wd)
+    collective = "allreduce" if split > 1 else None
+    return _segment([kernel], 1 + EH_PROJ_SMALL_KERNELS, T, card, collective, int(T * d * act))
+
+
+def eh_proj_bytes(card: ModelCard, tp: int, mode: str | None) -> float:
+    """Bytes one rank holds of an MTP card's eh_proj weights (one 2 hidden x hidden matrix per module); 0 without."""
+    if mode is None:
+        return 0.0
+    split = tp if mode == "row_parallel" and tp > 1 else 1
+    return card.num_layers * 2 * card.hidden_size ** 2 * BYTES_PER_VALUE[card.activation_dtype] / split
+
+
 def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm: bool = False,
-                split=None) -> PassLayout:
+                split=None, eh_proj: str | None = None) -> PassLayout:
     """The per-rank segments of one forward pass: head, per layer attention + MLP, tail. A wider split (DP-attention,
-    expert or pipeline parallelism: model.split_layout.Split) lays the pass out as split_layout does."""
+    expert or pipeline parallelism: model.split_layout.Split) lays the pass out as split_layout does. `eh_proj`: an
+    MTP module's pass (its input projection after the head, eh_proj_segment: replicated or row_parallel)."""
     if card.num_layers == 0:  # prediction heads on the last hidden state (model.heads)
         from .heads import heads_layout
         return heads_layout(card, tp, shape)
     if split is not None and not split.is_plain:
         from .split_layout import split_pass_layout
-        return split_pass_layout(card, split, shape, fused_allreduce_norm)
+        return split_pass_layout(card, split, shape, fused_allreduce_norm, eh_proj)
     k: EagerKernels = card.kernels
     T = shape.query_tokens
     d = card.hidden_size
@@ -261,11 +288,12 @@ def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm
     gather = int(T * vocab * act) if tp > 1 else 0
     tail = _segment([lm_head] + _sampling_kernels(card, shape), tail_launches, T, card,
                     "allgather" if tp > 1 else None, gather)
-    order = [0]
+    order = [0] + ([5] if eh_proj else [])
     for layer in range(card.num_layers):
         order += [1, 2 if layer < card.num_dense_layers else 3]
     order.append(4)
-    return PassLayout((head, attention, dense, moe, tail), tuple(order))
+    segments = (head, attention, dense, moe, tail) + ((eh_proj_segment(card, tp, T, eh_proj),) if eh_proj else ())
+    return PassLayout(segments, tuple(order))
 
 
 def verify_attention_launches(k: EagerKernels, shape: PassShape) -> int:

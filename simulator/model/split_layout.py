@@ -49,7 +49,8 @@ from ..compiled import dataclass
 from ..config.mirror import ModelCard
 from .cards import BYTES_PER_VALUE, bytes_per_param, compute_dtype
 from .cost import (Kernel, PassLayout, PassShape, Segment, _attention_kernels, _dense_mlp_kernels, _expert_kernels,
-                   _gemm, _router_kernel, _sampling_kernels, _segment, pass_layout, verify_attention_launches)
+                   _gemm, _router_kernel, _sampling_kernels, _segment, eh_proj_segment, pass_layout,
+                   verify_attention_launches)
 
 
 @dataclass(frozen=True)
@@ -123,8 +124,11 @@ class _Layout:
         return PassLayout(tuple(self.segments), tuple(self.order))
 
 
-def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bool = False) -> PassLayout:
-    """The per-rank segments of one pass of `shape` (the whole instance's batch) under `split`."""
+def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bool = False,
+                      eh_proj: str | None = None) -> PassLayout:
+    """The per-rank segments of one pass of `shape` (the whole instance's batch) under `split`; `eh_proj`: an MTP
+    module's input projection after the head (cost.eh_proj_segment; replicated under DP-attention, where each group
+    projects its own tokens)."""
     if split.pp > 1:
         return _pipeline_layout(card, split, micro_batch(shape, split.pp), fused)
     k, d, a = card.kernels, card.hidden_size, split.attention_tp
@@ -136,6 +140,9 @@ def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bo
     emb = Kernel("embedding", 0.0, Tg * d * (act + BYTES_PER_VALUE[card.weights.embedding]), card.activation_dtype)
     vocab_parallel = "allreduce" if split.groups == 1 and split.tp > 1 else None
     out.add("head", lambda: out.segment([emb], 1, Tg, vocab_parallel, Tg * d * act))
+    if eh_proj:
+        mode = eh_proj if split.groups == 1 else "replicated"
+        out.add("eh_proj", lambda: eh_proj_segment(card, split.tp, Tg, mode))
     attention = _attention_kernels(card, a, group)
     attention_launches = k.attention + verify_attention_launches(k, group)
     plain = pass_layout(card, split.tp, group, fused) if split.groups == 1 else None

@@ -78,6 +78,7 @@ def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
     drafters the scenario runs (placement.held_draft_parts): the others are planned, never loaded (analysis.breakeven
     costs a drafter the scenario does not run)."""
     from ..model.cards import kv_bytes_per_token_layer, weight_bytes_per_gpu
+    from ..model.cost import eh_proj_bytes
 
     held = held_draft_parts(scenario)
     cards = {name: card for name, card in cards.items() if name not in DRAFT_PART.values() or name in held}
@@ -88,7 +89,10 @@ def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
     gpu = scenario.topology.gpu
     usable = gpu.memory_GB * 1e9 * scenario.spec.runtime.memory_fraction
     # an MTP module uses the target's embedding and lm_head (model.cost.mtp_card): held once, with the target
-    weights = sum(weight_bytes_per_gpu(card, tp, own_vocab=name != "mtp") for name, card in cards.items())
+    # and its eh_proj beside its decoder layer (model.cost.eh_proj_bytes)
+    eh_proj = scenario.spec.runtime.mtp_eh_proj
+    weights = sum(weight_bytes_per_gpu(card, tp, own_vocab=name != "mtp")
+                  + eh_proj_bytes(card, tp, eh_proj if name == "mtp" else None) for name, card in cards.items())
     if weights > usable:
         raise ConfigError(scenario.source, "parallelism.tp",
                           f"{scenario.model.name} does not fit: {weights / 1e9:.1f} GB of weights per GPU at tp={tp}, "
@@ -263,8 +267,10 @@ class Machine:
         """pass_layout of a part's card, stored by value (the layout is only read; sweep points that change only the
         machine share it)."""
         fused = self.runtime.fuse_allreduce_rmsnorm
-        return current().get(("machine.layout", self.model_key, part, self.tp, key_of(shape), fused, key_of(split)),
-                             lambda: pass_layout(self.cards[part], self.tp, shape, fused, split))
+        eh_proj = self.runtime.mtp_eh_proj if part == "mtp" else None  # an MTP module's input projection
+        return current().get(("machine.layout", self.model_key, part, self.tp, key_of(shape), fused, key_of(split),
+                              eh_proj),
+                             lambda: pass_layout(self.cards[part], self.tp, shape, fused, split, eh_proj))
 
     # -- fast fidelity ----------------------------------------------------------------------------------------
     def samples(self, part: str, shape: PassShape, graph: bool, seed: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from ..config import Scenario
 from ..config.errors import ConfigError
 from ..config.mirror import Parallelism
 from ..model.cards import attention_params, bytes_per_param
-from ..model.cost import draft_head_card, mtp_card
+from ..model.cost import draft_head_card, eh_proj_bytes, mtp_card
 from ..model.split_layout import stage_layers
 
 
@@ -150,6 +150,9 @@ def weight_bytes_per_gpu(scenario: Scenario) -> list[float]:
         total = stage_weight_bytes(card, par, stage, stage == 0, last, shared)
         if last:
             total += sum(stage_weight_bytes(draft, whole, 0, own, own, shared) for draft, own in drafts)
+            if card.mtp_layers and "mtp" in held:  # the MTP modules' eh_proj (replicated under DP-attention)
+                mode = "replicated" if par.dp_attention else scenario.spec.runtime.mtp_eh_proj
+                total += eh_proj_bytes(mtp_card(card), par.tp, mode)
         out.append(total)
     return out
 
