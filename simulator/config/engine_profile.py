@@ -179,10 +179,11 @@ def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method
     if profile.eager_kernels is not None:
         counts = profile.eager_kernels.value
         decoder = counts.decoder
-        if code in counts.tree_attention_by_code:
+        if decoder is not None and code in counts.tree_attention_by_code:
             decoder = decoder.model_copy(update={"tree_attention": counts.tree_attention_by_code[code]})
         head = counts.draft_head_by_code.get(code, counts.draft_head)
-        out["eager_kernels"] = {"decoder": decoder.model_dump(), "draft_head": head.model_dump() if head else None}
+        out["eager_kernels"] = {"decoder": decoder.model_dump() if decoder else None,
+                                "draft_head": head.model_dump() if head else None}
     return out
 
 

@@ -117,7 +117,8 @@ class KernelDatabase(Strict):
 class ProfileKernels(Strict):
     """The kernels an engine's own eager model code launches (its Python model, not SGLang's fused kernels)."""
 
-    decoder: DecoderKernels
+    decoder: Optional[DecoderKernels] = Field(None, description=(
+        "the target's own eager layers; None: the model card's (an engine whose target runs in graphs it compiles)"))
     draft_head: Optional[DecoderKernels] = None
     draft_head_by_code: dict[str, DecoderKernels] = Field(default_factory=dict, description=(
         "the method's code (speculation method, or the engine's script flag) -> its head's counts where they differ"))

@@ -921,7 +921,7 @@ NgramHost._checks = (
 NgramHost._rules = ()
 NgramHost._before = None
 ProfileKernels._checks = (
-    ('decoder', Model('DecoderKernels', NS), _MISSING, None),
+    ('decoder', Either(Model('DecoderKernels', NS), NoneOnly()), None, None),
     ('draft_head', Either(Model('DecoderKernels', NS), NoneOnly()), None, None),
     ('draft_head_by_code', Dict(Str(), Model('DecoderKernels', NS)), _MISSING, lambda: {}),
     ('tree_attention_by_code', Dict(Str(), Int()), _MISSING, lambda: {}),
@@ -1294,7 +1294,7 @@ DecoderKernels._checks = (
 DecoderKernels._rules = ()
 DecoderKernels._before = None
 EngineKernels._checks = (
-    ('decoder', Model('DecoderKernels', NS), _MISSING, None),
+    ('decoder', Either(Model('DecoderKernels', NS), NoneOnly()), None, None),
     ('draft_head', Either(Model('DecoderKernels', NS), NoneOnly()), None, None),
 )
 EngineKernels._rules = ()

@@ -86,7 +86,7 @@ class DecoderKernels(Strict):
 class EngineKernels(Strict):
     """The engine's eager kernel counts for the target (and a separate draft model) and for an EAGLE-style head."""
 
-    decoder: DecoderKernels
+    decoder: Optional[DecoderKernels] = Field(None, description="The target's own code (None: the model card's)")
     draft_head: Optional[DecoderKernels] = Field(None, description="An EAGLE-style head's own code (None: decoder's)")
 
 

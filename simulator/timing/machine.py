@@ -293,5 +293,7 @@ def engine_kernels(card, counts, role: str):
     if counts is None:
         return card
     own = (counts.draft_head if role == "draft_head" else None) or counts.decoder
+    if own is None:  # the engine counts only its draft head (its target runs in graphs of its own compiler)
+        return card
     kernels = card.kernels.model_copy(update={**own.model_dump(), "attention_fused": 0})
     return card.model_copy(update={"kernels": kernels})
