@@ -1,5 +1,6 @@
 """What only processes can say, each a shipped scenario (scenarios/event/) with the effect it models: overlap
-scheduling on and off (plain and speculative), one rank's host 20% slower, KV transfers on the decode's links.
+scheduling on and off (plain and speculative), one rank's host 20% slower, KV transfers on the decode's links (a
+verify pass under host-memory loads; the disaggregated L40S box's KV shards and decode all-reduces on one uplink).
 Runs are short and paired by seed (common random numbers: the same host draws in both arms)."""
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ EVENT = os.path.join(SCENARIOS, "event")
 OVERLAP = os.path.join(EVENT, "overlap_llama8b.yaml")
 SLOW = os.path.join(EVENT, "pcie8_eagle3_slow_host.yaml")
 KV = os.path.join(EVENT, "two_node_pd_kv_links.yaml")
+KV_UPLINKS = os.path.join(EVENT, "pcie8_l40s_pd_kv_links.yaml")
 SHORT = {"workload__requests": 2, "workload__max_running_requests": 2, "workload__output_tokens": 48}
 
 
@@ -112,6 +114,52 @@ def test_a_kv_transfer_on_a_collectives_links_stretches_it():
     assert no_delay == pytest.approx(0.0, abs=1e-6)
     assert delay > 0.01 * alone
     assert shared == pytest.approx(alone + delay, rel=1e-9)
+
+
+def test_kv_shards_and_the_decodes_all_reduces_share_a_switch_uplink():
+    """pcie8_l40s_pd_kv_links, 8 requests of 256 tokens: the decode's ring hops 7 -> 4 and 5 -> 6 go down the root
+    port -> switch uplinks (5 GB/s) that the KV shards into GPUs 4-5 and 6-7 come down. At event fidelity the
+    transfers slow the all-reduces (the decode's link delay) and the requests' TPOT grows against the layer fidelity,
+    whose all-reduces take their time alone (its KV transfers share the links only among themselves). The delay is
+    bounded by the KV bytes down one uplink over its bandwidth: an all-reduce's hop, alone at the uplink's rate C (one
+    ring hop on it), falls behind only while its rate r < C, the uplink then saturated, so C - r is at most the
+    shards' rate there, and its delay at most the shard bytes that crossed meanwhile over C; the two uplinks carry
+    equal shards on mirror-image routes at every moment, so a collective's delay is either hop's."""
+    from simulator.serving.deployment import instance_machines
+    from simulator.serving.disaggregation import _route
+    from simulator.model.cost import PassShape
+
+    short = {"workload__requests": 8, "workload__max_running_requests": 8, "workload__output_tokens": 256}
+    event = simulator.run(KV_UPLINKS, baseline=False, **short)
+    layer = simulator.run(KV_UPLINKS, baseline=False, fidelity="layer", **short)
+
+    prefill, decode = instance_machines(simulator.api.run.resolve(KV_UPLINKS, short))
+    names = decode.fabric.names
+    plan = decode.plan("target", PassShape(8, 1, 3000), False)
+    ring = next(s for s in plan.collective_steps if s is not None and s.steps)
+    ring_links = [(names[a], names[b]) for hop in ring.hops for a, b in hop.links]
+    kv_hops, kv_fabric, _ = _route(prefill.fabric, decode.fabric)
+    shards_on = {}  # shards of one request down each directed link
+    for hop in kv_hops:
+        for a, b in hop.links:
+            key = (kv_fabric.names[a], kv_fabric.names[b])
+            shards_on[key] = shards_on.get(key, 0) + 1
+    uplinks = [("cpu1", "pcie_switch2"), ("cpu1", "pcie_switch3")]
+    assert [ring_links.count(link) for link in uplinks] == [1, 1]  # one ring hop down each
+    assert [shards_on[link] for link in uplinks] == [2, 2]  # and two shards of every request
+
+    # seeds 0-4 (the host draws): delay 109.62-109.73 ms; TPOT mean event 30.2034-30.2055 ms, layer 29.9906-29.9927,
+    # the gap 0.2124-0.2128 ms: each test below holds by more than a hundred times the spread
+    delay = event.run.instances[1].link_delay_us
+    assert layer.run.instances[1].link_delay_us == 0.0 and layer.run.instances[0].link_delay_us == 0.0
+    assert delay > 0.0
+    assert event.deployment.per_instance["1"].tpot_ms.mean > layer.deployment.per_instance["1"].tpot_ms.mean
+    received = event.run.instances[1].kv_transfers
+    assert len(received) == 8
+    shard_bytes_down = sum(2 * nbytes for nbytes, _ in received)  # two shards down each uplink
+    capacity = decode.fabric.topology.fabric.links  # the uplink's bandwidth as the topology states it
+    C = next(link.bandwidth_GBps for link in capacity if set(link.between) == {"cpu1", "pcie_switch2"})
+    assert delay <= shard_bytes_down / (C * 1e3)  # bytes / (GB/s x 1e3 bytes per us) = us
 
 
 OWN = os.path.join(EVENT, "h100_llama8b_own_gpu_drafter.yaml")
