@@ -36,9 +36,15 @@ def test_ready_times_of_a_host_ahead_of_the_gpu():
     assert piecewise_ready_us(ROWS, 1.0, 2.0).tolist() == [2.0, 12.0, 9.0, 15.0, 12.0, 9.0]
 
 
+def test_the_forwards_entry_delays_the_first_piece_and_so_every_segment():
+    """An entry of 5 us before the first piece: the host replays it at 5, every segment's R 5 later than at 0."""
+    assert piecewise_ready_us(ROWS, 10.0, 20.0, entry_us=5.0).tolist() == [7.0, 40.0, 41.0, 70.0, 71.0, 68.0]
+
+
 def test_the_host_times_add_the_launches_at_the_eager_launch_cost():
-    work = PiecewiseHost(piece_us=0.9, piece_launches=1, attention_us=17.4, attention_launches=2)
-    assert host_times(work, 12.87) == pytest.approx((0.9 + 12.87, 17.4 + 2 * 12.87))
+    work = PiecewiseHost(piece_us=0.9, piece_launches=1, attention_us=17.4, attention_launches=2, entry_us=3.0,
+                         entry_per_layer_us=1.5)
+    assert host_times(work, 12.87, 32) == pytest.approx((0.9 + 12.87, 17.4 + 2 * 12.87, 3.0 + 1.5 * 32))
 
 
 def _plan(ready) -> PassPlan:
@@ -76,7 +82,9 @@ CASE = os.path.join(SCENARIOS, "validation", "cases", "h100_llama8b_decode.yaml"
 
 @pytest.mark.parametrize("version", ["0.8.4", "0.8.5"])
 def test_vllm_runs_its_graphs_piecewise_with_the_profiles_host_work(version):
-    raw = yaml.safe_load(open(os.path.join(ROOT, "engines", "vllm", f"{version}.yaml")))["piecewise_host"]["value"]
+    profile = yaml.safe_load(open(os.path.join(ROOT, "engines", "vllm", f"{version}.yaml")))
+    raw = {"entry_us": 0.0, "entry_per_layer_us": 0.0, **profile["piecewise_host"]["value"],
+           **(profile["compiled_entry"]["value"] if "compiled_entry" in profile else {})}
     scenario = simulator.load_scenario(CASE, [("engine", {"name": "vllm", "version": version})])
     assert scenario.spec.runtime.piecewise_host.model_dump() == raw
     assert simulator.load_scenario(CASE).spec.runtime.piecewise_host is None  # SGLang: one graph a pass
@@ -85,15 +93,18 @@ def test_vllm_runs_its_graphs_piecewise_with_the_profiles_host_work(version):
 def test_llama8b_on_an_h100_hides_vllms_per_layer_host_work():
     """Llama-3.1-8B at batch 1 on one H100: a layer's GPU work (~190 us) outlasts its host work (a piece and an
     attention call: 0.9 + 17.4 us of Python, 3 launches at 12.87 us, 57 us), so the piecewise pass is the whole
-    graph's plus at most the lead-in before the host gets ahead: more than nothing, less than one layer's host
-    work."""
+    graph's plus the forward's entry (compiled_entry, before the first piece) and at most the lead-in before the
+    host gets ahead: more than the entry, less than the entry and one layer's host work."""
     vllm = Machine(simulator.load_scenario(CASE, [("engine", {"name": "vllm", "version": "0.8.5"})]))
     whole = Machine(simulator.load_scenario(CASE, [("engine", {"name": "vllm", "version": "0.8.5"}),
                                                    ("runtime.piecewise_host", None)]))
     shape = PassShape(1, 1, 300)
     piecewise, graph = (float(m.sample_durations("target", shape, True, 0).mean()) for m in (vllm, whole))
     layer_host = 0.9 + 17.4 + 3 * 12.87
-    assert 0.0 < piecewise - graph < layer_host
+    host = vllm.runtime.piecewise_host
+    entry = host.entry_us + host.entry_per_layer_us * 32
+    assert entry > 0.0
+    assert entry < piecewise - graph < entry + layer_host
     plan = vllm.plan("target", shape, True)
     per_layer_gpu = plan.gpu_us[1:-1].reshape(-1, 2).sum(axis=1)
     assert per_layer_gpu.min() > layer_host

@@ -174,6 +174,8 @@ def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method
         out["weight_only_gemv"] = profile.weight_only_gemv.value.model_dump()
     if profile.piecewise_host is not None:
         out["piecewise_host"] = profile.piecewise_host.value.model_dump()
+        if profile.compiled_entry is not None:
+            out["piecewise_host"].update(profile.compiled_entry.value.model_dump())
     if profile.mtp_eh_proj is not None:
         out["mtp_eh_proj"] = profile.mtp_eh_proj.value
     if profile.eager_kernels is not None:

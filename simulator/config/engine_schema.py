@@ -114,6 +114,14 @@ class KernelDatabase(Strict):
     version: str
 
 
+class CompiledEntry(Strict):
+    """The host's time entering a compiled forward before its first graph piece (vLLM V1: support_torch_compile's
+    dispatch and Dynamo's bytecode feeding the graph every parameter)."""
+
+    entry_us: float = Field(ge=0, le=1e4, description="a pass")
+    entry_per_layer_us: float = Field(ge=0, le=1e3, description="per layer, for its parameter arguments")
+
+
 class ProfileKernels(Strict):
     """The kernels an engine's own eager model code launches (its Python model, not SGLang's fused kernels)."""
 
@@ -167,6 +175,8 @@ class EngineProfile(EngineProfileSurface, Strict):
         "the n-gram drafter's host time; absent: speculation.ngram's own (SGLang's trie costs)"))
     eager_launch_us: Optional[Sourced[float]] = Field(None, description=(
         "host time per eagerly launched kernel under the engine's Python; absent: the topology's host.eager_launch_us"))
+    compiled_entry: Optional[Sourced[CompiledEntry]] = Field(None, description=(
+        "the compiled forward's entry before its first piece, with piecewise_host; absent: none"))
     piecewise_host: Optional[Sourced[PiecewiseHost]] = Field(None, description=(
         "the host work of a graph pass captured piecewise (a piece per layer, eager attention between); absent: "
         "one graph a pass"))

@@ -90,6 +90,12 @@ class CapturedPasses(Plain):
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'CapturedPasses')
 
+class CompiledEntry(Plain):
+    __slots__ = ('entry_us', 'entry_per_layer_us')
+    _fields = ('entry_us', 'entry_per_layer_us')
+    model_fields = dict.fromkeys(_fields)
+    _pydantic = ('simulator.config.engine_schema', 'CompiledEntry')
+
 class CustomAllReduce(Plain):
     __slots__ = ('kernel', 'one_shot_max_bytes', 'max_bytes', 'pcie_max_gpus')
     _fields = ('kernel', 'one_shot_max_bytes', 'max_bytes', 'pcie_max_gpus')
@@ -97,8 +103,8 @@ class CustomAllReduce(Plain):
     _pydantic = ('simulator.config.engine_schema', 'CustomAllReduce')
 
 class EngineProfile(EngineProfileSurface, Plain):
-    __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj')
-    _fields = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj')
+    __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj')
+    _fields = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'EngineProfile')
 
@@ -161,6 +167,12 @@ class Sourced_CapturedPasses(Sourced):
     _fields = ('value', 'kind', 'source')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[CapturedPasses]')
+
+class Sourced_CompiledEntry(Sourced):
+    __slots__ = ()
+    _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
+    _pydantic = ('simulator.config.engine_schema', 'Sourced[CompiledEntry]')
 
 class Sourced_ExecutorIpc(Sourced):
     __slots__ = ()
@@ -421,8 +433,8 @@ class EngineKernels(Plain):
     _pydantic = ('simulator.config.scenario', 'EngineKernels')
 
 class PiecewiseHost(Plain):
-    __slots__ = ('piece_us', 'piece_launches', 'attention_us', 'attention_launches')
-    _fields = ('piece_us', 'piece_launches', 'attention_us', 'attention_launches')
+    __slots__ = ('piece_us', 'piece_launches', 'attention_us', 'attention_launches', 'entry_us', 'entry_per_layer_us')
+    _fields = ('piece_us', 'piece_launches', 'attention_us', 'attention_launches', 'entry_us', 'entry_per_layer_us')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'PiecewiseHost')
 
@@ -634,6 +646,7 @@ NS = {
     'VLLMEngine': VLLMEngine,
     'BatchRange': BatchRange,
     'CapturedPasses': CapturedPasses,
+    'CompiledEntry': CompiledEntry,
     'CustomAllReduce': CustomAllReduce,
     'EngineProfile': EngineProfile,
     'ExecutorIpc': ExecutorIpc,
@@ -646,6 +659,7 @@ NS = {
     'Sourced': Sourced,
     'Sourced_Annotated_int_Ge': Sourced_Annotated_int_Ge,
     'Sourced_CapturedPasses': Sourced_CapturedPasses,
+    'Sourced_CompiledEntry': Sourced_CompiledEntry,
     'Sourced_ExecutorIpc': Sourced_ExecutorIpc,
     'Sourced_KernelDatabase': Sourced_KernelDatabase,
     'Sourced_Literal_fixed_proposed': Sourced_Literal_fixed_proposed,
@@ -839,6 +853,12 @@ CapturedPasses._checks = (
 )
 CapturedPasses._rules = ()
 CapturedPasses._before = None
+CompiledEntry._checks = (
+    ('entry_us', Float(ge=0, le=10000.0), _MISSING, None),
+    ('entry_per_layer_us', Float(ge=0, le=1000.0), _MISSING, None),
+)
+CompiledEntry._rules = ()
+CompiledEntry._before = None
 CustomAllReduce._checks = (
     ('kernel', Str(min_length=1), _MISSING, None),
     ('one_shot_max_bytes', Int(ge=0), _MISSING, None),
@@ -871,6 +891,7 @@ EngineProfile._checks = (
     ('speculative_policy', Either(Model('Sourced_dict_str_AssistantHeuristicPolicy', NS), NoneOnly()), None, None),
     ('ngram_host', Either(Model('Sourced_NgramHost', NS), NoneOnly()), None, None),
     ('eager_launch_us', Either(Model('Sourced_float', NS), NoneOnly()), None, None),
+    ('compiled_entry', Either(Model('Sourced_CompiledEntry', NS), NoneOnly()), None, None),
     ('piecewise_host', Either(Model('Sourced_PiecewiseHost', NS), NoneOnly()), None, None),
     ('eager_kernels', Either(Model('Sourced_ProfileKernels', NS), NoneOnly()), None, None),
     ('mtp_eh_proj', Either(Model('Sourced_Literal_replicated_row_parallel', NS), NoneOnly()), None, None),
@@ -950,6 +971,13 @@ Sourced_CapturedPasses._checks = (
 )
 Sourced_CapturedPasses._rules = ()
 Sourced_CapturedPasses._before = None
+Sourced_CompiledEntry._checks = (
+    ('value', Model('CompiledEntry', NS), _MISSING, None),
+    ('kind', Lit('counted', 'measured', 'fitted', 'estimated'), _MISSING, None),
+    ('source', Str(min_length=8), _MISSING, None),
+)
+Sourced_CompiledEntry._rules = ()
+Sourced_CompiledEntry._before = None
 Sourced_ExecutorIpc._checks = (
     ('value', Model('ExecutorIpc', NS), _MISSING, None),
     ('kind', Lit('counted', 'measured', 'fitted', 'estimated'), _MISSING, None),
@@ -1304,6 +1332,8 @@ PiecewiseHost._checks = (
     ('piece_launches', Int(le=64, ge=0), 1, None),
     ('attention_us', Float(ge=0, le=10000.0), _MISSING, None),
     ('attention_launches', Int(le=64, ge=0), _MISSING, None),
+    ('entry_us', Float(ge=0, le=10000.0), 0.0, None),
+    ('entry_per_layer_us', Float(ge=0, le=1000.0), 0.0, None),
 )
 PiecewiseHost._rules = ()
 PiecewiseHost._before = None

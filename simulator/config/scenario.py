@@ -54,6 +54,10 @@ class PiecewiseHost(Strict):
     piece_launches: NonNegativeInt = Field(1, le=64, description="Launches of one piece's replay (the graph launch)")
     attention_us: float = Field(ge=0, le=1e4, description="Python of one eager attention call, its launches apart")
     attention_launches: NonNegativeInt = Field(le=64, description="Kernel launches of one attention call")
+    entry_us: float = Field(0.0, ge=0, le=1e4, description=(
+        "Python of entering the compiled forward before its first piece (the dispatcher, the bytecode feeding the "
+        "graph its arguments), a pass"))
+    entry_per_layer_us: float = Field(0.0, ge=0, le=1e3, description="The same entry's time per layer's arguments")
 
 
 class WeightOnlyGemv(Strict):

@@ -249,8 +249,10 @@ class Machine:
         ready = None
         if graph and self.runtime.piecewise_host is not None:  # vLLM V1: a piece per layer, eager attention between
             gpu = table[:, 1] + table[:, 2] + table[:, 3]
-            ready = piecewise_ready_us([(w, splits[i]) for w, i in zip(gpu.tolist(), layout.order)],
-                                       *host_times(self.runtime.piecewise_host, self.host.spec.eager_launch_us))
+            works = [(w, splits[i]) for w, i in zip(gpu.tolist(), layout.order)]
+            layers = sum(1 for _, split in works if split is not None)  # an attention call a layer on this rank
+            ready = piecewise_ready_us(works, *host_times(self.runtime.piecewise_host, self.host.spec.eager_launch_us,
+                                                         layers))
         sampled_key = (graph, layout.order, distinct.shape, distinct.tobytes(), lines[0].shape,
                        *(a.tobytes() for a in lines), None if ready is None else ready.tobytes())
         return PassPlan(

@@ -15,13 +15,14 @@ ATTENTION_KERNELS = ("attention", "mla_attention")  # model.cost's attention ker
 
 
 def piecewise_ready_us(rows: list[tuple[float, tuple[float, float] | None]], piece_us: float,
-                       attention_us: float) -> np.ndarray:
+                       attention_us: float, entry_us: float = 0.0) -> np.ndarray:
     """R per segment, in the pass's order, from (W, (S, P)) per segment: W its GPU work, S the work from its
     attention kernel on and P the work after it (None: no attention call in the segment); piece_us and attention_us
-    the host time of one piece's replay and of one attention call, launches included. With t the host's time when
-    the segment's piece was replayed, a segment without attention: R = t + W; with attention: R = max(t + W,
+    the host time of one piece's replay and of one attention call, launches included; entry_us the host's time in
+    the compiled forward's entry before the first piece. With t the host's time when the segment's piece was
+    replayed (entry_us for the first), a segment without attention: R = t + W; with attention: R = max(t + W,
     t + attention_us + S, t' + P), t' = t + attention_us + piece_us (the next piece replayed)."""
-    t, out = 0.0, []
+    t, out = entry_us, []
     for work, split in rows:
         if split is None:
             out.append(t + work)
@@ -43,7 +44,9 @@ def attention_split_us(segment, times) -> tuple[float, float] | None:
     return None
 
 
-def host_times(piecewise, eager_launch_us: float) -> tuple[float, float]:
-    """(one piece's replay, one attention call) in us: each its Python plus its launches at eager_launch_us."""
+def host_times(piecewise, eager_launch_us: float, layers: int) -> tuple[float, float, float]:
+    """(one piece's replay, one attention call, the forward's entry) in us: each its Python plus its launches at
+    eager_launch_us; the entry's time for a pass of `layers` layers."""
     return (piecewise.piece_us + piecewise.piece_launches * eager_launch_us,
-            piecewise.attention_us + piecewise.attention_launches * eager_launch_us)
+            piecewise.attention_us + piecewise.attention_launches * eager_launch_us,
+            piecewise.entry_us + piecewise.entry_per_layer_us * layers)
