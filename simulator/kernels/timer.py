@@ -75,12 +75,17 @@ class KernelTimer:
         return roofline, compute_bound, False
 
     def _runs_weight_only_gemv(self, shape) -> bool:
+        """Whether the engine's own weight-only GEMV times this shape: a GEMM of one of its weight dtypes at no more
+        than its max_tokens rows (gpt-fast: int8 at one row); every other shape takes the source's kernel."""
         rule = self.weight_only_gemv
         return rule is not None and isinstance(shape, Gemm) and shape.dtype in rule.dtypes and shape.m <= rule.max_tokens
 
     def _weight_only_gemv(self, kernel) -> tuple[float, bool, bool]:
         """The engine's weight-only GEMV: the bf16 GEMV of the same shape (timed as any bf16 GEMM) streams 2 bytes a
-        weight; this kernel streams the quantised weights and their scales at bandwidth_vs_bf16 of that rate."""
+        weight; this kernel streams the quantised weights and their scales at bandwidth_vs_bf16 of that rate, so its
+        time is the bf16 GEMV's x (bytes a weight / 2) / bandwidth_vs_bf16. Assumed: the whole bf16 time scales so,
+        its activations' bytes and any fixed floor included (at the few rows it runs at, the weights are nearly all
+        the bytes)."""
         s = kernel.shape
         act = BYTES["bf16"]
         bf16 = type(kernel)(kernel.name, kernel.flops, s.n * s.k * act + s.m * (s.n + s.k) * act, "bf16",
