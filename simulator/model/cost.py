@@ -242,7 +242,7 @@ def eh_proj_segment(card: ModelCard, tp: int, T: int, mode: str) -> Segment:
     read). Replicated, each rank reads all of it and no collective follows; row_parallel (TensorRT-LLM from PR #5689),
     each rank reads 1 / tp of its rows on its slice of the input and an all-reduce of T x hidden sums them."""
     d, act = card.hidden_size, BYTES_PER_VALUE[card.activation_dtype]
-    split = tp if mode == "row_parallel" and tp > 1 else 1
+    split = _eh_proj_ranks(tp, mode)
     wd = card.activation_dtype
     kernel = _gemm("eh_proj", T, 2 * d / split, d, BYTES_PER_VALUE[wd], act, compute_dtype(card, wd), wd)
     collective = "allreduce" if split > 1 else None
@@ -253,8 +253,13 @@ def eh_proj_bytes(card: ModelCard, tp: int, mode: str | None) -> float:
     """Bytes one rank holds of an MTP card's eh_proj weights (one 2 hidden x hidden matrix per module); 0 without."""
     if mode is None:
         return 0.0
-    split = tp if mode == "row_parallel" and tp > 1 else 1
-    return card.num_layers * 2 * card.hidden_size ** 2 * BYTES_PER_VALUE[card.activation_dtype] / split
+    weights = card.num_layers * 2 * card.hidden_size ** 2 * BYTES_PER_VALUE[card.activation_dtype]
+    return weights / _eh_proj_ranks(tp, mode)
+
+
+def _eh_proj_ranks(tp: int, mode: str) -> int:
+    """The ranks eh_proj's rows are split over: the tp ranks where row_parallel, else one (replicated)."""
+    return tp if mode == "row_parallel" and tp > 1 else 1
 
 
 def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm: bool = False,
