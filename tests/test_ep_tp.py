@@ -172,3 +172,23 @@ def test_ep_below_tp_fuses_the_norm_into_tps_all_reduce_as_tp_does(shape):
     assert fused_ep4 == fused_tp8
     # every layer's two segments one launch fewer (head and tail have no norm after their collective)
     assert [a - b for a, b in zip(unfused_ep4, fused_ep4)] == [0] + [1] * (2 * 61) + [0]
+
+
+def test_ep_equal_to_tp_fuses_only_its_dense_layers_all_reduces():
+    """TP8 with ep = 8 and no DP-attention: the dense layers keep TP's all-reduces (fused with the next RMSNorm, one
+    launch fewer in each of their two segments), the MoE layers' reduce-scatter, dispatch, combine and all-gather
+    are not TP's all-reduce and launch as unfused (split_layout.py's docstring)."""
+    ep8 = _machine(*TP_ONLY, "parallelism.ep=8")
+    card = ep8.card
+    dense, moe = card.num_dense_layers, card.num_layers - card.num_dense_layers
+    assert (ep8.split.ep, ep8.split.tp, ep8.split.groups, dense, moe) == (8, 8, 1, 3, 58)
+
+    def launches(fused):
+        layout = pass_layout(card, 8, PassShape(1, 1), fused, ep8.split)
+        return [layout.segments[i].num_kernels for i in layout.order]
+
+    unfused, fused = launches(False), launches(True)
+    # head; per dense layer attention and MLP; per MoE layer attention's reduce-scatter, the router's dispatch, the
+    # experts' combine, the all-gather back; tail
+    assert len(unfused) == 1 + 2 * dense + 4 * moe + 1
+    assert [a - b for a, b in zip(unfused, fused)] == [0] + [1] * (2 * dense) + [0] * (4 * moe) + [0]
