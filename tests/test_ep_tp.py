@@ -1,9 +1,7 @@
-"""Expert parallelism with 1 < ep < tp ("EP4TP2"): the busiest expert group's load against its formula, what the
+"""Expert parallelism with 1 < ep < tp ("EP4TP2"): the experts' kernel at the busiest expert rank's load, what the
 split moves (TP's all-reduce, no all-to-all, as SGLang runs it without DeepEP), the experts' kernel per rank, the
 weights per GPU, and the all-to-all backends it cannot take as one line and exit 2."""
 from __future__ import annotations
-
-import math
 
 import pytest
 
@@ -14,7 +12,7 @@ from simulator.timing.machine import Machine
 from simulator.timing.placement import replicates_shared_experts, weight_bytes_per_gpu
 from simulator.kernels.roofline import _work
 from simulator.kernels.shapes import MoE
-from simulator.model.cards import busiest_expert_group
+from simulator.model.routing import busiest_at
 from simulator.model.cost import PassShape, pass_layout
 
 DSV3 = scenario_path("h200_dsv3_dpattn_ep8.yaml")
@@ -22,59 +20,21 @@ TP_ONLY = ["parallelism.dp=1", "parallelism.dp_attention=false"]
 D, K, E, INTER = 7168, 8, 256, 2048  # DeepSeek-V3: hidden size, experts per token, routed experts, expert width
 
 
-def binomial_max_ratio(experts: int, k: int, tokens: float, groups: int) -> float:
-    """E[max of `groups` iid Binomial(E / groups, p)] / (E / groups x p), p = 1 - (1 - k/E)^tokens, by its pmf."""
-    size, p = experts // groups, 1 - (1 - k / experts) ** tokens
-    pmf = [math.comb(size, m) * p ** m * (1 - p) ** (size - m) for m in range(size + 1)]
-    cdf = [sum(pmf[:m + 1]) for m in range(size + 1)]
-    expected_max = sum(m * (cdf[m] ** groups - (cdf[m - 1] ** groups if m else 0.0)) for m in range(size + 1))
-    return expected_max / (size * p)
-
-
-def exact_one_token_max(experts: int, k: int, groups: int) -> float:
-    """One token's k distinct experts over `groups` groups (multivariate hypergeometric): E[max group count]."""
-    size = experts // groups
-
-    def ways_all_at_most(m: int) -> int:  # k-subsets with every group holding <= m: [x^k] (sum_{i<=m} C(G, i) x^i)^g
-        poly = [1]
-        for _ in range(groups):
-            poly = [sum(poly[j] * math.comb(size, n - j) for j in range(len(poly)) if 0 <= n - j <= m)
-                    for n in range(len(poly) + m)]
-        return poly[k] if k < len(poly) else 0
-
-    return sum(1 - ways_all_at_most(m - 1) / math.comb(experts, k) for m in range(1, k + 1))
-
-
-@pytest.mark.parametrize("experts, k, tokens, groups", [(256, 8, 1, 4), (256, 8, 1, 8), (256, 8, 6.4, 4),
-                                                         (256, 8, 32, 2), (384, 8, 3, 8), (64, 6, 1, 4)])
-def test_busiest_group_is_the_binomial_maximum(experts, k, tokens, groups):
-    assert busiest_expert_group(experts, k, tokens, groups) == pytest.approx(
-        binomial_max_ratio(experts, k, tokens, groups), rel=1e-9)
-
-
-def test_busiest_group_against_the_exact_one_token_count():
-    """The independence assumption against the exact count at one token (where it is furthest off): within 2%;
-    DeepSeek-V3 over 4 groups puts 3.51 of a token's 8 experts in its busiest group (3.48 by the model)."""
-    for groups in (2, 4, 8):
-        exact = exact_one_token_max(E, K, groups)
-        model = busiest_expert_group(E, K, 1, groups) * K / groups
-        assert model == pytest.approx(exact, rel=0.02), groups
-    assert exact_one_token_max(E, K, 4) == pytest.approx(3.512, abs=1e-3)
-
-
-def test_busiest_group_limits():
-    """One group is the mean; the ratio falls with the batch towards 1 (every expert touched everywhere)."""
-    assert busiest_expert_group(E, K, 1, 1) == 1.0
-    ratios = [busiest_expert_group(E, K, n, 4) for n in (1, 4, 16, 64, 512)]
-    assert all(a > b for a, b in zip(ratios, ratios[1:])) and ratios[0] > 1.7 and ratios[-1] == pytest.approx(1.0)
+def busiest_one_token(ep: int) -> float:
+    """The busiest of ep ranks' share of one token's experts over the mean rank's, under DeepSeek-V3's group-limited
+    routing (model.routing, checked against exact counts in tests/test_routing.py)."""
+    return busiest_at(E, K, 8, 4, "top2_sum", ep, 1)[0]
 
 
 def test_roofline_takes_the_busiest_ranks_load():
     """The fused-MoE roofline's FLOPs and bytes scale with the busiest rank's load (experts and routed tokens)."""
     base = MoE(2.0, D, INTER, K, E, 2, "fp4", ep=4)
     flops, nbytes, _, _ = _work(base, 148)
-    flops2, nbytes2, _, _ = _work(MoE(2.0, D, INTER, K, E, 2, "fp4", ep=4, busiest=1.5), 148)
+    flops2, nbytes2, _, _ = _work(MoE(2.0, D, INTER, K, E, 2, "fp4", ep=4, busiest=1.5, busiest_routed=1.5), 148)
     assert (flops2, nbytes2) == pytest.approx((1.5 * flops, 1.5 * nbytes), rel=1e-12)
+    # more routed tokens on the same experts: only the activations grow (2 tokens x 8 / 4 = 4 pairs, 3.8 experts)
+    _, nbytes3, _, _ = _work(MoE(2.0, D, INTER, K, E, 2, "fp4", ep=4, busiest_routed=1.5), 148)
+    assert nbytes3 - nbytes == pytest.approx(0.5 * 4 * (D + 3 * INTER / 2) * 2.0, rel=1e-12)
 
 
 def _machine(*sets: str) -> Machine:
@@ -108,8 +68,9 @@ def test_ep_below_tp_expert_kernel_is_the_busiest_groups_share():
     ep4, tp8 = _machine(*TP_ONLY, "parallelism.ep=4"), _machine(*TP_ONLY, "parallelism.ep=1")
     moe, plain = ({k.name: k for seg in pass_layout(m.card, 8, PassShape(1, 1), False, m.split).segments
                    for k in seg.kernels if any(x.name == "experts_gate_up" for x in seg.kernels)} for m in (ep4, tp8))
-    ratio = binomial_max_ratio(E, K, 1, 4)
-    touched = routed = K / 4 * ratio  # one token: its 8 experts, 2 per group on average, each one routed token
+    ratio = busiest_one_token(4)
+    assert ratio * K / 4 == pytest.approx(3.93, abs=0.02)  # of one token's 8 experts, in 4 of the 8 groups
+    touched = routed = K / 4 * ratio  # one token: its 8 experts, 2 per rank on average, each one routed token
     inter = INTER / 2
     assert ep4.card.weights.experts == "fp8"
     wb = 1.0
@@ -154,7 +115,7 @@ def test_pipeline_stages_with_ep_below_tp():
     experts = next(k for k in pass_layout(ep2.card, 4, shape, False, ep2.split).segments[3].kernels
                    if k.name == "experts_down")
     assert (experts.shape.tp, experts.shape.ep) == (2, 2)
-    assert experts.shape.busiest == pytest.approx(binomial_max_ratio(E, K, 1, 2), rel=1e-9)  # a micro-batch of 1
+    assert experts.shape.busiest == experts.shape.busiest_routed == busiest_one_token(2)  # a micro-batch of 1
 
 
 @pytest.mark.parametrize("shape", [PassShape(1, 1), PassShape(4, 8, 800, False, True)])

@@ -103,6 +103,30 @@ def test_an_nvfp4_checkpoint_that_keeps_its_mtp_layer_unquantised_reads_as_bf16_
     assert card.mtp_layers == 1 and card.weights.mtp == mtp
 
 
+@pytest.mark.parametrize("n_group, topk_group, method, expected", [
+    (8, 4, "noaux_tc", (8, 4, "top2_sum")), (8, 3, "group_limited_greedy", (8, 3, "max")), (1, 1, "noaux_tc", (1, 1, "top2_sum"))])
+def test_the_routers_groups_are_read_from_config_json(tmp_path, n_group, topk_group, method, expected):
+    """n_group, topk_group and topk_method become the card's routing groups (DeepSeek-V3: 8, 4, noaux_tc; V2's
+    group_limited_greedy ranks a group by its best score); a config without groups routes over every expert."""
+    with open(os.path.join(HF, "deepseek_v3", "config.json")) as handle:
+        config = json.load(handle)
+    config.update(n_group=n_group, topk_group=topk_group, topk_method=method)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    moe = ModelCard.model_validate(card_from_file(str(tmp_path / "config.json"))[0]).moe
+    assert (moe.num_expert_groups, moe.groups_per_token, moe.group_score) == expected
+
+
+@pytest.mark.parametrize("groups, chosen", [(7, 4), (8, 9), (256, 1)])
+def test_routing_groups_that_cannot_hold_the_top_k_are_one_line(tmp_path, capsys, groups, chosen):
+    with open(os.path.join(HF, "deepseek_v3", "config.json")) as handle:
+        config = json.load(handle)
+    config.update(n_group=groups, topk_group=chosen)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, out, err = cli(capsys, "import", "model", str(path))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "groups_per_token" in err, err
+
+
 @pytest.mark.parametrize("config, field", [
     ({"model_type": "falcon"}, "model_type"),
     ({"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,

@@ -386,7 +386,7 @@ def _f46(cls, FrozenInstanceError):
 # simulator.kernels.shapes.MoE
 def _f47(cls, FrozenInstanceError):
     def __delattr__(self,name):
-        if type(self) is cls or name in ('tokens','hidden','inter','topk','experts','tp','dtype','share','balanced','ep','busiest',):
+        if type(self) is cls or name in ('tokens','hidden','inter','topk','experts','tp','dtype','share','balanced','ep','busiest','busiest_routed',):
          raise FrozenInstanceError(f"cannot delete field {name!r}")
         super(cls, self).__delattr__(name)
     return __delattr__
@@ -843,7 +843,7 @@ def _f103():
 def _f104():
     def __eq__(self,other):
         if other.__class__ is self.__class__:
-         return (self.tokens,self.hidden,self.inter,self.topk,self.experts,self.tp,self.dtype,self.share,self.balanced,self.ep,self.busiest,)==(other.tokens,other.hidden,other.inter,other.topk,other.experts,other.tp,other.dtype,other.share,other.balanced,other.ep,other.busiest,)
+         return (self.tokens,self.hidden,self.inter,self.topk,self.experts,self.tp,self.dtype,self.share,self.balanced,self.ep,self.busiest,self.busiest_routed,)==(other.tokens,other.hidden,other.inter,other.topk,other.experts,other.tp,other.dtype,other.share,other.balanced,other.ep,other.busiest,other.busiest_routed,)
         return NotImplemented
     return __eq__
 
@@ -1146,7 +1146,7 @@ def _f152():
 # simulator.kernels.shapes.MoE
 def _f153():
     def __hash__(self):
-        return hash((self.tokens,self.hidden,self.inter,self.topk,self.experts,self.tp,self.dtype,self.share,self.balanced,self.ep,self.busiest,))
+        return hash((self.tokens,self.hidden,self.inter,self.topk,self.experts,self.tp,self.dtype,self.share,self.balanced,self.ep,self.busiest,self.busiest_routed,))
     return __hash__
 
 # simulator.results.summary.RunSummary
@@ -1828,8 +1828,8 @@ def _f212(_type_src, _type_dst, _type_links, _type_path_class, _type_p2p, _type_
     return __init__
 
 # simulator.kernels.shapes.MoE
-def _f213(_type_tokens, _type_hidden, _type_inter, _type_topk, _type_experts, _type_tp, _type_dtype, _type_share, _type_balanced, _type_ep, _type_busiest, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_share, _dflt_balanced, _dflt_ep, _dflt_busiest, _return_type):
-    def __init__(self,tokens:_type_tokens,hidden:_type_hidden,inter:_type_inter,topk:_type_topk,experts:_type_experts,tp:_type_tp,dtype:_type_dtype,share:_type_share=_dflt_share,balanced:_type_balanced=_dflt_balanced,ep:_type_ep=_dflt_ep,busiest:_type_busiest=_dflt_busiest)->_return_type:
+def _f213(_type_tokens, _type_hidden, _type_inter, _type_topk, _type_experts, _type_tp, _type_dtype, _type_share, _type_balanced, _type_ep, _type_busiest, _type_busiest_routed, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_share, _dflt_balanced, _dflt_ep, _dflt_busiest, _dflt_busiest_routed, _return_type):
+    def __init__(self,tokens:_type_tokens,hidden:_type_hidden,inter:_type_inter,topk:_type_topk,experts:_type_experts,tp:_type_tp,dtype:_type_dtype,share:_type_share=_dflt_share,balanced:_type_balanced=_dflt_balanced,ep:_type_ep=_dflt_ep,busiest:_type_busiest=_dflt_busiest,busiest_routed:_type_busiest_routed=_dflt_busiest_routed)->_return_type:
         __dataclass_builtins_object__.__setattr__(self,'tokens',tokens)
         __dataclass_builtins_object__.__setattr__(self,'hidden',hidden)
         __dataclass_builtins_object__.__setattr__(self,'inter',inter)
@@ -1841,6 +1841,7 @@ def _f213(_type_tokens, _type_hidden, _type_inter, _type_topk, _type_experts, _t
         __dataclass_builtins_object__.__setattr__(self,'balanced',balanced)
         __dataclass_builtins_object__.__setattr__(self,'ep',ep)
         __dataclass_builtins_object__.__setattr__(self,'busiest',busiest)
+        __dataclass_builtins_object__.__setattr__(self,'busiest_routed',busiest_routed)
     return __init__
 
 # simulator.results.summary.RunSummary
@@ -2241,7 +2242,7 @@ def _f274():
 # simulator.kernels.shapes.MoE
 def _f275():
     def __repr__(self):
-        return self.__class__.__qualname__ + f"(tokens={self.tokens!r}, hidden={self.hidden!r}, inter={self.inter!r}, topk={self.topk!r}, experts={self.experts!r}, tp={self.tp!r}, dtype={self.dtype!r}, share={self.share!r}, balanced={self.balanced!r}, ep={self.ep!r}, busiest={self.busiest!r})"
+        return self.__class__.__qualname__ + f"(tokens={self.tokens!r}, hidden={self.hidden!r}, inter={self.inter!r}, topk={self.topk!r}, experts={self.experts!r}, tp={self.tp!r}, dtype={self.dtype!r}, share={self.share!r}, balanced={self.balanced!r}, ep={self.ep!r}, busiest={self.busiest!r}, busiest_routed={self.busiest_routed!r})"
     return __repr__
 
 # simulator.results.summary.RunSummary
@@ -2647,7 +2648,7 @@ def _f326(cls, FrozenInstanceError):
 # simulator.kernels.shapes.MoE
 def _f327(cls, FrozenInstanceError):
     def __setattr__(self,name,value):
-        if type(self) is cls or name in ('tokens','hidden','inter','topk','experts','tp','dtype','share','balanced','ep','busiest',):
+        if type(self) is cls or name in ('tokens','hidden','inter','topk','experts','tp','dtype','share','balanced','ep','busiest','busiest_routed',):
          raise FrozenInstanceError(f"cannot assign to field {name!r}")
         super(cls, self).__setattr__(name, value)
     return __setattr__
@@ -2733,7 +2734,7 @@ FACTORIES = {
     '17d535db67e20947cd4b188be7fbe6a8b65ca07d': _f44,
     'ff81cfadb1513d727e4240080555d9c813217ef4': _f45,
     'da292432d62abf54ec4591c09857018af61dfb1c': _f46,
-    '0def108edeb74adea90d8ce8d6b1463b69858463': _f47,
+    'd57b3604ea931d85ae3976125ab3bd111cb80492': _f47,
     '9f5d2eea5bb8d68df477de7ce24ae900c9d702a6': _f48,
     'f788d573c09d5a1277592c6e7900d58165bb8ba0': _f49,
     '8f073d300797e7340b39917c22d302b9ce618511': _f50,
@@ -2790,7 +2791,7 @@ FACTORIES = {
     '2350bd444c5a142866003ad735884c3ae9ff7f4f': _f101,
     'ed7f5bd674e99da3f0e36ba746790fc989080025': _f102,
     'f1609abe1cafced492f7c07c56638ad09524eaf9': _f103,
-    'f87ad9a5332b7849bf28c9562f2d84345ad3630d': _f104,
+    '169824b93d498e7b533116e807bc6cfdaf5b9ebf': _f104,
     'b4312eee9bc412e1dac20084394884dc9059c73b': _f105,
     '3613c47e63a88548026bfac047241830af491223': _f106,
     '8935896fc5ca09e69a6f0c8b25bfb3c4228aba32': _f107,
@@ -2839,7 +2840,7 @@ FACTORIES = {
     '67aef7d3b11178068ef227e161d281d0a7715aa4': _f150,
     'ff510736360458bdb40183b10d35bb13230cc54e': _f151,
     'ddcd11a6f6f4eba995f4ceeeeff8193a053aba93': _f152,
-    '315fa3fe632c863a9bbbd236e9a6d0a09fe7301d': _f153,
+    'fe34f1f9291a1b53530714f73008819d59e5dc97': _f153,
     '982f61f37f9b7462700706ec9936d23e35ea1951': _f154,
     '0f84b2a8bab868834cb6889f31327a786b41298e': _f155,
     'db33647f5bef8991e7211eb4101aa8b12982dd41': _f156,
@@ -2899,7 +2900,7 @@ FACTORIES = {
     '7ccb5123d2f8069860c200de461bc82604d3dc09': _f210,
     'd836a2bca771bc3a45a06583030eb5b73420fbe7': _f211,
     '1fbf240606c084c4740f5d4ebe493d097a9daa82': _f212,
-    'a63c5a9c88f33de077825b8e2509c96e48bb2759': _f213,
+    'd55c552b4256afba58e5a06e662f1d85332d8f12': _f213,
     '591f8cbeaa5ea69a24bf10af3e0bee8e2c26f92b': _f214,
     'ce461b293174c15d25f21bd1415866c0150b8ffc': _f215,
     '8ce0c35f8eab9768816d168d833e347ddf1bb697': _f216,
@@ -2961,7 +2962,7 @@ FACTORIES = {
     'f7c1c92d16187debc0f313fcfaad68e0432bf881': _f272,
     '4270ad78485e7407d26cf0ed13c9fd42a3854b07': _f273,
     '30ebcf8ced26856ca4da5ca9cc8a89559d821e64': _f274,
-    'd0e18071e5b9a16377f3b992a3ed66561a4bcf99': _f275,
+    'ba1bb927784acc51313f49d0596cd83e12e6f869': _f275,
     '240d088e439959631d95b8f8c44d7f4bd537219b': _f276,
     'de2030c1479c1f07fabdc0af0716a3908393faa3': _f277,
     'cce3b9b24af8c819d2d001d158cbed32875d960a': _f278,
@@ -3013,7 +3014,7 @@ FACTORIES = {
     '0a941cc2fd208bad6cb0e027b88084dff2c779ec': _f324,
     '36951b72c78aabab06354c93f2d3aa172f9cb92f': _f325,
     '3689eb2a62303ee15734a683f5d7aaf37c92aec7': _f326,
-    '85c4f38c0a1ef8891871ae74fdcab8d7545686de': _f327,
+    '75ea70ae5ca0f6f37e3289f1bbb395a8e4645639': _f327,
     '0e8a8970ac7373033c161080671b7ba58f7aa386': _f328,
     'c4e3f6c91c330372cdbe3605b9c70e1715862ef4': _f329,
     'd3c22aa456c4e5e563d73a846aa9f2e273a1f3c8': _f330,

@@ -331,8 +331,8 @@ class MLAAttention(Plain):
     _pydantic = ('simulator.config.model_card', 'MLAAttention')
 
 class MoESpec(Plain):
-    __slots__ = ('num_experts', 'experts_per_token', 'num_shared_experts', 'intermediate_size', 'shared_experts_overlap', 'routing_locality')
-    _fields = ('num_experts', 'experts_per_token', 'num_shared_experts', 'intermediate_size', 'shared_experts_overlap', 'routing_locality')
+    __slots__ = ('num_experts', 'experts_per_token', 'num_shared_experts', 'intermediate_size', 'shared_experts_overlap', 'routing_locality', 'num_expert_groups', 'groups_per_token', 'group_score')
+    _fields = ('num_experts', 'experts_per_token', 'num_shared_experts', 'intermediate_size', 'shared_experts_overlap', 'routing_locality', 'num_expert_groups', 'groups_per_token', 'group_score')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.model_card', 'MoESpec')
 
@@ -1180,6 +1180,9 @@ MoESpec._checks = (
     ('intermediate_size', Int(gt=0, le=2147483647), _MISSING, None),
     ('shared_experts_overlap', Bool(), False, None),
     ('routing_locality', Float(ge=0.0, lt=1.0), 0.0, None),
+    ('num_expert_groups', Int(gt=0), 1, None),
+    ('groups_per_token', Int(gt=0), 1, None),
+    ('group_score', Lit('top2_sum', 'max'), 'top2_sum', None),
 )
 MoESpec._rules = (rules.moe_top_k, )
 MoESpec._before = None

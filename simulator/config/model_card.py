@@ -67,6 +67,14 @@ class MoESpec(Strict):
     routing_locality: float = Field(0.0, ge=0.0, lt=1.0, description=(
         "Share of a token's expert choices that repeat the previous token's of the same sequence (0: independent, "
         "uniform routing); lowers the distinct experts a multi-token verify touches"))
+    num_expert_groups: PositiveInt = Field(1, description=(
+        "Groups of contiguous expert ids the router ranks first (config.json n_group; 1: no group limit)"))
+    groups_per_token: PositiveInt = Field(1, description=(
+        "Groups a token's experts are chosen from (config.json topk_group): the best groups by group_score, then "
+        "the top-k experts inside them (DeepSeek-V3 inference/model.py Gate.forward)"))
+    group_score: Literal["top2_sum", "max"] = Field("top2_sum", description=(
+        "How a group is ranked: the sum of its two best scores (DeepSeek-V3's noaux_tc, with the correction "
+        "bias) or its best score (DeepSeek-V2's group_limited_greedy)"))
 
     _k = model_validator(mode="after")(rules.moe_top_k)
 

@@ -82,6 +82,17 @@ def gqa_groups(self):
 def moe_top_k(self):
     if self.experts_per_token > self.num_experts:
         raise ValueError("experts_per_token exceeds num_experts")
+    groups, chosen = self.num_expert_groups, self.groups_per_token
+    if self.num_experts % groups or chosen > groups:
+        raise ValueError(f"num_expert_groups {groups} must divide num_experts {self.num_experts} and be at least "
+                         f"groups_per_token {chosen}")
+    size = self.num_experts // groups
+    if self.experts_per_token > chosen * size:
+        raise ValueError(f"groups_per_token {chosen} of {size} experts each cannot hold experts_per_token "
+                         f"{self.experts_per_token}")
+    if groups > 1 and self.group_score == "top2_sum" and size < 2:
+        raise ValueError(f"group_score top2_sum needs 2 experts a group, num_expert_groups {groups} leaves {size}; "
+                         "allowed: max")
     return self
 
 

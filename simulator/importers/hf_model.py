@@ -166,9 +166,16 @@ def _moe(config: dict, model_type: str, file: str, g, notes: dict) -> tuple[int,
         if model_type != "qwen3_moe":
             notes["dense_intermediate_size"] = "intermediate_size (unused: no dense layers)"
     notes["moe.routing_locality"] = "assumed, as the shipped DeepSeek-V3 / Kimi-K2.5 cards (Cohere 2026, docs/sources.md)"
-    return dense, {"num_experts": experts, "experts_per_token": k, "num_shared_experts": shared,
-                   "intermediate_size": size, "shared_experts_overlap": model_type in MLA and shared > 0,
-                   "routing_locality": ROUTING_LOCALITY}
+    moe = {"num_experts": experts, "experts_per_token": k, "num_shared_experts": shared,
+           "intermediate_size": size, "shared_experts_overlap": model_type in MLA and shared > 0,
+           "routing_locality": ROUTING_LOCALITY}
+    if model_type in MLA and (config.get("n_group") or 1) > 1:
+        moe["num_expert_groups"], moe["groups_per_token"] = g("n_group"), g("topk_group")
+        # noaux_tc ranks a group by its two best biased scores, group_limited_greedy by its best (DeepSeek-V3
+        # inference/model.py Gate.forward; DeepSeek-V2's modeling_deepseek.py MoEGate)
+        moe["group_score"] = "max" if config.get("topk_method") == "group_limited_greedy" else "top2_sum"
+        notes["moe"] += "; num_expert_groups, groups_per_token, group_score: n_group, topk_group, topk_method"
+    return dense, moe
 
 
 def draft_head_from_file(path: str) -> tuple[dict, str]:

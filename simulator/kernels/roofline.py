@@ -171,7 +171,7 @@ def _work(shape: KernelShape, num_sms: int) -> tuple[float, float, str, int]:
         routed = shape.tokens * shape.topk / shape.ep  # expert parallelism: this rank's share of the experts
         touched = (min(shape.experts, routed * shape.ep) if shape.balanced else
                    shape.experts * (1.0 - (1.0 - shape.topk / shape.experts) ** shape.tokens)) / shape.ep
-        routed, touched = routed * shape.busiest, touched * shape.busiest  # the busiest expert rank's load
+        routed, touched = routed * shape.busiest_routed, touched * shape.busiest  # the busiest expert rank's load
         per_expert = routed / max(touched, 1e-9)
         padded = math.ceil(per_expert / MOE_BLOCK_M) * MOE_BLOCK_M
         flops = 2.0 * touched * padded * shape.hidden * 3 * inter

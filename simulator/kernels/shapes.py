@@ -84,7 +84,8 @@ class MoE:
     share: float = 1.0
     balanced: bool = False  # tokens spread evenly over experts (a benchmark's routing), not drawn uniformly
     ep: int = 1  # expert parallelism: this rank holds experts / ep of them and gets tokens x topk / ep routed tokens
-    busiest: float = 1.0  # the busiest expert rank's distinct experts and routed tokens over the mean rank's (>= 1)
+    busiest: float = 1.0  # the busiest expert rank's distinct experts over the mean rank's (>= 1)
+    busiest_routed: float = 1.0  # the busiest expert rank's routed tokens (token-expert pairs) over the mean rank's
     family = "moe"
 
 

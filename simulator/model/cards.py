@@ -1,9 +1,6 @@
 """Derived quantities of a model card: bytes per parameter, parameters per component, KV bytes per token, per GPU."""
 from __future__ import annotations
 
-import math
-
-from ..cache import stored
 from ..config.mirror import GQAAttention, MLAAttention, ModelCard
 
 BYTES_PER_VALUE = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
@@ -89,27 +86,3 @@ def independent_tokens(tokens: int, batch: int = 1, locality: float = 0.0) -> fl
     """The independently routed tokens that touch as many distinct experts as `batch` sequences of `tokens` tokens
     with routing locality rho: b (1 + (t - 1)(1 - rho))."""
     return batch * (1.0 + (tokens - 1) * (1.0 - locality))
-
-
-@stored
-def busiest_expert_group(num_experts: int, experts_per_token: int, independent: float, groups: int) -> float:
-    """Under expert parallelism the experts sit in `groups` equal groups (each ep rank's, SGLang's contiguous
-    num_experts / ep), and the pass waits for the rank whose group the batch loads most: the expected distinct experts
-    touched in the busiest group over the mean group's, >= 1 (1 for one group).
-
-    Assumption (uniform routing, as expected_distinct_experts): each expert is touched independently with
-    p = 1 - (1 - k/E)^n, so a group of G = E / groups experts holds Binomial(G, p) touched ones and the groups are
-    independent: E[max] = sum_{m=1..G} (1 - F(m - 1)^groups). For DeepSeek-V3's 256 experts, top-8, 4 groups and one
-    token: 3.48 of the 8 in the busiest group against a mean of 2 (the exact multivariate hypergeometric gives 3.51).
-    """
-    p = 1.0 - (1.0 - experts_per_token / num_experts) ** independent
-    size = num_experts // groups
-    if groups <= 1 or p <= 0.0 or p >= 1.0:
-        return 1.0
-    log_p, log_q = math.log(p), math.log1p(-p)
-    cdf, expected_max = 0.0, 0.0
-    for m in range(size):  # cdf = F(m) after the m-th term; E[max] += P(max > m)
-        cdf += math.exp(math.lgamma(size + 1) - math.lgamma(m + 1) - math.lgamma(size - m + 1) + m * log_p
-                        + (size - m) * log_q)
-        expected_max += 1.0 - min(cdf, 1.0) ** groups
-    return max(1.0, expected_max / (size * p))

@@ -13,8 +13,9 @@ from dataclasses import replace
 from ..compiled import dataclass
 from ..config.mirror import DraftHead, EagerKernels, GQAAttention, MLAAttention, ModelCard
 from ..kernels.shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
-from .cards import (BYTES_PER_VALUE, busiest_expert_group, bytes_per_param, compute_dtype,
-                    expected_distinct_experts, independent_tokens, kv_bytes_per_token_layer)
+from .cards import (BYTES_PER_VALUE, bytes_per_param, compute_dtype, expected_distinct_experts, independent_tokens,
+                    kv_bytes_per_token_layer)
+from .routing import busiest_expert_rank
 
 
 @dataclass(frozen=True)
@@ -163,22 +164,24 @@ def _moe_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kernel]:
 def _expert_kernels(card: ModelCard, tp: int, shape: PassShape, ep: int = 1, shared_tokens: int | None = None,
                     shared_tp: int | None = None) -> list[Kernel]:
     """The routed experts over `shape`'s tokens, each expert split over tp ranks; with expert parallelism (ep > 1)
-    this rank holds experts / ep of them and computes tokens x k / ep routed tokens (uniform routing), scaled to the
-    busiest expert rank's load (cards.busiest_expert_group: the pass waits for it). The shared experts run on
-    shared_tokens (default: all) split over shared_tp ranks (default: tp)."""
+    this rank holds experts / ep of them and computes tokens x k / ep routed tokens (the mean rank's), scaled to the
+    busiest expert rank's distinct experts and routed tokens under the card's routing (routing.busiest_expert_rank:
+    the pass waits for it). The shared experts run on shared_tokens (default: all) split over shared_tp ranks
+    (default: tp)."""
     m, d, w = card.moe, card.hidden_size, card.weights
     act = BYTES_PER_VALUE[card.activation_dtype]
     inter = m.intermediate_size / tp
     T = shape.query_tokens
     # the independently routed tokens that touch as many distinct experts as this pass's (routing locality)
     independent = independent_tokens(shape.tokens, shape.batch, m.routing_locality)
-    busiest = busiest_expert_group(m.num_experts, m.experts_per_token, round(independent, 3), ep)
+    busiest, busiest_routed = busiest_expert_rank(m, ep, round(independent, 3))
     touched = expected_distinct_experts(m.num_experts, m.experts_per_token, shape.tokens, shape.batch,
                                         m.routing_locality) / ep * busiest
     wb, cd = bytes_per_param(card, w.experts), compute_dtype(card, w.experts)
-    routed = T * m.experts_per_token / ep * busiest
+    routed = T * m.experts_per_token / ep * busiest_routed
     fused = lambda share: MoE(round(independent, 3), d, m.intermediate_size, m.experts_per_token,  # noqa: E731
-                              m.num_experts, tp, w.experts, share, ep=ep, busiest=busiest)
+                              m.num_experts, tp, w.experts, share, ep=ep, busiest=busiest,
+                              busiest_routed=busiest_routed)
     kernels = [Kernel("experts_gate_up", 2.0 * routed * d * 2 * inter,
                       touched * d * 2 * inter * wb + routed * (d + 2 * inter) * act, cd, fused(2 / 3),
                       card.kernels.moe_fused),

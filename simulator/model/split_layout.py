@@ -20,7 +20,7 @@ pipeline stages):
   hold (expert_map -> -1) and computes its own on the tokens routed to them, the shared experts are split over tp as
   under TP, and one all-reduce over the tp ranks sums the routed and shared outputs (DeepseekV2MoE.forward_normal),
   exactly TP's collective. What changes is the experts' kernel: the busiest expert group's distinct experts and
-  routed tokens (model.cards.busiest_expert_group), at 1 / (tp / ep) width. Under DP-attention the block sits
+  routed tokens (model.routing.busiest_expert_rank), at 1 / (tp / ep) width. Under DP-attention the block sits
   between the same all-gather and reduce-scatter as without expert parallelism; with pipeline stages each stage's
   MoE layers run so, between TP's all-reduces.
 - Embedding and lm_head: under DP-attention the embedding is replicated (SGLang's DeepseekV2Model builds it with
