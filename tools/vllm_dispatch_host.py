@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+from vllm_forward_host import median_us  # tools/ is the script's folder, on sys.path
+
 SMALL_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
                "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
                "vocab_size": 1024, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
@@ -104,17 +106,6 @@ def build(layers: int):
     return causal.model, ids
 
 
-def median_us(call, repeats: int = 2000) -> float:
-    """Median CPU time of the calling thread (not the process: gloo's threads aside), in us."""
-    clock = time.thread_time_ns
-    times = []
-    for _ in range(repeats):
-        t0 = clock()
-        call()
-        times.append((clock() - t0) / 1e3)
-    return statistics.median(times[repeats // 10:])
-
-
 def measure(layers: int, runs: int = 5) -> tuple[float, int]:
     """(the fastest of `runs` medians, the graph's arguments) for a model of `layers` layers, in this process."""
     import torch
@@ -124,7 +115,9 @@ def measure(layers: int, runs: int = 5) -> tuple[float, int]:
         import vllm_dispatch_host as registered  # the module the backend's qualname resolved to
 
         placeholders = list(registered.ARGUMENTS.values())[-1]
-        return min(median_us(lambda: model(ids, ids, None, None)) for _ in range(runs)), placeholders
+        # the calling thread's CPU time, not the process's: gloo's threads aside
+        return (min(median_us(lambda: model(ids, ids, None, None), clock=time.thread_time_ns) for _ in range(runs)),
+                placeholders)
 
 
 def main(layer_counts=(8, 32, 80), processes: int = 3) -> dict:
