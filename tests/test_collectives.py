@@ -129,10 +129,12 @@ def test_pcie_switch_search_and_ring_formula():
 
 
 def test_nccl_choice_is_the_cheapest_option():
+    """NCCL picks the cheapest entry of its own table; what it then runs is that entry over the channels it launches."""
     ar = AllReduce(Fabric(switch_topology()), 8, "nccl")
     for nbytes in (1024, 1 << 16, 1 << 24):
         best = min(ar.nccl_options(nbytes), key=lambda o: o.time_us)
-        assert ar.cost(nbytes) == best
+        assert (ar.cost(nbytes).algorithm, ar.cost(nbytes).protocol) == (best.algorithm, best.protocol)
+        assert ar.cost(nbytes) == ar.nccl_launched(best, nbytes)
     assert ar.cost(1024).protocol == "LL"  # latency-bound
     assert ar.cost(1 << 26).protocol == "Simple"  # bandwidth-bound
 
@@ -207,7 +209,7 @@ def test_routes_prefer_nvlink_then_the_socket_last():
                                               ("h100_sxm", "topologies/nvlink8_h100.yaml")])
 def test_nvlink_link_latency_is_the_fit_to_the_2_and_4_gpu_rows(system, topology):
     """The shipped per-link latency is the least-squares fit to aiconfigurator's 2- and 4-GPU small all-reduces (never
-    to the 8-GPU rows, which are validation cases); Blackwell needs 0.5 us per link, Hopper none."""
+    to the 8-GPU rows, which are validation cases); Blackwell needs 0.45 us per link, Hopper none."""
     pytest.importorskip("pyarrow")
     from simulator.analysis import nvlink_latency
     from simulator.config.loader import read_yaml
@@ -386,3 +388,44 @@ def test_a_burst_needs_its_rate():
         burst_topology(4096.0, burst_GBps=None)
     with pytest.raises(ValidationError, match="burst_GBps"):
         burst_topology(4096.0, burst_GBps=4.0)
+
+
+# --- the channels an operation launches (NVIDIA/nccl v2.29.7-1 src/enqueue.cc topoGetAlgoInfo) ----------------------
+def test_launched_channels_follow_topo_get_algo_info():
+    """comm->nChannels is twice the graphs' 12 (connect.cc); ring LL at 8 ranks needs 8 x 8 = 64 B a thread, so below
+    nc x 512 x 64 B a channel goes, then threads halve (while a multiple of 128); LL128 8 B and Simple 64 B a thread."""
+    from simulator.hardware.nccl import Graph, launched_channels
+
+    g = Graph(12, 30.0, 30.0)
+    ring_ll = {512: (1, 64), 8192: (1, 128), 16384: (1, 256), 32768: (1, 512), 65536: (2, 512),
+               786432: (24, 512), 1 << 30: (24, 512)}
+    for nbytes, expected in ring_ll.items():
+        assert launched_channels(nbytes, "ring", "LL", 8, g, g) == expected
+    assert launched_channels(16384, "tree", "LL", 8, g, g) == (4, 512)        # 16384 / (512 x 8)
+    assert launched_channels(16384, "ring", "LL128", 8, g, g) == (3, 640)     # 3 x 640 x 8 = 15360
+    assert launched_channels(16384, "ring", "Simple", 8, g, g) == (1, 256)    # 1 x 512 x 64 > 16384
+    assert launched_channels(16384, "ring", "LL", 2, g, g) == (2, 512)        # 2 ranks: 16 B a thread, 2 x 512 x 16
+    assert launched_channels(1 << 20, "ring", "LL", 8, Graph(32, 20.0, 20.0), g) == (24, 512)  # min(ring, tree)
+
+
+def test_small_ring_runs_on_the_channels_it_launches():
+    """8x H100 (12 ring channels of 30 GB/s): ring LL below 32 KiB runs on one channel, so its bus bandwidth is one
+    channel's 30 x 0.5 (NCCL's LL figure) instead of the 141 GB/s cap; from 768 KiB all 24 run and NCCL's time is
+    unchanged; NVLS keeps its channels at every size. The table NCCL chooses from is NCCL's own, untouched."""
+    from simulator.config.loader import read_yaml
+
+    topology = Topology.model_validate(read_yaml("topologies/nvlink8_h100.yaml"))
+    ar = AllReduce(Fabric(topology), 8, "nccl")
+    table = {(o.algorithm, o.protocol): o for o in ar.nccl_options(16384)}
+    assert table[("nccl_ring", "LL")].time_us == pytest.approx(6.6 + 14 * 0.6 + 16384 / (1000 * 141 * 8 / 14))
+    cost = ar.cost(16384)
+    assert (cost.algorithm, cost.protocol) == ("nccl_ring", "LL")
+    assert cost.time_us == pytest.approx(6.6 + 14 * 0.6 + 16384 / (1000 * 30 * 0.5 * 8 / 14))
+    # 32 KiB: NCCL still runs ring LL (its table's cheapest), though launched its tree LL would be faster
+    table = {(o.algorithm, o.protocol): o for o in ar.nccl_options(32768)}
+    assert min(table.values(), key=lambda o: o.time_us) is table[("nccl_ring", "LL")]
+    assert ar.cost(32768).protocol == "LL" and ar.cost(32768).algorithm == "nccl_ring"
+    big = 1 << 20
+    assert ar.cost(big) == min(ar.nccl_options(big), key=lambda o: o.time_us)
+    nvls = 2 << 20
+    assert ar.cost(nvls).algorithm == "nvls" and ar.cost(nvls) == min(ar.nccl_options(nvls), key=lambda o: o.time_us)

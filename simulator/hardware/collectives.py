@@ -186,14 +186,24 @@ class AllReduce:
         sustained_GBps = wire / (1000.0 * (nccl.algo_time_us(option, nbytes) - option.latency_us))
         return max(0.0, min(wire, burst_bytes) * (1.0 / sustained_GBps - 1.0 / burst_GBps) / 1000.0)
 
+    def _timed(self, option: nccl.Option, nbytes: int, burst) -> CollectiveCost:
+        time = nccl.algo_time_us(option, nbytes) - self.burst_saving_us(option, nbytes, 2 * (self.ranks - 1), burst)
+        algbw = nbytes / (1000.0 * (time - option.latency_us)) if nbytes else option.algbw_GBps
+        return CollectiveCost(NCCL_NAME[option.algorithm], option.protocol, time, option.latency_us,
+                              algbw, algbw * 2 * (self.ranks - 1) / self.ranks)
+
     def nccl_options(self, nbytes: int) -> list[CollectiveCost]:
-        out, burst = [], self._ring_burst()
-        for option in self._tables:
-            time = nccl.algo_time_us(option, nbytes) - self.burst_saving_us(option, nbytes, 2 * (self.ranks - 1), burst)
-            algbw = nbytes / (1000.0 * (time - option.latency_us)) if nbytes else option.algbw_GBps
-            out.append(CollectiveCost(NCCL_NAME[option.algorithm], option.protocol, time, option.latency_us,
-                                      algbw, algbw * 2 * (self.ranks - 1) / self.ranks))
-        return out
+        """NCCL's cost table for nbytes (ncclTopoGetAlgoTime over every algorithm and protocol): what it chooses by."""
+        burst = self._ring_burst()
+        return [self._timed(option, nbytes, burst) for option in self._tables]
+
+    def nccl_launched(self, chosen: CollectiveCost, nbytes: int) -> CollectiveCost:
+        """The option NCCL chose from its table, timed over the channels topoGetAlgoInfo launches for nbytes
+        (nccl.launched_option): a ring or tree of a small message runs on fewer channels than its table assumed."""
+        option = next(o for o in self._tables
+                      if NCCL_NAME[o.algorithm] == chosen.algorithm and o.protocol == chosen.protocol)
+        run = nccl.launched_option(option, nbytes, self.ranks, self.fabric.topology.gpu.sm_version, self._graphs)
+        return chosen if run is option else self._timed(run, nbytes, self._ring_burst())
 
     # -- custom all-reduce (vLLM / SGLang) --------------------------------------------------------------------
     def custom_options(self, nbytes: int, forced: bool) -> list[CollectiveCost]:
@@ -269,14 +279,14 @@ class AllReduce:
         if self.ranks <= 1:
             return CollectiveCost("none", "-", 0.0, 0.0, 0.0, 0.0)  # one rank: nothing to reduce
         choice = self.choice
-        if choice == "auto":
-            options = self.nccl_options(nbytes) + self.custom_options(nbytes, forced=False)
-        elif choice == "nccl":
-            options = self.nccl_options(nbytes)
-        elif choice in CUSTOM_ALGORITHMS:
+        if choice in CUSTOM_ALGORITHMS:
             options = [o for o in self.custom_options(nbytes, forced=True) if o.algorithm == choice]
         else:
-            options = [o for o in self.nccl_options(nbytes) if o.algorithm == choice]
+            # NCCL chooses by its own table, then launches that choice on the channels the size needs
+            table = [o for o in self.nccl_options(nbytes) if choice in ("auto", "nccl") or o.algorithm == choice]
+            options = [self.nccl_launched(min(table, key=lambda o: o.time_us), nbytes)] if table else []
+            if choice == "auto":
+                options += self.custom_options(nbytes, forced=False)
         if not options:
             raise NotPermitted(f"allreduce {choice!r} is not available on this fabric")
         return min(options, key=lambda o: o.time_us)

@@ -120,20 +120,7 @@ def allreduce_options(ranks: int, sm_version: int, hw: str, graphs: dict[str, Gr
         for k, proto in enumerate(T.PROTOCOLS):
             if proto == "LL128" and not ll128:
                 continue
-            bus = graph.channels * graph.bw_intra
-            if algo == "ring":
-                if proto == "LL":
-                    bus = min(T.LL_MAX_BW[a][0], bus * T.LL_EFFICIENCY)
-                elif proto == "LL128":
-                    bus = min(bus * T.LL128_EFFICIENCY, graph.channels * T.PER_CHANNEL_MAX_RING_LL128_BW[a][0])
-                algbw = bus * ranks / nsteps
-            else:
-                bus = min(bus * T.TREE_ALLREDUCE_EFFICIENCY, graph.channels * T.PER_CHANNEL_MAX_TREE_BW[a][0])
-                if proto == "LL":
-                    bus = min(bus / T.TREE_LL_DIVISOR, T.LL_MAX_BW[a][0])
-                elif proto == "LL128":
-                    bus = min(bus * T.TREE_LL128_ONE_NODE, graph.channels * T.PER_CHANNEL_MAX_TREE_LL128_BW[a][0])
-                algbw = bus * 0.5
+            algbw = allreduce_algbw(algo, proto, ranks, a, graph.channels, graph.bw_intra)
             step = T.HW_LATENCY_US[hw][algo][k] + extra_step_latency_us
             latency = T.BASE_LATENCY_US[algo][k] + nsteps * step  # ring: nsteps; tree: 2 (n - 1) on one node
             latency = max(latency, eager_floor_us(hw, nsteps, extra_step_latency_us, eager_us))
@@ -145,6 +132,56 @@ def allreduce_options(ranks: int, sm_version: int, hw: str, graphs: dict[str, Gr
         latency = max(T.HW_LATENCY_US["nvlink"]["nvls"][2], eager_floor_us(hw, nsteps, extra_step_latency_us, eager_us))
         out.append(Option("nvls", "Simple", latency, algbw, bus))
     return out
+
+
+def allreduce_algbw(algo: str, proto: str, ranks: int, arch: str, channels: int, bw_intra: float) -> float:
+    """ncclTopoTuneModel's algorithm bandwidth of a ring or tree all-reduce on one node over `channels` channels of
+    bw_intra each (the graph's count, or fewer: launched_channels)."""
+    nsteps = 2 * (ranks - 1)
+    bus = channels * bw_intra
+    if algo == "ring":
+        if proto == "LL":
+            bus = min(T.LL_MAX_BW[arch][0], bus * T.LL_EFFICIENCY)
+        elif proto == "LL128":
+            bus = min(bus * T.LL128_EFFICIENCY, channels * T.PER_CHANNEL_MAX_RING_LL128_BW[arch][0])
+        return bus * ranks / nsteps
+    bus = min(bus * T.TREE_ALLREDUCE_EFFICIENCY, channels * T.PER_CHANNEL_MAX_TREE_BW[arch][0])
+    if proto == "LL":
+        bus = min(bus / T.TREE_LL_DIVISOR, T.LL_MAX_BW[arch][0])
+    elif proto == "LL128":
+        bus = min(bus * T.TREE_LL128_ONE_NODE, channels * T.PER_CHANNEL_MAX_TREE_LL128_BW[arch][0])
+    return bus * 0.5
+
+
+def launched_channels(nbytes: int, algo: str, proto: str, ranks: int, ring: Graph, tree: Graph) -> tuple[int, int]:
+    """(channels, threads a channel) a ring or tree operation of nbytes launches, src/enqueue.cc topoGetAlgoInfo: from
+    comm->nChannels (twice the ring/tree graphs' channels, connect.cc ncclTopoPostset) and the protocol's maxThreads,
+    channels drop one by one, then threads halve, while nbytes < channels x threads x the thread threshold."""
+    nc = min(T.COMM_MAX_CHANNELS, 2 * min(ring.channels, tree.channels))
+    nt = T.MAX_THREADS[proto]
+    if algo == "ring" and proto == "Simple" and ring.bw_intra * ring.channels <= T.PCI_BW:
+        nt = T.SIMPLE_PCI_THREADS
+    threshold = T.THREAD_THRESHOLD[proto] * (ranks if algo == "ring" and proto == "LL" else 1)
+    while nbytes < nc * nt * threshold and nc >= 2:
+        nc -= 1
+    while nbytes < nc * nt * threshold and nt % 128 == 0:
+        nt //= 2
+    return nc, nt
+
+
+def launched_option(option: Option, nbytes: int, ranks: int, sm_version: int, graphs: dict[str, Graph]) -> Option:
+    """The option NCCL chose, as the channels it launches run it: channels 0 .. nc-1 are graph channels 0 .. nc-1 (the
+    duplicates come after them), each at the bandwidth the search gave it, so below the graph's count the tuning
+    model's bandwidth is taken over min(nc, graph channels) channels (an extension: NCCL's time uses all of them).
+    NVLS keeps comm->nvlsChannels at every size (topoGetAlgoInfo), so it is unchanged."""
+    if option.algorithm not in ("ring", "tree") or "ring" not in graphs or "tree" not in graphs:
+        return option
+    graph = graphs[option.algorithm]
+    nc, _ = launched_channels(nbytes, option.algorithm, option.protocol, ranks, graphs["ring"], graphs["tree"])
+    if nc >= graph.channels:
+        return option
+    algbw = allreduce_algbw(option.algorithm, option.protocol, ranks, T.arch(sm_version), nc, graph.bw_intra)
+    return Option(option.algorithm, option.protocol, option.latency_us, algbw, option.busbw_GBps * algbw / option.algbw_GBps)
 
 
 def eager_floor_us(hw: str, nsteps: int, extra_step_latency_us: float, eager_us: tuple[float, float]) -> float:

@@ -77,6 +77,18 @@ SPEED_ARRAY_INTRA = {
     "sm100": (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
 }
 # src/init.cc: MAXCHANNELS 64, ring/tree graphs search up to MAXCHANNELS/2; NCCL_MAX_NVLS_ARITY 32
+# --- the channels and threads an operation launches (src/enqueue.cc topoGetAlgoInfo, src/graph/connect.cc) -----------
+# ncclTopoPostset duplicates every ring/tree channel ("Duplication should be complete now"): comm->nChannels =
+# min(MAXCHANNELS, 2 x the graph's channels), channel c + n running graph channel c's ring again
+COMM_MAX_CHANNELS = 64
+# ncclTopoTuneModel: maxThreads per protocol (device.h NCCL_LL_MAX_NTHREADS, NCCL_LL128_MAX_NTHREADS,
+# NCCL_SIMPLE_MAX_NTHREADS; ring Simple starts at 256 when the ring's bwIntra x nChannels <= PCI_BW)
+MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+SIMPLE_PCI_THREADS = 256
+PCI_BW = 12.0  # topo.h, GB/s (PCI Gen3 x16)
+# comm.h NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD: bytes of work a thread must have before more threads and channels
+# are used; ring LL's is multiplied by nRanks (tuning.cc, end of ncclTopoTuneModel)
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 MAX_CHANNELS = 32
 MAX_NVLS_ARITY = 32
 # ncclTopoDupChannels: channels are duplicated (bandwidth halved) when bwIntra >= 25, except on sm > 80 when
