@@ -8,7 +8,9 @@ runs them) takes at least the fabric's calibrated eager floor (fabric.nccl_eager
 A third: a ring whose bottleneck link has a burst (burst_bytes, a token bucket full at each collective's start) moves
 that link's first burst_bytes per direction, protocol overhead included, at burst_GBps and only the rest at its
 bandwidth; trees and NVLS keep the sustained rate.
-A pass's collectives keep NCCL's figures: their host launch and rank skew are the host model's. Custom all-reduce (vLLM / SGLang one-shot and two-shot) is not
+NCCL chooses from its own table (ncclTopoTuneModel's figures, which know none of these extensions); its choice then
+runs at what it costs with them. A pass's collectives keep NCCL's figures: their host launch and rank skew are the
+host model's. Custom all-reduce (vLLM / SGLang one-shot and two-shot) is not
 NCCL; its cost is a flag round trip per phase plus the reads every rank makes from every peer.
 """
 from __future__ import annotations
@@ -77,6 +79,7 @@ class AllReduce:
         self._p2p_all = ranks > 1 and fabric.all_pairs_p2p(ranks)
         self._nvlink_all = ranks > 1 and fabric.all_pairs_nvlink(ranks)
         self._graphs: dict[str, nccl.Graph] = {}
+        self._own: dict[tuple[str, str], nccl.Option] = {}
         self._tables = self._nccl_tables() if ranks > 1 else []
         if choice in CUSTOM_ALGORITHMS and ranks > 1 and not self._p2p_all:
             raise NotPermitted(f"{choice} needs peer-to-peer between all {ranks} ranks, "
@@ -147,8 +150,11 @@ class AllReduce:
     def _nccl_tables(self) -> list[nccl.Option]:
         self._graphs = self._nccl_graphs()
         hw, extra = self._route()
-        return nccl.allreduce_options(self.ranks, self.fabric.topology.gpu.sm_version, hw, self._graphs, extra,
-                                      self._ll_extra())
+        sm = self.fabric.topology.gpu.sm_version
+        # what NCCL chooses by: ncclTopoTuneModel's own figures (no route extra, no eager floor)
+        own = nccl.allreduce_options(self.ranks, sm, hw, self._graphs)
+        self._own = {(NCCL_NAME[o.algorithm], o.protocol): o for o in own}
+        return nccl.allreduce_options(self.ranks, sm, hw, self._graphs, extra, self._ll_extra())
 
     def _ll_extra(self) -> tuple[float, float]:
         """An eager launch's calibrated floor beyond NCCL's ring LL latency, (fixed, per step) us; none in a pass."""
@@ -196,6 +202,11 @@ class AllReduce:
         """NCCL's cost table for nbytes (ncclTopoGetAlgoTime over every algorithm and protocol): what it chooses by."""
         burst = self._ring_burst()
         return [self._timed(option, nbytes, burst) for option in self._tables]
+
+    def nccl_choice(self, table: list[CollectiveCost], nbytes: int) -> CollectiveCost:
+        """NCCL's pick among `table` (this size's options, as they run): the entry its own table times fastest
+        (ncclTopoGetAlgoTime over ncclTopoTuneModel's figures alone: no route extra, eager floor or burst)."""
+        return min(table, key=lambda c: nccl.algo_time_us(self._own[(c.algorithm, c.protocol)], nbytes))
 
     def nccl_launched(self, chosen: CollectiveCost, nbytes: int) -> CollectiveCost:
         """The option NCCL chose from its table, timed over the channels topoGetAlgoInfo launches for nbytes
@@ -261,16 +272,17 @@ class AllReduce:
 
     @stored
     def allgather_us(self, nbytes_per_rank: int) -> float:
-        """NCCL ring all-gather of nbytes from each rank: n-1 steps, the cheapest protocol (tuning.cc's model)."""
+        """NCCL ring all-gather of nbytes from each rank: n-1 steps, the protocol NCCL's own table times fastest
+        (tuning.cc's model), run at what it costs with this fabric's extras."""
         n = self.ranks
         if n <= 1:
             return 0.0
         hw, extra = self._route()
-        options = nccl.allgather_options(n, self.fabric.topology.gpu.sm_version, hw, self._graphs["ring"], extra,
-                                         self._ll_extra())
-        burst = self._ring_burst()
-        nbytes = nbytes_per_rank * n
-        return min(nccl.algo_time_us(o, nbytes) - self.burst_saving_us(o, nbytes, n - 1, burst) for o in options)
+        sm, ring, nbytes = self.fabric.topology.gpu.sm_version, self._graphs["ring"], nbytes_per_rank * n
+        own = nccl.allgather_options(n, sm, hw, ring)
+        runs = nccl.allgather_options(n, sm, hw, ring, extra, self._ll_extra())
+        o = runs[min(range(len(own)), key=lambda k: nccl.algo_time_us(own[k], nbytes))]
+        return nccl.algo_time_us(o, nbytes) - self.burst_saving_us(o, nbytes, n - 1, self._ring_burst())
 
     # -- choice ---------------------------------------------------------------------------------------------
     @stored
@@ -284,7 +296,7 @@ class AllReduce:
         else:
             # NCCL chooses by its own table, then launches that choice on the channels the size needs
             table = [o for o in self.nccl_options(nbytes) if choice in ("auto", "nccl") or o.algorithm == choice]
-            options = [self.nccl_launched(min(table, key=lambda o: o.time_us), nbytes)] if table else []
+            options = [self.nccl_launched(self.nccl_choice(table, nbytes), nbytes)] if table else []
             if choice == "auto":
                 options += self.custom_options(nbytes, forced=False)
         if not options:

@@ -29,10 +29,12 @@ def make_allreduce(fabric: Fabric, ranks: int, choice: str = "auto", kernel_floo
     return AllReduce(fabric, ranks, choice, kernel_floor_us, custom_model)
 
 
-def multinode_allgather_options(fabric: Fabric, ranks: int, cpu_vendor: str = "intel") -> list[Option]:
+def multinode_allgather_options(fabric: Fabric, ranks: int, cpu_vendor: str = "intel",
+                                own: bool = False) -> list[Option]:
     """NCCL's ring all-gather over machines (tuning.cc, nNodes > 1): base + (nsteps - nInter) x max(intra step, net
     overhead) + nInter x the network step, nsteps = n - 1 and nInter = nNodes - 1; bus bandwidth as the all-reduce
-    ring's (one channel per NIC, LL capped by llMaxBw, LL128 by its per-channel maximum)."""
+    ring's (one channel per NIC, LL capped by llMaxBw, LL128 by its per-channel maximum). own=True: NCCL's own
+    figures (no route extra), what it chooses by."""
     from .parallel_collectives import NET_OVERHEAD_US, multinode_setup
 
     m = multinode_setup(fabric, ranks)
@@ -47,7 +49,7 @@ def multinode_allgather_options(fabric: Fabric, ranks: int, cpu_vendor: str = "i
         if proto == "LL128" and m.intra_hw != "nvlink":
             continue
         overhead = NET_OVERHEAD_US[cpu_vendor] * (3 if proto == "Simple" else 1)
-        intra = max(T.HW_LATENCY_US[m.intra_hw]["ring"][k] + m.extra_step_latency_us, overhead)
+        intra = max(T.HW_LATENCY_US[m.intra_hw]["ring"][k] + (0.0 if own else m.extra_step_latency_us), overhead)
         net = T.HW_LATENCY_US["net"]["tree" if ppn == 1 else "ring"][k]
         latency = T.BASE_LATENCY_US["ring"][k] + (nsteps - inter) * intra + inter * net
         bus = {"LL": min(ll_max, bus0 * T.LL_EFFICIENCY),
@@ -74,12 +76,12 @@ class MultiNodeAllReduce:
 
     @stored
     def cost(self, nbytes: int) -> CollectiveCost:
-        from .parallel_collectives import multinode_allreduce_timed
+        from .parallel_collectives import multinode_allreduce_timed, nccl_pick
 
-        timed = multinode_allreduce_timed(self.fabric, self.ranks, nbytes)
+        own, runs = (multinode_allreduce_timed(self.fabric, self.ranks, nbytes, own=flag) for flag in (True, False))
         if self.choice in NCCL_NAME.values():
-            timed = [(o, t) for o, t in timed if NCCL_NAME[o.algorithm] == self.choice]
-        option, time = min(timed, key=lambda pair: pair[1])
+            own, runs = ([(o, t) for o, t in x if NCCL_NAME[o.algorithm] == self.choice] for x in (own, runs))
+        option, time = nccl_pick(own, runs)  # NCCL chooses by its own table, then runs that choice
         return CollectiveCost(NCCL_NAME[option.algorithm], option.protocol, time, option.latency_us,
                               option.algbw_GBps, option.busbw_GBps)
 
@@ -96,6 +98,8 @@ class MultiNodeAllReduce:
 
     @stored
     def allgather_us(self, nbytes_per_rank: int) -> float:
-        """NCCL's ring all-gather of nbytes from each rank across the machines, the cheapest protocol."""
+        """NCCL's ring all-gather of nbytes from each rank across the machines: the protocol its own table times
+        fastest (own=True: no route extra), run at what it costs."""
         total = nbytes_per_rank * self.ranks
-        return min(algo_time_us(o, total) for o in multinode_allgather_options(self.fabric, self.ranks))
+        own, runs = (multinode_allgather_options(self.fabric, self.ranks, own=flag) for flag in (True, False))
+        return algo_time_us(runs[min(range(len(own)), key=lambda k: algo_time_us(own[k], total))], total)

@@ -237,16 +237,25 @@ def multinode_setup(fabric: Fabric, ranks: int) -> MultiNodeSetup:
     return MultiNodeSetup(len(machines), network_graph(nics, nic_GBps, sm), "nvlink" if nvlink else "pci", extra, sm)
 
 
-def multinode_allreduce_timed(fabric: Fabric, ranks: int, nbytes: int, cpu_vendor: str = "intel") -> list[tuple]:
-    """Every (option, time_us) NCCL's model weighs for an all-reduce of nbytes over the first `ranks` GPUs."""
+def multinode_allreduce_timed(fabric: Fabric, ranks: int, nbytes: int, cpu_vendor: str = "intel",
+                              own: bool = False) -> list[tuple]:
+    """Every (option, time_us) of an all-reduce of nbytes over the first `ranks` GPUs, as it runs (the routes' extra
+    step latency included) or, own=True, as NCCL's own table times it (what NCCL chooses by)."""
     m = multinode_setup(fabric, ranks)
+    extra = 0.0 if own else m.extra_step_latency_us
     options = multinode_allreduce_options(ranks, m.machines, m.sm_version, m.intra_hw, m.graph, cpu_vendor,
-                                          ll128=m.intra_hw == "nvlink", extra_step_latency_us=m.extra_step_latency_us)
+                                          ll128=m.intra_hw == "nvlink", extra_step_latency_us=extra)
     return [(o, multinode_time_us(o, nbytes, ranks, 2 * m.graph.channels, m.sm_version)) for o in options]
 
 
 def allreduce_between_machines(fabric: Fabric, ranks: int, nbytes: int, cpu_vendor: str = "intel") -> tuple:
     """NCCL's choice for an all-reduce over the topology's first `ranks` GPUs, spread evenly over machines: the
-    (option, time_us) of lowest predicted time (multinode_setup says what is taken from the topology). cpu_vendor
-    picks NCCL's LL bandwidth row and network overhead (the topologies do not name the CPU)."""
-    return min(multinode_allreduce_timed(fabric, ranks, nbytes, cpu_vendor), key=lambda pair: pair[1])
+    (option, time_us as it runs) its own table times fastest (multinode_setup says what is taken from the topology).
+    cpu_vendor picks NCCL's LL bandwidth row and network overhead (the topologies do not name the CPU)."""
+    return nccl_pick(multinode_allreduce_timed(fabric, ranks, nbytes, cpu_vendor, own=True),
+                     multinode_allreduce_timed(fabric, ranks, nbytes, cpu_vendor))
+
+
+def nccl_pick(own: list[tuple], runs: list[tuple]) -> tuple:
+    """The run (option, time_us) of the entry NCCL's own table (own, in the same order) times fastest."""
+    return runs[min(range(len(own)), key=lambda k: own[k][1])]
