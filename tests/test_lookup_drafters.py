@@ -42,7 +42,9 @@ def run_model(method: str, config, requests: int, drafts: int, text=None) -> lis
     return out
 
 
-def run_reference(propose, after_step, after_request, requests: int, drafts: int, text=None) -> list[int]:
+def run_reference(propose, after_step, after_request, requests: int, drafts: int, text=None,
+                  record: list | None = None) -> list[int]:
+    """Drafts accepted per step; `record` takes (the proposal's longest path, tokens emitted) per step."""
     out = []
     for rid in range(requests):
         tokens = (text or Text()).tokens(rid, len(STREAM))
@@ -52,6 +54,8 @@ def run_reference(propose, after_step, after_request, requests: int, drafts: int
             continuation = tokens[position:position + drafts]
             taken = max((len(p) for p in paths if continuation[:len(p)] == p), default=0)
             out.append(taken)
+            if record is not None:
+                record.append((max(len(p) for p in paths), min(taken + 1, len(tokens) - position)))
             position += min(taken + 1, len(tokens) - position)
             after_step(rid, tokens, position)
         after_request(tokens[PROMPT:])
@@ -123,7 +127,10 @@ def prompt_lookup_reference(c, requests: int, drafts: int) -> list[int]:
     return run_reference(propose, lambda *a: None, lambda out: None, requests, drafts)
 
 
-def suffix_reference(c, requests: int, drafts: int, text=None) -> list[int]:
+def suffix_reference(c, requests: int, drafts: int, text=None, record: list | None = None) -> list[int]:
+    """Arctic Inference v0.0.6's SuffixCache.speculate: the request's tree (prompt + output so far) and the global one
+    (completed outputs and this request's output so far); per tree, match lengths longest first, a candidate kept
+    only with a strictly higher score; the global tree's best replaces the request tree's only when strictly higher."""
     done = []  # completed requests' outputs, in completion order
 
     def counts(seqs, prefix):
@@ -141,12 +148,14 @@ def suffix_reference(c, requests: int, drafts: int, text=None) -> list[int]:
     def propose(rid, tokens, position, drafts):
         history = tokens[:position]
         best, best_score = [], 0.0
-        for seqs in ([history], done) if c.cache_requests else ([history],):
-            for m in range(1, min(c.max_tree_depth - 1, position) + 1):
+        trees = ([history], done + [history[PROMPT:]]) if c.cache_requests else ([history],)
+        for seqs in trees:
+            tree_best, tree_score = [], 0.0
+            for m in range(min(c.max_tree_depth, position), 0, -1):
                 pattern = history[position - m:]
                 if counts(seqs, pattern)[0] == 0:
-                    break
-                limit = min(drafts, int(c.max_spec_factor * m + c.max_spec_offset), c.max_tree_depth - m)
+                    continue
+                limit = min(drafts, int(c.max_spec_factor * m + c.max_spec_offset + 1e-6))
                 out, prob, score = [], 1.0, 0.0
                 while len(out) < limit:
                     total, nxt = counts(seqs, pattern + out)
@@ -158,10 +167,12 @@ def suffix_reference(c, requests: int, drafts: int, text=None) -> list[int]:
                         break
                     out.append(token)
                     score += prob
-                if score > best_score:
-                    best, best_score = out, score
+                if score > tree_score:
+                    tree_best, tree_score = out, score
+            if tree_score > best_score:
+                best, best_score = tree_best, tree_score
         return prefixes(best)
-    return run_reference(propose, lambda *a: None, done.append, requests, drafts, text)
+    return run_reference(propose, lambda *a: None, done.append, requests, drafts, text, record)
 
 
 @pytest.mark.parametrize("drafts", [3, 8])

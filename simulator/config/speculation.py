@@ -107,13 +107,13 @@ class NgramDrafter(Strict):
 
 class SuffixDrafter(Strict):
     """SuffixDecoding (Arctic Inference; vLLM method suffix) over the workload's corpus: suffix trees of the request's
-    prompt + output and of earlier requests' outputs, on the host CPU. Defaults: vLLM's suffix_decoding_* options."""
+    prompt + output and of the requests' outputs, on the host CPU. Defaults: vLLM's suffix_decoding_* options."""
 
     max_tree_depth: int = Field(24, ge=2, le=256, description="Longest match + speculation a tree holds (suffix_decoding_max_tree_depth)")
     max_spec_factor: PositiveFloat = Field(1.0, description="Drafts per matched token (suffix_decoding_max_spec_factor)")
     max_spec_offset: float = Field(0.0, description="Drafts added to factor x match (Arctic's max_spec_offset)")
     min_token_prob: Probability = Field(0.1, description="Stop drafting below this estimated probability (suffix_decoding_min_token_prob)")
-    cache_requests: bool = Field(True, description="Keep completed requests' outputs in a shared tree (suffix_decoding_max_cached_requests > 0)")
+    cache_requests: bool = Field(True, description="Keep the requests' outputs, completed and running, in a shared tree (suffix_decoding_max_cached_requests > 0)")
     host_us_per_step: NonNegativeFloat = Field(100.0, description="Python-side preparation per step (*estimate*)")
     host_us_per_request: NonNegativeFloat = Field(20.0, description="Per request in the batch (*estimate*)")
     host_us_per_node: NonNegativeFloat = Field(0.05, description="Per tree node a request's update and match visit (*estimate*)")

@@ -11,10 +11,11 @@ tokens, until draft_tokens nodes. Its node-pool capacity (10M nodes) is not mode
 A history of lone requests (each alone in its batch, one after another) runs on LoneTrie, the same trie kept as text.
 vLLM (method ngram): the longest suffix n-gram (prompt_lookup_min..max) that occurred earlier, its earliest
 occurrence, and the k tokens after it as a chain. SuffixDecoding (Arctic Inference; vLLM method suffix): counted
-tries of every substring up to max_tree_depth tokens over the request's prompt + output and over earlier requests'
-outputs; for each match length m the most frequent continuation, stopped when its estimated probability (product of
-child / parent counts) falls below min_token_prob, at most max_spec_factor * m + offset tokens (and m + drafts <=
-max_tree_depth); the candidate with the highest score (summed probabilities) wins, the request's tree on a tie.
+tries of every substring up to max_tree_depth tokens over the request's prompt + output and over every request's
+output (the running one's as it grows); for each match length m the most frequent continuation, stopped when its
+estimated probability (product of child / parent counts) falls below min_token_prob, at most max_spec_factor * m +
+offset tokens (and m + drafts <= max_tree_depth); the candidate with the highest score (summed probabilities) wins,
+the longer match and the request's tree on a tie (Arctic Inference v0.0.6, SuffixCache.speculate).
 """
 from __future__ import annotations
 
@@ -506,29 +507,45 @@ class Tail:
 
 
 class SuffixDrafter:
-    """SuffixDecoding for one request: its own tree over prompt + output, and the server's tree of earlier outputs."""
+    """SuffixDecoding for one request (Arctic Inference v0.0.6, SuffixCache.speculate): its own tree over prompt +
+    output, and the server's tree of outputs, the earlier requests' and this one's as it grows (from `output_start`)."""
 
-    def __init__(self, depth: int, factor: float, offset: float, min_prob: float, shared: CountedTrie | None):
+    def __init__(self, depth: int, factor: float, offset: float, min_prob: float, shared: CountedTrie | None,
+                 output_start: int = 0):
         self.own, self.shared = CountedTrie(depth), shared
         self.tail, self.pushed = Tail(self.own), 0
+        self.shared_tail, self.output_start = (Tail(shared) if shared is not None else None), output_start
         self.factor, self.offset, self.min_prob = factor, offset, min_prob
         self.match_len = 0
 
-    def propose(self, history, length: int, drafts: int) -> list[dict]:
+    def extend(self, history, length: int) -> None:
+        """The request's tokens up to `length` into its own tree, and its output's into the shared one."""
+        start = max(self.pushed, self.output_start)
         for token in history[self.pushed:length]:
             self.tail.push(token)
-        self.pushed = length
+        if self.shared_tail is not None:
+            while self.shared.pending:  # earlier outputs added whole are counted first
+                self.shared.find(())
+            for token in history[start:length]:
+                self.shared_tail.push(token)
+        self.pushed = max(self.pushed, length)
+
+    def propose(self, history, length: int, drafts: int) -> list[dict]:
+        """Per tree, every match length m, the longest winning a tie (Arctic walks them longest first); the shared
+        tree's best replaces the own tree's only with a higher score."""
+        self.extend(history, length)
         depth = self.own.depth
         best, best_score, self.match_len = [], 0.0, 0
         trees = [self.own] if self.shared is None else [self.own, self.shared]
         for trie in trees:
             counts, top, token_of = trie.counts, trie.best, trie.token
+            tree_best, tree_score = [], 0.0
             for m in range(1, min(depth - 1, length) + 1):
                 node = self.tail.nodes[m] if trie is self.own else trie.find(history[length - m:length])
                 if node is None:
                     break  # a longer suffix is absent too
                 self.match_len = max(self.match_len, m)
-                limit = min(drafts, int(self.factor * m + self.offset), depth - m)
+                limit = min(drafts, int(self.factor * m + self.offset + 1e-6), depth - m)
                 tokens, prob, score = [], 1.0, 0.0
                 while len(tokens) < limit and top[node] >= 0:
                     child = top[node]  # the most frequent continuation (the first of equals)
@@ -538,6 +555,8 @@ class SuffixDrafter:
                     tokens.append(token_of[child])
                     score += prob
                     node = child
-                if score > best_score:
-                    best, best_score = tokens, score
+                if score > 0.0 and score >= tree_score:
+                    tree_best, tree_score = tokens, score
+            if tree_score > best_score:
+                best, best_score = tree_best, tree_score
         return chain(best)

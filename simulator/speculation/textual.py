@@ -62,10 +62,11 @@ class TextAcceptance(AcceptanceModel):
                             c.max_bfs_breadth)
         return None
 
-    def _own(self):
+    def _own(self, prompt: int = 0):
         c = self.config
         if self.method == "suffix":
-            return SuffixDrafter(c.max_tree_depth, c.max_spec_factor, c.max_spec_offset, c.min_token_prob, self._trie)
+            return SuffixDrafter(c.max_tree_depth, c.max_spec_factor, c.max_spec_offset, c.min_token_prob, self._trie,
+                                 prompt)
         if c.algorithm == "prompt_lookup":
             return PromptLookup(c.prompt_lookup_min, c.prompt_lookup_max)
         return None
@@ -75,7 +76,7 @@ class TextAcceptance(AcceptanceModel):
         if rid not in self._requests:
             prompt, output = request.prompt_tokens, request.output_tokens
             tokens = self.corpus.tokens(self.first_stream + rid, prompt + output)
-            self._requests[rid] = (tokens, prompt, output, self._own())
+            self._requests[rid] = (tokens, prompt, output, self._own(prompt))
             self._positions[rid] = prompt + max(1, getattr(request, "generated", 1))
         return rid
 
@@ -110,7 +111,7 @@ class TextAcceptance(AcceptanceModel):
         if self.method == "ngram" and own is None:
             self._queue(state, position + emitted, emitted >= remaining)
         elif self.method == "suffix" and trie is not None and emitted >= remaining:
-            trie.add(tokens[prompt:])  # a completed request's output joins the shared tree
+            own.extend(tokens, prompt + output)  # the shared tree holds the completed request's whole output
         return taken, emitted, state
 
     def taken_alone(self, tree: Tree, state, remaining: int):
