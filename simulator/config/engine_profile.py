@@ -178,6 +178,10 @@ def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method
             out["piecewise_host"].update(profile.compiled_entry.value.model_dump())
     if profile.mtp_eh_proj is not None:
         out["mtp_eh_proj"] = profile.mtp_eh_proj.value
+    if profile.vocab_parallel is not None:
+        out["vocab_parallel"] = profile.vocab_parallel.value
+    if profile.separate_gate_up is not None:
+        out["separate_gate_up"] = list(profile.separate_gate_up.value)
     if profile.eager_kernels is not None:
         counts = profile.eager_kernels.value
         decoder = counts.decoder

@@ -9,6 +9,7 @@ from .base import Strict
 from .surface import EngineProfileSurface, HostWorkSurface
 from .policy import AssistantHeuristicPolicy
 from .scenario import DecoderKernels, PiecewiseHost, SpeculativeHost, WeightOnlyGemv
+from .topology import Dtype
 
 T = TypeVar("T")
 from .names import SOURCE_KINDS
@@ -184,5 +185,10 @@ class EngineProfile(EngineProfileSurface, Strict):
         "the engine's own eager kernel counts; absent: the model cards' (SGLang's)"))
     mtp_eh_proj: Optional[Sourced[Literal["replicated", "row_parallel"]]] = Field(None, description=(
         "how an MTP module's eh_proj is split over the tp ranks; absent: replicated"))
+    vocab_parallel: Optional[Sourced[bool]] = Field(None, description=(
+        "the embedding and output layer split by vocabulary over the tp ranks (true) or whole on every rank (false); "
+        "absent: true"))
+    separate_gate_up: Optional[Sourced[list[Dtype]]] = Field(None, description=(
+        "weight dtypes whose MLP gate and up projections are two GEMMs; absent: one fused gate_up GEMM"))
 
     _has_default = model_validator(mode="after")(rules.engine_profile_default)

@@ -10,6 +10,7 @@ from .engine import Engine
 from .parallelism import Parallelism
 from .policy import Policy, StaticPolicy
 from .speculation import Speculation
+from .topology import Dtype
 from .workload import Workload
 
 from .names import ALLREDUCE_CHOICES, EP_BACKENDS
@@ -149,6 +150,14 @@ class Runtime(Strict):
         "An MTP module's eh_proj (bf16, 2 x hidden -> hidden, before its decoder layer, every draft pass): replicated "
         "on every rank, or split by rows over the tp ranks with an all-reduce after it (the engine profile's; "
         "default replicated, as SGLang's deepseek_nextn.py and vLLM's deepseek_mtp.py build it)"))
+    vocab_parallel: bool = Field(True, description=(
+        "Under tensor parallelism the embedding and the output layer are split by vocabulary over the tp ranks (an "
+        "all-reduce after the embedding, the logits all-gathered: SGLang's, vLLM's and TensorRT-LLM's vocab-parallel "
+        "layers), or false: both whole on every rank, no collective (the engine profile's; gpt-fast's tp.py shards "
+        "only the decoder blocks)"))
+    separate_gate_up: list[Dtype] = Field([], description=(
+        "Weight dtypes whose MLP gate and up projections run as two GEMMs of the intermediate width each, not one "
+        "fused GEMM of twice it (the engine profile's; gpt-fast's int4 w1 and w3 are two tinygemm calls)"))
     memory_fraction: float = Field(0.9, gt=0, le=1, description="Share of device memory for weights and KV cache (SGLang mem_fraction_static, vLLM gpu_memory_utilization)")
     draft_on_own_gpus: bool = Field(False, description=(
         "The drafter runs on as many GPUs of its own after the target's, drafting the next step while the target "

@@ -143,12 +143,17 @@ def _attention_kernels(card: ModelCard, tp: int, shape: PassShape) -> list[Kerne
     return [qkv, core, o_proj]
 
 
-def _dense_mlp_kernels(card: ModelCard, tp: int, T: int) -> list[Kernel]:
+def _dense_mlp_kernels(card: ModelCard, tp: int, T: int, separate_gate_up: tuple = ()) -> list[Kernel]:
+    """Gate and up projections as one GEMM of 2 x inter columns, or, for weights of a dtype in separate_gate_up (the
+    engine's model code runs them as two linear layers it cannot fuse), two GEMMs of inter columns; then down."""
     d, inter = card.hidden_size, card.dense_intermediate_size / tp
     act = BYTES_PER_VALUE[card.activation_dtype]
     wb, cd = bytes_per_param(card, card.weights.dense_mlp), compute_dtype(card, card.weights.dense_mlp)
     wd = card.weights.dense_mlp
-    return [_gemm("gate_up_proj", T, d, 2 * inter, wb, act, cd, wd), _gemm("down_proj", T, inter, d, wb, act, cd, wd)]
+    down = _gemm("down_proj", T, inter, d, wb, act, cd, wd)
+    if wd in separate_gate_up:
+        return [_gemm("gate_proj", T, d, inter, wb, act, cd, wd), _gemm("up_proj", T, d, inter, wb, act, cd, wd), down]
+    return [_gemm("gate_up_proj", T, d, 2 * inter, wb, act, cd, wd), down]
 
 
 def _router_kernel(card: ModelCard, T: int) -> Kernel:
@@ -266,36 +271,41 @@ def _eh_proj_ranks(tp: int, mode: str) -> int:
 
 
 def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm: bool = False,
-                split=None, eh_proj: str | None = None) -> PassLayout:
+                split=None, eh_proj: str | None = None, *, vocab_parallel: bool = True,
+                separate_gate_up: tuple = ()) -> PassLayout:
     """The per-rank segments of one forward pass: head, per layer attention + MLP, tail. A wider split (DP-attention,
     expert or pipeline parallelism: model.split_layout.Split) lays the pass out as split_layout does. `eh_proj`: an
-    MTP module's pass (its input projection after the head, eh_proj_segment: replicated or row_parallel)."""
+    MTP module's pass (its input projection after the head, eh_proj_segment: replicated or row_parallel).
+    vocab_parallel False (plain TP only): the embedding and lm_head whole on every rank, no collective after either;
+    separate_gate_up: _dense_mlp_kernels'."""
     if card.num_layers == 0:  # prediction heads on the last hidden state (model.heads)
         from .heads import heads_layout
         return heads_layout(card, tp, shape)
     if split is not None and not split.is_plain:
         from .split_layout import split_pass_layout
-        return split_pass_layout(card, split, shape, fused_allreduce_norm, eh_proj)
+        return split_pass_layout(card, split, shape, fused_allreduce_norm, eh_proj, separate_gate_up)
     k: EagerKernels = card.kernels
     T = shape.query_tokens
     d = card.hidden_size
     act = BYTES_PER_VALUE[card.activation_dtype]
     ar_bytes = int(T * d * act)
     collective = "allreduce" if tp > 1 else None
+    vocab_ranks = tp if vocab_parallel else 1
     fused = 1 if fused_allreduce_norm and tp > 1 else 0  # the norm after each all-reduce runs inside it
     emb = Kernel("embedding", 0.0, T * d * (act + BYTES_PER_VALUE[card.weights.embedding]), card.activation_dtype)
-    head = _segment([emb], 1, T, card, collective, ar_bytes)
+    head = _segment([emb], 1, T, card, collective if vocab_ranks > 1 else None, ar_bytes if vocab_ranks > 1 else 0)
     attention_launches = k.attention - fused + verify_attention_launches(k, shape)
     attention = _segment(_attention_kernels(card, tp, shape), attention_launches, T, card, collective, ar_bytes)
-    dense = _segment(_dense_mlp_kernels(card, tp, T), k.dense_mlp - fused, T, card, collective, ar_bytes)
+    dense = _segment(_dense_mlp_kernels(card, tp, T, separate_gate_up), k.dense_mlp - fused, T, card, collective,
+                     ar_bytes)
     moe = _segment(_moe_kernels(card, tp, shape), k.moe - fused, T, card, collective, ar_bytes) if card.moe else dense
-    vocab = card.vocab_size / tp
+    vocab = card.vocab_size / vocab_ranks
     lm_head = _gemm("lm_head", T, d, vocab, bytes_per_param(card, card.weights.lm_head), act,
                     compute_dtype(card, card.weights.lm_head), card.weights.lm_head)
     tail_launches = k.per_pass + (k.verify_per_pass if shape.verify else 0)
-    gather = int(T * vocab * act) if tp > 1 else 0
+    gather = int(T * vocab * act) if vocab_ranks > 1 else 0
     tail = _segment([lm_head] + _sampling_kernels(card, shape), tail_launches, T, card,
-                    "allgather" if tp > 1 else None, gather)
+                    "allgather" if vocab_ranks > 1 else None, gather)
     order = [0] + ([5] if eh_proj else [])
     for layer in range(card.num_layers):
         order += [1, 2 if layer < card.num_dense_layers else 3]

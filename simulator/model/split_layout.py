@@ -125,12 +125,12 @@ class _Layout:
 
 
 def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bool = False,
-                      eh_proj: str | None = None) -> PassLayout:
+                      eh_proj: str | None = None, separate_gate_up: tuple = ()) -> PassLayout:
     """The per-rank segments of one pass of `shape` (the whole instance's batch) under `split`; `eh_proj`: an MTP
     module's input projection after the head (cost.eh_proj_segment; replicated under DP-attention, where each group
     projects its own tokens)."""
     if split.pp > 1:
-        return _pipeline_layout(card, split, micro_batch(shape, split.pp), fused)
+        return _pipeline_layout(card, split, micro_batch(shape, split.pp), fused, separate_gate_up)
     k, d, a = card.kernels, card.hidden_size, split.attention_tp
     act = BYTES_PER_VALUE[card.activation_dtype]
     group = share(shape, split.groups)  # the largest group's requests: the other groups wait for it
@@ -145,13 +145,14 @@ def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bo
         out.add("eh_proj", lambda: eh_proj_segment(card, split.tp, Tg, mode))
     attention = _attention_kernels(card, a, group)
     attention_launches = k.attention + verify_attention_launches(k, group)
-    plain = pass_layout(card, split.tp, group, fused) if split.groups == 1 else None
+    plain = pass_layout(card, split.tp, group, fused, separate_gate_up=separate_gate_up) if split.groups == 1 else None
     for layer in range(card.num_layers):
         dense = card.moe is None or layer < card.num_dense_layers
         if not dense and split.ep > 1 and split.ep == split.tp:
             _ep_layer(out, card, split, group, everyone, attention, attention_launches)
         elif split.groups > 1:
-            mlp = _dense_mlp_kernels(card, split.tp, T_all) if dense else _moe_block(card, split, everyone)
+            mlp = _dense_mlp_kernels(card, split.tp, T_all, separate_gate_up) if dense else \
+                _moe_block(card, split, everyone)
             launches = k.dense_mlp if dense else k.moe
             gathered = T_all * d * act / split.tp  # each rank's share of every group's tokens
             if a > 1:
@@ -217,10 +218,11 @@ def _tail(out: _Layout, card: ModelCard, split: Split, group: PassShape, everyon
                        "allgather" if split.tp > 1 else None, T * vocab * act)
 
 
-def _pipeline_layout(card: ModelCard, split: Split, shape: PassShape, fused: bool) -> PassLayout:
+def _pipeline_layout(card: ModelCard, split: Split, shape: PassShape, fused: bool,
+                     separate_gate_up: tuple = ()) -> PassLayout:
     """Tensor parallelism inside each stage (1 < ep < tp: its MoE block's experts as _moe_block's), and a send/recv
     of 2 x T x hidden at each stage boundary."""
-    plain = pass_layout(card, split.tp, shape, fused)
+    plain = pass_layout(card, split.tp, shape, fused, separate_gate_up=separate_gate_up)
     if split.ep > 1 and card.moe is not None:
         moe = replace(plain.segments[3], kernels=tuple(_moe_block(card, split, shape)))
         plain = PassLayout(plain.segments[:3] + (moe,) + plain.segments[4:], plain.order)

@@ -91,7 +91,8 @@ def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
     # an MTP module uses the target's embedding and lm_head (model.cost.mtp_card): held once, with the target
     # and its eh_proj beside its decoder layer (model.cost.eh_proj_bytes)
     eh_proj = scenario.spec.runtime.mtp_eh_proj
-    weights = sum(weight_bytes_per_gpu(card, tp, own_vocab=name != "mtp")
+    vocab_parallel = scenario.spec.runtime.vocab_parallel
+    weights = sum(weight_bytes_per_gpu(card, tp, own_vocab=name != "mtp", vocab_parallel=vocab_parallel)
                   + eh_proj_bytes(card, tp, eh_proj if name == "mtp" else None) for name, card in cards.items())
     if weights > usable:
         raise ConfigError(scenario.source, "parallelism.tp",
@@ -143,6 +144,10 @@ class Machine:
         spec = scenario.spec
         require_simulated(scenario)
         self.split = Split.of(spec.parallelism, replicates_shared_experts(scenario))
+        if not spec.runtime.vocab_parallel and not self.split.is_plain:
+            raise ConfigError(scenario.source, "runtime.vocab_parallel", "whole vocabulary layers on every rank are "
+                              "laid out for plain tensor parallelism only", "vocab_parallel: true, or ep / pp 1 "
+                              "without dp_attention")
         self.scenario = scenario
         self.tp = spec.parallelism.tp
         self.runtime = spec.runtime
@@ -270,9 +275,11 @@ class Machine:
         machine share it)."""
         fused = self.runtime.fuse_allreduce_rmsnorm
         eh_proj = self.runtime.mtp_eh_proj if part == "mtp" else None  # an MTP module's input projection
+        vocab, separate = self.runtime.vocab_parallel, tuple(self.runtime.separate_gate_up)  # the engine's model code
         return current().get(("machine.layout", self.model_key, part, self.tp, key_of(shape), fused, key_of(split),
-                              eh_proj),
-                             lambda: pass_layout(self.cards[part], self.tp, shape, fused, split, eh_proj))
+                              eh_proj, vocab, separate),
+                             lambda: pass_layout(self.cards[part], self.tp, shape, fused, split, eh_proj,
+                                                 vocab_parallel=vocab, separate_gate_up=separate))
 
     # -- fast fidelity ----------------------------------------------------------------------------------------
     def samples(self, part: str, shape: PassShape, graph: bool, seed: int) -> np.ndarray:
