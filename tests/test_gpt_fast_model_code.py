@@ -25,7 +25,7 @@ def machine(*overrides) -> Machine:
 
 def test_the_gpt_fast_profile_states_its_model_code():
     runtime = machine(("parallelism.tp", 8)).runtime
-    assert runtime.vocab_parallel is False
+    assert runtime.vocab_parallel is False and list(runtime.separate_gate_up) == ["int4"]
 
 
 def test_whole_vocabulary_layers_run_no_collective_and_the_whole_lm_head_on_each_rank():
