@@ -18,11 +18,15 @@ What we take from which table (SGLang's kernels, the engine the simulator models
   weights.
 - GQA attention: decode and verify from generation_attention_perf. A verify of q tokens per request reads the
   request's KV once with q times the query rows per KV head, as FlashAttention's packed-GQA layout and FlashMLA do,
-  so it is looked up as decode with q x the query heads (while that stays on the measured grid); the causal or tree
-  mask among the q new tokens touches q^2 of q x kv_len scores and is not resolved. Prefill (or a verify too wide
-  for the grid) from context_attention_perf: a chunk of q tokens after L cached ones costs ctx(L + q) - ctx(L)
-  (causal work t (L + t/2)), at least a fresh ctx(q).
-- MLA: generation_mla_perf / context_mla_perf the same way; the absorbed per-head projections from mla_bmm_perf.
+  so it is looked up as decode with q x the query heads at its KV-head count (the table times 1 to 128 query heads
+  over one KV head alike: one read of the cache); the causal or tree mask among the q new tokens touches q^2 of
+  q x kv_len scores and is not resolved. A verify wider than that grid (a tree, a chain of 5+ at 32 heads over 8) is
+  decode tiled by its rows (_tiled), each tile reading the cache once; no table holds a verify's own shape (every
+  generation row is one query token, every context row a prefill with no cache). Prefill from
+  context_attention_perf: a chunk of q tokens after L cached ones costs ctx(L + q) - ctx(L) (causal work
+  t (L + t/2)), at least a fresh ctx(q) and the decode of its cache (_read_once).
+- MLA: generation_mla_perf / context_mla_perf the same way (one latent head); the absorbed per-head projections
+  from mla_bmm_perf.
 - MoE: moe_perf, the fused expert block (router and all-to-all excluded), `balanced` routing (uniform, as the
   simulator's routing model), at the token count that touches as many distinct experts as the pass does. Under
   expert parallelism the roofline times the experts: the moe_ep_size rows (DeepSeek-V3, H200, fp8_block, EP8) fit
@@ -49,6 +53,8 @@ ENGINE_VERSION = "0.5.14"  # aiconfigurator-core 0.12's default SGLang version (
 FILL_ENGINES = ("trtllm", "vllm")
 PACKAGE = "aiconfigurator_core"
 PACKED_QUERY_MAX = 16  # verify / draft passes up to this many tokens per request use the packed decode kernel
+VERIFY_QUERY_MAX = 256  # the widest verify the configuration allows (draft_tokens <= 255, plus the root): _tiled
+TILE_ROWS = 128  # FA3's SM90 tile at head_dim 97-256 (hopper/tile_size.h kBlockM), flashinfer's largest (k4x1x2)
 
 GEMM_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block", "fp8"), "fp4": ("nvfp4",),
                "int8": ("int8_wo",), "int4": ("int4_wo",)}  # int8/int4 GEMMs are weight-only (bf16 activations)
@@ -182,12 +188,20 @@ class MeasuredKernels:
             if decode is None:
                 continue
             if s.q_len == 1 or (s.q_len <= PACKED_QUERY_MAX and s.heads * s.q_len <= decode.axes[1][-1]):
-                return decode((s.batch, s.heads * s.q_len, s.kv_heads, s.kv_len + s.q_len))
+                t = _packed(self.system, where, decode, s.batch, s.heads * s.q_len, s.kv_heads, s.kv_len + s.q_len)
+                if t is not None or s.q_len == 1:
+                    return t
+            if s.q_len <= VERIFY_QUERY_MAX and s.q_len <= s.kv_len:
+                t = _tiled(self.system, where, s)
+                if t is not None:
+                    return t
             prefill = _grid(self.system, "attention", "context_attention_perf", where + (("step", 0),),
                             ("batch_size", "isl", "num_heads", "num_key_value_heads"), (True, True, False, False))
             if prefill is None:
                 return None
-            return _chunk(lambda n: prefill((s.batch, n, s.heads, s.kv_heads)), s.kv_len, s.q_len)
+            chunk = _chunk(lambda n: prefill((s.batch, n, s.heads, s.kv_heads)), s.kv_len, s.q_len)
+            return _read_once(chunk, _packed(self.system, where, decode, s.batch, s.heads, s.kv_heads,
+                                             s.kv_len + s.q_len))
         return None
 
     def _mla(self, s: MLAttention) -> float | None:
@@ -198,11 +212,17 @@ class MeasuredKernels:
             return None
         if s.q_len == 1 or (s.q_len <= PACKED_QUERY_MAX and s.heads * s.q_len <= decode.axes[1][-1]):
             return decode((s.batch, s.heads * s.q_len, s.kv_len + s.q_len))
+        if s.q_len <= VERIFY_QUERY_MAX and s.q_len <= s.kv_len:  # one latent head: rows are q x the heads (_tiled)
+            tiles = math.ceil(s.heads * s.q_len / TILE_ROWS)
+            t = decode((s.batch * tiles, s.heads * s.q_len / tiles, s.kv_len + s.q_len))
+            if t is not None:
+                return t
         prefill = _grid(self.system, "mla", "context_mla_perf", (("kv_cache_dtype", kv), ("mla_dtype", "bfloat16")),
                         ("batch_size", "isl", "num_heads"), (True, True, False))
         if prefill is None:
             return None
-        return _chunk(lambda n: prefill((s.batch, n, s.heads)), s.kv_len, s.q_len)
+        chunk = _chunk(lambda n: prefill((s.batch, n, s.heads)), s.kv_len, s.q_len)
+        return _read_once(chunk, decode((s.batch, s.heads, s.kv_len + s.q_len)))
 
     def _mla_bmm(self, s: MLABmm) -> float | None:
         dtype = {"fp8": "fp8"}.get(s.dtype, "bfloat16")
@@ -230,6 +250,40 @@ def _group_scales(s: Gemm, measured_dtype: str) -> float:
     if measured_dtype not in WEIGHT_ONLY or s.scale_bytes <= 0:
         return 1.0
     return 1.0 + s.scale_bytes / WEIGHT_ONLY[measured_dtype]
+
+
+def _packed(system: str, where: tuple, across: Grid, batch: int, rows: int, kv_heads: int, kv: int) -> float | None:
+    """Decode with `rows` query heads over `kv_heads` (a verify: q x the heads) from the points measured at that
+    KV-head count: across counts the heads axis holds others' values (24 with 8 KV heads), holes at 1 KV head."""
+    own = _grid(system, "attention", "generation_attention_perf", where + (("num_key_value_heads", kv_heads),),
+                ("batch_size", "num_heads", "kv"), (True, False, True))
+    if own is not None:
+        return own((batch, rows, kv))
+    return across((batch, rows, kv_heads, kv))
+
+
+def _tiled(system: str, where: tuple, s: Attention) -> float | None:
+    """A verify wider than the table at its KV-head count: the kernel packs each KV head's q x group query rows into
+    tiles of TILE_ROWS, each reading that head's cache once: decode of batch x KV heads x tiles requests of 1 KV head,
+    rows / tiles query heads each. Assumed: b requests of K KV heads cost what b x K of 1 do (a grid of blocks per
+    request, KV head and tile; the tables' pairs agree within 5%, median: tests). The causal mask among the q new tokens (at
+    most a quarter of the keys charged while q <= the cached length) is not resolved."""
+    one = _grid(system, "attention", "generation_attention_perf", where + (("num_key_value_heads", 1),),
+                ("batch_size", "num_heads", "kv"), (True, False, True))
+    if one is None:
+        return None
+    rows = s.q_len * s.heads / s.kv_heads
+    tiles = math.ceil(rows / TILE_ROWS)
+    return one((s.batch * s.kv_heads * tiles, rows / tiles, s.kv_len + s.q_len))
+
+
+def _read_once(chunk: float | None, decode: float | None) -> float | None:
+    """A chunk's time from full prefills, at least the decode of one query a request over the same cache: the
+    difference ctx(L + q) - ctx(L) holds the chunk's own work, not the read of the L cached tokens' KV, which a pass
+    over the cache makes at least once."""
+    if chunk is None or decode is None:
+        return chunk
+    return max(chunk, decode)
 
 
 def _chunk(full, cached: int, new: int) -> float | None:
