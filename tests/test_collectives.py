@@ -205,11 +205,11 @@ def test_routes_prefer_nvlink_then_the_socket_last():
 
 
 # --- NVLink step latency beyond NCCL's per-hop figure, calibrated on 2 and 4 GPUs (analysis/nvlink_latency.py) ------
-@pytest.mark.parametrize("system, topology", [("b200_sxm", "topologies/nvlink8_b200.yaml"),
-                                              ("h100_sxm", "topologies/nvlink8_h100.yaml")])
+@pytest.mark.parametrize("system, topology", [("h100_sxm", "topologies/nvlink8_h100.yaml")])
 def test_nvlink_link_latency_is_the_fit_to_the_2_and_4_gpu_rows(system, topology):
     """The shipped per-link latency is the least-squares fit to aiconfigurator's 2- and 4-GPU small all-reduces (never
-    to the 8-GPU rows, which are validation cases); Blackwell needs 0.45 us per link, Hopper none."""
+    to the 8-GPU rows, which are validation cases); Hopper needs none. (B200's extras take the eager floor's form,
+    test_b200_calibration_rows_take_a_fixed_part_and_a_part_a_step.)"""
     pytest.importorskip("pyarrow")
     from simulator.analysis import nvlink_latency
     from simulator.config.loader import read_yaml
@@ -271,13 +271,14 @@ def test_l40s_box_switch_uplinks_are_the_fit_to_its_4_gpu_all_gather_rows():
 
 # --- an eager launch's floor, calibrated on the 2- and 4-GPU small all-reduces (analysis/ll_floor.py) ----------------
 @pytest.mark.parametrize("system,version,topology", [("a100_sxm", "2.27.3", "nvlink8_a100"),
+                                                     ("b200_sxm", "2.29.2", "nvlink8_b200"),
                                                      ("h100_sxm", "2.29.2", "nvlink8_h100"),
                                                      ("h200_sxm", "2.29.2", "nvlink8_h200")])
 def test_eager_floor_is_the_fit_to_the_2_and_4_gpu_rows(system, version, topology):
     """Each NVLink board's eager floor (beyond NCCL's ring LL latency) is the non-negative least-squares fit to its
-    own 2- and 4-GPU rows of 512 B - 64 KiB (never the 8-GPU rows, the validation cases). A100: NCCL's figures are
-    ~30% fast there, so both extras are positive and the fit brings the rows within ~10%; Hopper: NCCL's figures are
-    slow already, so both stay 0."""
+    own 2- and 4-GPU rows of 512 B - 64 KiB (never the 8-GPU rows, the validation cases). A100 and B200: NCCL's
+    figures are ~20-30% fast there, so both extras are positive and the fit brings the rows within ~10%; Hopper:
+    NCCL's figures are slow already, so both stay 0."""
     pytest.importorskip("pyarrow")
     pytest.importorskip("scipy")
     from simulator.analysis import ll_floor
@@ -292,13 +293,51 @@ def test_eager_floor_is_the_fit_to_the_2_and_4_gpu_rows(system, version, topolog
     assert (fabric.get("nccl_eager_base_us", 0.0), fabric.get("nccl_eager_step_us", 0.0)) == (base, step)
     rows = ll_floor.measured_rows(system, version)
     assert len(rows) == 16 and {g for g, _, _ in rows} == {2, 4}
-    if system == "a100_sxm":
+    if system in ("a100_sxm", "b200_sxm"):
         assert base > 0 and step > 0 and cost < len(rows) * 0.1 ** 2
     else:
         assert (base, step) == (0.0, 0.0)
 
 
-def test_eager_floor_is_paid_by_eager_launches_only_and_is_a_floor():
+def test_b200_calibration_rows_take_a_fixed_part_and_a_part_a_step():
+    """Which form B200's extras take, from its calibration rows alone (2 and 4 GPUs, 512 B - 64 KiB): the 512 B rows,
+    10.26 us at 2 GPUs (2 ring steps) and 15.09 at 4 (6 steps), lie on 7.845 + 1.2075 us a step by hand, NCCL's ring
+    LL being 6.6 + 0.6 a step, so 1.245 us fixed and 0.6075 a step beyond it. A per-step extra alone (NCCL's 6.6 us
+    base fixed) would need (10.26 - 7.8) / 2 = 1.23 us a step at 2 GPUs and (15.09 - 10.2) / 6 = 0.815 at 4: no one
+    figure fits both. The shipped floor is near the hand line, and the per-link form's best fit leaves every 2-GPU row
+    slow and every 4-GPU 512 B - 16 KiB row fast, where the floor's residuals are smaller and unsplit."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("scipy")
+    from simulator.analysis import ll_floor, nvlink_latency
+    from simulator.config.loader import read_yaml
+    from simulator.kernels.measured import data_root
+
+    if data_root() is None:
+        pytest.skip("aiconfigurator-core not installed")
+    rows = {(g, b): t for g, b, t in ll_floor.measured_rows("b200_sxm", "2.29.2")}
+    assert rows[2, 512] == pytest.approx(10.26, abs=0.005) and rows[4, 512] == pytest.approx(15.09, abs=0.005)
+    step = (rows[4, 512] - rows[2, 512]) / 4
+    fixed = rows[2, 512] - 2 * step
+    assert (fixed - 6.6, step - 0.6) == (pytest.approx(1.245, abs=0.01), pytest.approx(0.6075, abs=0.01))
+    need2, need4 = (rows[2, 512] - 7.8) / 2, (rows[4, 512] - 10.2) / 6
+    assert need2 - need4 > 0.4
+    path = "topologies/nvlink8_b200.yaml"
+    fabric = read_yaml(path)["fabric"]
+    assert {l["latency_us"] for l in fabric["links"] if l["kind"] == "nvlink"} == {0.0}
+    assert fabric["nccl_eager_base_us"] == pytest.approx(1.245, abs=0.1)
+    assert fabric["nccl_eager_step_us"] == pytest.approx(0.6075, abs=0.05)
+    data = read_yaml(path)
+    data["fabric"]["nccl_eager_base_us"] = data["fabric"]["nccl_eager_step_us"] = 0.0
+    link, link_cost = nvlink_latency.fit("b200_sxm", path)
+    per_link = {(g, b): nvlink_latency.predicted_us(data, path, link, g, b) / t - 1 for (g, b), t in rows.items()}
+    assert all(e < 0 for (g, _), e in per_link.items() if g == 2)
+    assert all(e > 0 for (g, b), e in per_link.items() if g == 4 and b <= 16384)
+    _, _, floor_cost = ll_floor.fit("b200_sxm", "2.29.2", path)
+    assert floor_cost < link_cost / 3
+
+
+@pytest.mark.parametrize("name", ["nvlink8_a100", "nvlink8_b200"])
+def test_eager_floor_is_paid_by_eager_launches_only_and_is_a_floor(name):
     """A pass's all-reduce keeps NCCL's figures; an eager one takes at least the floor, and an option whose own
     latency is above the floor (LL128, Simple at 2 MiB on 8x A100) keeps it."""
     from simulator.config.base import validate
@@ -307,7 +346,7 @@ def test_eager_floor_is_paid_by_eager_launches_only_and_is_a_floor():
     from simulator.hardware.collectives import AllReduce
     from simulator.hardware.interconnect import Fabric
 
-    path, data = read_kind("topologies/nvlink8_a100.yaml", "topology")
+    path, data = read_kind(f"topologies/{name}.yaml", "topology")
     topo = validate(Topology, data, path)
     f = topo.fabric
     graph, eager = (AllReduce(Fabric(topo), 8, "nccl", launch=launch) for launch in ("graph", "eager"))

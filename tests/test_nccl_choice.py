@@ -68,14 +68,19 @@ def test_b200_4GiB_busbw_is_nccl_model_nvls():
 
 
 def test_b200_small_all_reduce_runs_ring_ll_as_nccl_chooses():
-    """512 B: NCCL's own table has ring LL at 15.0 us and NVLS at 25, so NCCL runs ring LL; the run pays the board's
-    calibrated NVLink 5 latency on each of its 14 steps (two links of latency_us a step) and moves 512 B on the one
-    channel topoGetAlgoInfo launches (512 < 1 x 512 threads x 8 B x 8 ranks), at 45 x 0.5 GB/s bus."""
+    """512 B: NCCL's own table has ring LL at 15.0 us and NVLS at 25, so NCCL runs ring LL; an eager run pays the
+    board's calibrated eager floor (fixed, and per each of its 14 steps) over that latency, a pass's run NCCL's 15.0
+    alone, and both move 512 B on the one channel topoGetAlgoInfo launches (512 < 1 x 512 threads x 8 B x 8 ranks),
+    at 45 x 0.5 GB/s bus."""
     topology = b200()
-    link = next(l.latency_us for l in topology.fabric.links if l.kind == "nvlink")
+    f = topology.fabric
+    transfer = 512 / (1000 * 45 * 0.5 * 8 / 14)
     cost = AllReduce(Fabric(topology), 8, "nccl", launch="eager").cost(512)
     assert (cost.algorithm, cost.protocol) == ("nccl_ring", "LL")
-    assert cost.time_us == pytest.approx(6.6 + 14 * (0.6 + 2 * link) + 512 / (1000 * 45 * 0.5 * 8 / 14), rel=1e-9)
+    floor = 6.6 + 14 * 0.6 + f.nccl_eager_base_us + 14 * f.nccl_eager_step_us
+    assert cost.time_us == pytest.approx(floor + transfer, rel=1e-9)
+    graph = AllReduce(Fabric(topology), 8, "nccl", launch="graph").cost(512)
+    assert graph.time_us == pytest.approx(6.6 + 14 * 0.6 + transfer, rel=1e-9)
 
 
 def test_b200_switches_to_nvls_where_nccl_table_does():
@@ -127,3 +132,29 @@ def test_between_machines_nccl_chooses_without_the_host_staging():
         assert cost.latency_us >= best.latency_us - 1e-9
     assert ar.cost(512).latency_us > min(multinode_allreduce_timed(fabric, 16, 512, own=True),
                                          key=lambda pair: pair[1])[0].latency_us  # the staging is paid
+
+
+def test_a100_2MiB_nccl_chooses_ring_ll_by_a_hair_in_2_27_3_as_in_2_29_7():
+    """8 x A100 at 2 MiB (aiconfigurator's table is NCCL 2.27.3): tuning.cc's Ampere rows, search.cc's speeds and
+    SM80_NVLINK_BW are the same in v2.27.3-1 and v2.29.7-1 (baseLat, hwLat, llMaxBws 87.7, perChMaxRingLL128Bws 20,
+    perChMaxTreeBws 24, LL128 on up to PATH_NVB), so both choose alike. By hand: 12 NVLinks x 20 = 240 GB/s, ring and
+    tree 6 x 40 duplicated to 12 x 20. Ring LL 6.6 + 14 x 0.6 = 15.0 us + 2 MiB at min(87.7, 240 x 0.5) x 8 / 14 =
+    56.85; LL128 14.0 + 14 x 1.9 = 40.6 + 2 MiB at min(240 x 0.92, 12 x 20) x 8 / 14 = 57.22; ring Simple 56.0 + 2 MiB
+    at 240 x 8 / 14 = 71.3; tree Simple's latency alone 8.4 + 14 x 4.0 = 64.4; tree LL128 31.5 + 2 MiB at
+    min(220.8, 12 x 24) x 7/9 x 0.5 x 0.6 (treeCorrectionFactor, log2(2 MiB / 64) = 15) = 72.2. NCCL runs ring LL."""
+    from simulator.hardware import nccl
+
+    topology = Topology.model_validate(read_yaml("topologies/nvlink8_a100.yaml"))
+    ar = AllReduce(Fabric(topology), 8, "nccl", launch="eager")
+    assert {k: (g.channels, g.bw_intra) for k, g in ar.graphs.items()} == {"ring": (12, 20.0), "tree": (12, 20.0)}
+    n = 2 << 20
+    own = {(o.algorithm, o.protocol): nccl.algo_time_us(o, n) for o in nccl.allreduce_options(8, 80, "nvlink", ar.graphs)}
+    ll, ll128 = 15.0 + n / (1000 * 87.7 * 8 / 14), 40.6 + n / (1000 * 220.8 * 8 / 14)
+    assert own["ring", "LL"] == pytest.approx(ll, rel=1e-6) and round(ll, 2) == 56.85
+    assert own["ring", "LL128"] == pytest.approx(ll128, rel=1e-6) and round(ll128, 2) == 57.22
+    assert own["ring", "Simple"] == pytest.approx(56.0 + n / (1000 * 240 * 8 / 14), rel=1e-6)
+    assert own["tree", "Simple"] > 64.4
+    assert own["tree", "LL128"] == pytest.approx(31.5 + n / (1000 * 220.8 * 7 / 9 * 0.5 * 0.6), rel=1e-6)
+    assert min(own, key=own.get) == ("ring", "LL")
+    cost = ar.cost(n)
+    assert (cost.algorithm, cost.protocol) == ("nccl_ring", "LL")

@@ -8,7 +8,9 @@ about 10 / 14.5 / 22.6 us at 2 / 4 / 8 GPUs, ~1 us a step and ~2 us more fixed t
 non-negative extras over NCCL's ring LL latency, `fabric.nccl_eager_base_us` and `fabric.nccl_eager_step_us`, a floor
 under every protocol of an eagerly launched collective, fitted by non-negative least squares of the relative error
 to the **2- and 4-GPU** rows of 512 B to 64 KiB (comm/nccl/<version>/nccl_perf.parquet); the 8-GPU rows stay out of
-sample (the validation set's cases). Where NCCL's figures are already slow (Hopper) both stay 0.
+sample (the validation set's cases). Where NCCL's figures are already slow (Hopper) both stay 0. B200 takes the
+same form (1.3 us + 0.62 a step): its 512 B rows (10.26 / 15.09 us at 2 / 4 GPUs) lie on 7.85 + 1.21 us a step,
+which a per-link latency alone cannot fit at both counts.
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Calibrate an NVLink fabric's per-link latency beyond NCCL's per-hop figure from measured small all-reduces.
 
 NCCL v2.29.7-1's cost model has one per-step NVLink latency for every GPU generation (tuning.cc hwLatencies, LL
-0.6 us). NVIDIA's silicon-measured all-reduces (aiconfigurator-core, comm/nccl/2.29.2/nccl_perf.parquet) say a
-Blackwell step is slower: 2 / 4 / 8 B200s take about 10 / 15 / 25 us at 512 B, where Hopper takes 6 / 9.5 / 15.5.
-The extra is a property of the fabric, so it is the `latency_us` of each GPU <-> NVSwitch link (a step crosses
-two). It is fitted, by least squares of the relative error on a 0.05 us grid, to the **2- and 4-GPU** rows of
+0.6 us). A fabric whose measured small all-reduces (aiconfigurator-core, comm/nccl/2.29.2/nccl_perf.parquet) were
+slower per step would carry the extra as the `latency_us` of each GPU <-> NVSwitch link (a step crosses two). Hopper
+needs none; B200's rows (10.26 / 15.09 us at 512 B on 2 / 4 GPUs) have a fixed part this form has no place for, so
+B200 takes the eager floor's form instead (ll_floor.py). It is fitted, by least squares of the relative error on a 0.05 us grid, to the **2- and 4-GPU** rows of
 512 B to 64 KiB only; the 8-GPU rows stay out of sample (they are the validation set's cases,
 scenarios/validation/aiconfigurator_nccl.yaml). A negative fit is clipped to 0: NCCL's own figure is the floor.
 """
