@@ -99,7 +99,7 @@ def test_a_package_class_is_a_dataclass_as_before():
     with pytest.raises(dataclasses.FrozenInstanceError):
         del a.tokens
     with pytest.raises(TypeError):
-        PassShape(1, 2, 3, 4, 5, 6, 7, 8)  # seven fields
+        PassShape(1, 2, 3, 4, 5, 6, 7, 8, 9)  # eight fields
 
 
 def _class_of(decorate):

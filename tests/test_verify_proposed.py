@@ -84,3 +84,24 @@ def test_each_verify_holds_one_plus_the_proposal_of_the_reference_drafter(monkey
     suffix_reference(config, 2, 32, record=record)
     assert [(1 + proposed, out) for proposed, out in record] == list(zip(verified, emitted))
     assert min(p for p, _ in record) == 0 and max(p for p, _ in record) > 3
+
+
+@pytest.mark.parametrize("batch, proposed, rows, graphed", [
+    (1, 1, 2, True), (1, 2, 4, True), (1, 4, 8, True), (1, 8, 16, True), (1, 31, 32, True),
+    (3, 2, 16, True), (64, 7, 512, True), (65, 7, 520, False)])
+def test_vllm_pads_a_verifys_token_count_to_a_captured_size(batch, proposed, rows, graphed):
+    """vLLM V1 (GPUModelRunner.execute_model) runs b x (1 + k) scheduled tokens as the smallest captured count
+    of 1, 2, 4, 8, 16, ..., 512 (padding rows through the GEMMs, not attention), eagerly above 512."""
+    import simpy
+
+    from simulator.serving.server import KIND_SPEC, Server
+    from simulator.timing.machine import Machine
+
+    small = [("workload.corpus", "chat"), ("model", "../../models/llama_3_1_8b.yaml"), ("parallelism.tp", 1),
+             ("workload.max_running_requests", 128)]
+    scenario = simulator.load_scenario(CASE, small)
+    assert scenario.spec.runtime.speculative_graph_pads == "tokens"
+    server = Server(simpy.Environment(), Machine(scenario), seed=0, fidelity="fast")
+    main = server.step_spec(KIND_SPEC, server.policy.decide(None), batch, 1, proposed).main
+    assert (main.shape.tokens, main.shape.batch, main.shape.padding) == (1 + proposed, batch, 0)
+    assert (main.shape.query_tokens, main.graph) == (rows, graphed)

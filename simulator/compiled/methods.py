@@ -378,7 +378,7 @@ def _f45(cls, FrozenInstanceError):
 # simulator.model.cost.PassShape
 def _f46(cls, FrozenInstanceError):
     def __delattr__(self,name):
-        if type(self) is cls or name in ('tokens','batch','context','tree','verify','padding','kv_budget',):
+        if type(self) is cls or name in ('tokens','batch','context','tree','verify','padding','kv_budget','padding_rows',):
          raise FrozenInstanceError(f"cannot delete field {name!r}")
         super(cls, self).__delattr__(name)
     return __delattr__
@@ -835,7 +835,7 @@ def _f102():
 def _f103():
     def __eq__(self,other):
         if other.__class__ is self.__class__:
-         return (self.tokens,self.batch,self.context,self.tree,self.verify,self.padding,self.kv_budget,)==(other.tokens,other.batch,other.context,other.tree,other.verify,other.padding,other.kv_budget,)
+         return (self.tokens,self.batch,self.context,self.tree,self.verify,self.padding,self.kv_budget,self.padding_rows,)==(other.tokens,other.batch,other.context,other.tree,other.verify,other.padding,other.kv_budget,other.padding_rows,)
         return NotImplemented
     return __eq__
 
@@ -1140,7 +1140,7 @@ def _f151():
 # simulator.model.cost.PassShape
 def _f152():
     def __hash__(self):
-        return hash((self.tokens,self.batch,self.context,self.tree,self.verify,self.padding,self.kv_budget,))
+        return hash((self.tokens,self.batch,self.context,self.tree,self.verify,self.padding,self.kv_budget,self.padding_rows,))
     return __hash__
 
 # simulator.kernels.shapes.MoE
@@ -1864,8 +1864,8 @@ def _f214(_type_tokens, _type_sim_time_us, _type_throughput_tok_s, _type_steps, 
     return __init__
 
 # simulator.model.cost.PassShape
-def _f215(_type_tokens, _type_batch, _type_context, _type_tree, _type_verify, _type_padding, _type_kv_budget, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_tokens, _dflt_batch, _dflt_context, _dflt_tree, _dflt_verify, _dflt_padding, _dflt_kv_budget, _return_type):
-    def __init__(self,tokens:_type_tokens=_dflt_tokens,batch:_type_batch=_dflt_batch,context:_type_context=_dflt_context,tree:_type_tree=_dflt_tree,verify:_type_verify=_dflt_verify,padding:_type_padding=_dflt_padding,kv_budget:_type_kv_budget=_dflt_kv_budget)->_return_type:
+def _f215(_type_tokens, _type_batch, _type_context, _type_tree, _type_verify, _type_padding, _type_kv_budget, _type_padding_rows, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_tokens, _dflt_batch, _dflt_context, _dflt_tree, _dflt_verify, _dflt_padding, _dflt_kv_budget, _dflt_padding_rows, _return_type):
+    def __init__(self,tokens:_type_tokens=_dflt_tokens,batch:_type_batch=_dflt_batch,context:_type_context=_dflt_context,tree:_type_tree=_dflt_tree,verify:_type_verify=_dflt_verify,padding:_type_padding=_dflt_padding,kv_budget:_type_kv_budget=_dflt_kv_budget,padding_rows:_type_padding_rows=_dflt_padding_rows)->_return_type:
         __dataclass_builtins_object__.__setattr__(self,'tokens',tokens)
         __dataclass_builtins_object__.__setattr__(self,'batch',batch)
         __dataclass_builtins_object__.__setattr__(self,'context',context)
@@ -1873,6 +1873,7 @@ def _f215(_type_tokens, _type_batch, _type_context, _type_tree, _type_verify, _t
         __dataclass_builtins_object__.__setattr__(self,'verify',verify)
         __dataclass_builtins_object__.__setattr__(self,'padding',padding)
         __dataclass_builtins_object__.__setattr__(self,'kv_budget',kv_budget)
+        __dataclass_builtins_object__.__setattr__(self,'padding_rows',padding_rows)
     return __init__
 
 # simulator.model.split_layout.Split
@@ -2236,7 +2237,7 @@ def _f273():
 # simulator.model.cost.PassShape
 def _f274():
     def __repr__(self):
-        return self.__class__.__qualname__ + f"(tokens={self.tokens!r}, batch={self.batch!r}, context={self.context!r}, tree={self.tree!r}, verify={self.verify!r}, padding={self.padding!r}, kv_budget={self.kv_budget!r})"
+        return self.__class__.__qualname__ + f"(tokens={self.tokens!r}, batch={self.batch!r}, context={self.context!r}, tree={self.tree!r}, verify={self.verify!r}, padding={self.padding!r}, kv_budget={self.kv_budget!r}, padding_rows={self.padding_rows!r})"
     return __repr__
 
 # simulator.kernels.shapes.MoE
@@ -2640,7 +2641,7 @@ def _f325(cls, FrozenInstanceError):
 # simulator.model.cost.PassShape
 def _f326(cls, FrozenInstanceError):
     def __setattr__(self,name,value):
-        if type(self) is cls or name in ('tokens','batch','context','tree','verify','padding','kv_budget',):
+        if type(self) is cls or name in ('tokens','batch','context','tree','verify','padding','kv_budget','padding_rows',):
          raise FrozenInstanceError(f"cannot assign to field {name!r}")
         super(cls, self).__setattr__(name, value)
     return __setattr__
@@ -2733,7 +2734,7 @@ FACTORIES = {
     '88a486d73af81cc76c639b7d26a0a43be7b38bca': _f43,
     '17d535db67e20947cd4b188be7fbe6a8b65ca07d': _f44,
     'ff81cfadb1513d727e4240080555d9c813217ef4': _f45,
-    'da292432d62abf54ec4591c09857018af61dfb1c': _f46,
+    '290079486a795c91e9a0ddec68a1541d5fdd96e3': _f46,
     'd57b3604ea931d85ae3976125ab3bd111cb80492': _f47,
     '9f5d2eea5bb8d68df477de7ce24ae900c9d702a6': _f48,
     'f788d573c09d5a1277592c6e7900d58165bb8ba0': _f49,
@@ -2790,7 +2791,7 @@ FACTORIES = {
     '9b846516e87e0ab6c6c206f5844c22f9defedbf2': _f100,
     '2350bd444c5a142866003ad735884c3ae9ff7f4f': _f101,
     'ed7f5bd674e99da3f0e36ba746790fc989080025': _f102,
-    'f1609abe1cafced492f7c07c56638ad09524eaf9': _f103,
+    'd04d82e78ecc7462c7f2b42313847c8c4dbd969c': _f103,
     '169824b93d498e7b533116e807bc6cfdaf5b9ebf': _f104,
     'b4312eee9bc412e1dac20084394884dc9059c73b': _f105,
     '3613c47e63a88548026bfac047241830af491223': _f106,
@@ -2839,7 +2840,7 @@ FACTORIES = {
     '796861f31b7c4bebd701f2379135a8cb1c8bb14e': _f149,
     '67aef7d3b11178068ef227e161d281d0a7715aa4': _f150,
     'ff510736360458bdb40183b10d35bb13230cc54e': _f151,
-    'ddcd11a6f6f4eba995f4ceeeeff8193a053aba93': _f152,
+    '9c4006a7adaf04a0379bc56b5f690e53395efa0c': _f152,
     'fe34f1f9291a1b53530714f73008819d59e5dc97': _f153,
     '982f61f37f9b7462700706ec9936d23e35ea1951': _f154,
     '0f84b2a8bab868834cb6889f31327a786b41298e': _f155,
@@ -2902,7 +2903,7 @@ FACTORIES = {
     '1fbf240606c084c4740f5d4ebe493d097a9daa82': _f212,
     'd55c552b4256afba58e5a06e662f1d85332d8f12': _f213,
     '591f8cbeaa5ea69a24bf10af3e0bee8e2c26f92b': _f214,
-    'ce461b293174c15d25f21bd1415866c0150b8ffc': _f215,
+    '3d53c4fad80bb07e3527c0e5e20c07e39500ca1d': _f215,
     '8ce0c35f8eab9768816d168d833e347ddf1bb697': _f216,
     '1ff7aa0a8bf9d5d4529c146b6ffd52df7b5aa98c': _f217,
     '330652c3bedd0e6272a7205cfc3b41d0cee8f51c': _f218,
@@ -2961,7 +2962,7 @@ FACTORIES = {
     'c2fe618c2e30f2cffc09c6da404e966e5408ed94': _f271,
     'f7c1c92d16187debc0f313fcfaad68e0432bf881': _f272,
     '4270ad78485e7407d26cf0ed13c9fd42a3854b07': _f273,
-    '30ebcf8ced26856ca4da5ca9cc8a89559d821e64': _f274,
+    '93b969ea2f654bdd2a68eb67530ef68c23ebbe8c': _f274,
     'ba1bb927784acc51313f49d0596cd83e12e6f869': _f275,
     '240d088e439959631d95b8f8c44d7f4bd537219b': _f276,
     'de2030c1479c1f07fabdc0af0716a3908393faa3': _f277,
@@ -3013,7 +3014,7 @@ FACTORIES = {
     'fb12395def0ffd29acf3dbac161a2aa687813dbc': _f323,
     '0a941cc2fd208bad6cb0e027b88084dff2c779ec': _f324,
     '36951b72c78aabab06354c93f2d3aa172f9cb92f': _f325,
-    '3689eb2a62303ee15734a683f5d7aaf37c92aec7': _f326,
+    'a1343f2c0b97b34722c7ef6f62d2902961985ac0': _f326,
     '75ea70ae5ca0f6f37e3289f1bbb395a8e4645639': _f327,
     '0e8a8970ac7373033c161080671b7ba58f7aa386': _f328,
     'c4e3f6c91c330372cdbe3605b9c70e1715862ef4': _f329,

@@ -161,6 +161,8 @@ def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method
         out["allreduce"] = "nccl"
     sizes = captured_sizes(profile, flags, gpu_memory_GB, tp)
     out["speculative_graph_batch_sizes"] = sizes
+    if profile.speculative_capture_unit is not None:
+        out["speculative_graph_pads"] = profile.speculative_capture_unit.value
     if profile.step_eager_ops is not None:
         out["step_eager_ops"] = profile.step_eager_ops.value
     per_request = scheduler_per_request_us(profile, tp)

@@ -149,6 +149,9 @@ class EngineProfile(EngineProfileSurface, Strict):
     cuda_graphs: Sourced[CapturedPasses]
     cuda_graph_max_bs: Sourced[list[MaxBatchTier]] = Field(description="the largest captured batch by machine")
     speculative_capture_bs: Sourced[list[BatchRange]] = Field(description="speculative graphs' batch sizes (padded up)")
+    speculative_capture_unit: Optional[Sourced[Literal["requests", "tokens"]]] = Field(None, description=(
+        "what the captured sizes count, a speculative pass padded up in it: requests (each padded request a whole "
+        "verify tree of rows) or tokens (the pass's token count); absent: requests"))
     speculative_host: dict[str, HostWork] = Field(description=(
         "the drafter's code (the engine's script flag, else the speculation method) -> the host work of its step; "
         "`default`: every model drafter without an entry of its own"))

@@ -109,6 +109,10 @@ class Runtime(Strict):
     speculative_graph_batch_sizes: Optional[list[PositiveInt]] = Field(None, min_length=1, max_length=1024, description=(
         "Batch sizes (any order) the engine captured its speculative graphs (verify, draft) at: a speculative step of b requests "
         "runs those passes padded to the smallest captured size >= b, eagerly above the largest; default: every size"))
+    speculative_graph_pads: Literal["requests", "tokens"] = Field("requests", description=(
+        "What speculative_graph_batch_sizes count: requests (a step of b requests pads to the captured b', each padded "
+        "request a whole verify tree of GEMM rows; SGLang, TensorRT-LLM) or tokens (the pass's b x n tokens pad to the "
+        "smallest captured count, GEMM rows without attention; vLLM V1's pad_for_cudagraph)"))
     allreduce: Literal[ALLREDUCE_CHOICES] = Field(  # type: ignore[valid-type]
         "auto", description="auto: cheapest permitted; nccl: NCCL's tuner; or force one algorithm")
     fuse_allreduce_rmsnorm: bool = Field(False, description="All-reduce fused with the following RMSNorm: one kernel fewer per all-reduce")

@@ -29,24 +29,27 @@ class PassShape:
     verify: bool = False  # speculative bookkeeping around the pass
     padding: int = 0  # rows of requests a captured graph adds to reach its batch size: GEMM rows, no KV, no sampling
     kv_budget: int = 0  # a sparse-KV pass reads at most this many cached tokens per request (0: all of them)
+    padding_rows: int = 0  # rows a captured graph adds to reach its token count (vLLM V1): as padding (lm_head too)
 
     def __repr__(self) -> str:
         # the random streams of a shape's samples are seeded by its repr: an unpadded shape keeps the one it had
         # before padding existed, so every earlier result stays the same
         pad = f", padding={self.padding}" if self.padding else ""
         pad += f", kv_budget={self.kv_budget}" if self.kv_budget else ""
+        pad += f", padding_rows={self.padding_rows}" if self.padding_rows else ""
         return (f"PassShape(tokens={self.tokens!r}, batch={self.batch!r}, context={self.context!r}, tree={self.tree!r}, "
                 f"verify={self.verify!r}{pad})")
 
     @property
     def query_tokens(self) -> int:
         """The rows every GEMM and collective of the pass carries (graph padding included)."""
-        return self.tokens * (self.batch + self.padding)
+        return self.tokens * (self.batch + self.padding) + self.padding_rows
 
     def at(self, context: int) -> "PassShape":
         """This shape at another context: dataclasses.replace(self, context=...), without its per-call cost (the
         fast fidelity asks per anchor lookup)."""
-        return PassShape(self.tokens, self.batch, context, self.tree, self.verify, self.padding, self.kv_budget)
+        return PassShape(self.tokens, self.batch, context, self.tree, self.verify, self.padding, self.kv_budget,
+                         self.padding_rows)
 
     @property
     def attended_context(self) -> int:

@@ -92,7 +92,7 @@ def share(shape: PassShape, parts: int) -> PassShape:
         return shape
     batch = -(-shape.batch // parts)
     return replace(shape, batch=batch, context=round(shape.context * batch / shape.batch),
-                   padding=-(-shape.padding // parts))
+                   padding=-(-shape.padding // parts), padding_rows=-(-shape.padding_rows // parts))
 
 
 def micro_batch(shape: PassShape, pp: int) -> PassShape:

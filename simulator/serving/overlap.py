@@ -69,9 +69,10 @@ def micro_batches(shape: PassShape, context: int, groups: int):
         return None
     a = shape.batch // 2
     ctx = context * a // shape.batch
-    pad = shape.padding // 2
-    return ((replace(shape, batch=a, padding=pad), ctx),
-            (replace(shape, batch=shape.batch - a, padding=shape.padding - pad), context - ctx))
+    pad, rows = shape.padding // 2, shape.padding_rows // 2
+    return ((replace(shape, batch=a, padding=pad, padding_rows=rows), ctx),
+            (replace(shape, batch=shape.batch - a, padding=shape.padding - pad, padding_rows=shape.padding_rows - rows),
+             context - ctx))
 
 
 def split_plan(machine, spec, context: int):

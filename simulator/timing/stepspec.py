@@ -98,17 +98,28 @@ def draft_passes(drafter, tree, batch: int) -> tuple[PassSpec, ...]:
 
 
 def speculative_passes(drafter, tree, batch: int, runtime, verify_graph: bool) -> tuple[PassSpec, tuple[PassSpec, ...]]:
-    """A speculative step's verify and draft passes. Graph-captured passes run at the captured batch size
-    (runtime.speculative_graph_batch_sizes: padding rows up to it, PassShape.padding; eager above the largest);
+    """A speculative step's verify and draft passes. Graph-captured passes run at the captured size
+    (runtime.speculative_graph_batch_sizes, eager above the largest): in requests, padding requests up to it
+    (PassShape.padding), or in tokens (speculative_graph_pads: tokens), padding the pass's rows (padding_rows);
     eager passes at the real batch."""
-    graphed = captured_batch(runtime.speculative_graph_batch_sizes, batch)
-    pad = (graphed - batch) if graphed is not None else 0
     verify = verify_pass(tree, batch, False, extra_verify_tokens(drafter, tree))
-    if verify_graph and graphed is not None:
-        verify = replace(verify, shape=replace(verify.shape, padding=pad), graph=True)
-    drafts = tuple(replace(d, shape=replace(d.shape, padding=pad), graph=graphed is not None) if d.graph else d
-                   for d in draft_passes(drafter, tree, batch))
+    if verify_graph:
+        verify = captured_pass(verify, batch, runtime)
+    drafts = tuple(captured_pass(d, batch, runtime) if d.graph else d for d in draft_passes(drafter, tree, batch))
     return verify, drafts
+
+
+def captured_pass(spec: PassSpec, batch: int, runtime) -> PassSpec:
+    """A pass as its captured graph runs it: padded up to the captured size and graphed, or eager above the largest."""
+    sizes, shape = runtime.speculative_graph_batch_sizes, spec.shape
+    if runtime.speculative_graph_pads == "tokens":
+        rows = shape.tokens * batch
+        graphed = captured_batch(sizes, rows)
+        padded = replace(shape, padding_rows=graphed - rows) if graphed is not None else shape
+    else:
+        graphed = captured_batch(sizes, batch)
+        padded = replace(shape, padding=graphed - batch) if graphed is not None else shape
+    return replace(spec, shape=padded, graph=graphed is not None)
 
 
 @dataclass(frozen=True)
