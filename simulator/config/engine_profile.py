@@ -172,6 +172,7 @@ def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method
         out["verify_tokens"] = profile.speculative_verify_tokens.value
     if profile.eager_launch_us is not None:
         out["eager_launch_us"] = profile.eager_launch_us.value
+    out["kernel_database"] = profile.kernel_database.value.model_dump()
     if profile.weight_only_gemv is not None:
         out["weight_only_gemv"] = profile.weight_only_gemv.value.model_dump()
     if profile.piecewise_host is not None:

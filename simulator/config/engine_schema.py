@@ -8,7 +8,7 @@ from . import rules
 from .base import Strict
 from .surface import EngineProfileSurface, HostWorkSurface
 from .policy import AssistantHeuristicPolicy
-from .scenario import DecoderKernels, PiecewiseHost, SpeculativeHost, WeightOnlyGemv
+from .scenario import DecoderKernels, KernelDatabase, PiecewiseHost, SpeculativeHost, WeightOnlyGemv
 from .topology import Dtype
 
 T = TypeVar("T")
@@ -106,13 +106,6 @@ class QuantisedGemm(Strict):
     activation_quant: Optional[str] = Field(description="the kernel quantising the activations first (null: none, "
                                             "weight-only or not supported)")
     activation_quant_kernels: NonNegativeInt = Field(description="its launches per linear layer")
-
-
-class KernelDatabase(Strict):
-    """The measured kernel tables (aiconfigurator-core) that stand for this engine's kernels."""
-
-    engine: str
-    version: str
 
 
 class CompiledEntry(Strict):

@@ -120,12 +120,6 @@ class HostWork(HostWorkSurface, Plain):
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'HostWork')
 
-class KernelDatabase(Plain):
-    __slots__ = ('engine', 'version')
-    _fields = ('engine', 'version')
-    model_fields = dict.fromkeys(_fields)
-    _pydantic = ('simulator.config.engine_schema', 'KernelDatabase')
-
 class MaxBatchTier(Plain):
     __slots__ = ('gpu_memory_below_GB', 'tp_below', 'max_bs')
     _fields = ('gpu_memory_below_GB', 'tp_below', 'max_bs')
@@ -444,6 +438,12 @@ class EngineKernels(Plain):
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'EngineKernels')
 
+class KernelDatabase(Plain):
+    __slots__ = ('engine', 'version')
+    _fields = ('engine', 'version')
+    model_fields = dict.fromkeys(_fields)
+    _pydantic = ('simulator.config.scenario', 'KernelDatabase')
+
 class PiecewiseHost(Plain):
     __slots__ = ('piece_us', 'piece_launches', 'attention_us', 'attention_launches', 'entry_us', 'entry_per_layer_us')
     _fields = ('piece_us', 'piece_launches', 'attention_us', 'attention_launches', 'entry_us', 'entry_per_layer_us')
@@ -451,8 +451,8 @@ class PiecewiseHost(Plain):
     _pydantic = ('simulator.config.scenario', 'PiecewiseHost')
 
 class Runtime(Plain):
-    __slots__ = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'separate_gate_up', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
-    _fields = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'separate_gate_up', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
+    __slots__ = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'separate_gate_up', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
+    _fields = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'separate_gate_up', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'Runtime')
 
@@ -663,7 +663,6 @@ NS = {
     'EngineProfile': EngineProfile,
     'ExecutorIpc': ExecutorIpc,
     'HostWork': HostWork,
-    'KernelDatabase': KernelDatabase,
     'MaxBatchTier': MaxBatchTier,
     'NgramHost': NgramHost,
     'ProfileKernels': ProfileKernels,
@@ -717,6 +716,7 @@ NS = {
     'StaticPolicy': StaticPolicy,
     'DecoderKernels': DecoderKernels,
     'EngineKernels': EngineKernels,
+    'KernelDatabase': KernelDatabase,
     'PiecewiseHost': PiecewiseHost,
     'Runtime': Runtime,
     'ScenarioSpec': ScenarioSpec,
@@ -938,12 +938,6 @@ HostWork._checks = (
 )
 HostWork._rules = ()
 HostWork._before = None
-KernelDatabase._checks = (
-    ('engine', Str(), _MISSING, None),
-    ('version', Str(), _MISSING, None),
-)
-KernelDatabase._rules = ()
-KernelDatabase._before = None
 MaxBatchTier._checks = (
     ('gpu_memory_below_GB', Either(NoneOnly(), Float(gt=0)), None, None),
     ('tp_below', Either(Int(gt=0), NoneOnly()), None, None),
@@ -1361,6 +1355,12 @@ EngineKernels._checks = (
 )
 EngineKernels._rules = ()
 EngineKernels._before = None
+KernelDatabase._checks = (
+    ('engine', Lit('sglang', 'vllm', 'trtllm'), _MISSING, None),
+    ('version', Str(min_length=1, max_length=32), _MISSING, None),
+)
+KernelDatabase._rules = ()
+KernelDatabase._before = None
 PiecewiseHost._checks = (
     ('piece_us', Float(ge=0, le=10000.0), _MISSING, None),
     ('piece_launches', Int(le=64, ge=0), 1, None),
@@ -1391,6 +1391,7 @@ Runtime._checks = (
     ('weight_only_gemv', Either(Model('WeightOnlyGemv', NS), NoneOnly()), None, None),
     ('speculative_host', Model('SpeculativeHost', NS), SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_draft_token': 0, 'eager_ops_per_accepted_token': 0, 'syncs': 0, 'syncs_per_draft_step': 0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), None),
     ('verify_tokens', Lit('fixed', 'proposed'), 'fixed', None),
+    ('kernel_database', Either(Model('KernelDatabase', NS), NoneOnly()), None, None),
     ('kernels', Lit('measured', 'roofline'), 'measured', None),
     ('ep_backend', Lit('auto', 'deepep_low_latency', 'deepep_normal', 'nccl'), 'auto', None),
     ('mtp_eh_proj', Lit('replicated', 'row_parallel'), 'replicated', None),
@@ -1411,7 +1412,7 @@ ScenarioSpec._checks = (
     ('parallelism', Model('Parallelism', NS), _MISSING, None),
     ('engine', Either(Tagged('name', {'sglang': 'SGLangEngine', 'vllm': 'VLLMEngine', 'trtllm': 'TRTLLMEngine', 'transformers': 'TransformersEngine', 'gpt_fast': 'GptFastEngine', 'magicdec': 'MagicDecEngine'}, NS), NoneOnly()), None, None),
     ('deployment', Model('Deployment', NS), Deployment._make({'router': 'round_robin', 'prefill_instances': 0}, []), None),
-    ('runtime', Model('Runtime', NS), Runtime._make({'cuda_graph_decode': True, 'cuda_graph_verify': False, 'cuda_graph_draft': True, 'cuda_graph_draft_extend': None, 'speculative_graph_batch_sizes': None, 'speculative_graph_pads': 'requests', 'allreduce': 'auto', 'fuse_allreduce_rmsnorm': False, 'overlap_schedule': True, 'scheduler_step_us': None, 'scheduler_per_request_us': 0.0, 'overlap_schedule_speculative': False, 'step_eager_ops': 0, 'eager_launch_us': None, 'eager_kernels': None, 'piecewise_host': None, 'weight_only_gemv': None, 'speculative_host': SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_draft_token': 0, 'eager_ops_per_accepted_token': 0, 'syncs': 0, 'syncs_per_draft_step': 0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), 'verify_tokens': 'fixed', 'kernels': 'measured', 'ep_backend': 'auto', 'mtp_eh_proj': 'replicated', 'vocab_parallel': True, 'separate_gate_up': [], 'memory_fraction': 0.9, 'draft_on_own_gpus': False, 'two_batch_overlap': False, 'host_slowdown': None}, []), None),
+    ('runtime', Model('Runtime', NS), Runtime._make({'cuda_graph_decode': True, 'cuda_graph_verify': False, 'cuda_graph_draft': True, 'cuda_graph_draft_extend': None, 'speculative_graph_batch_sizes': None, 'speculative_graph_pads': 'requests', 'allreduce': 'auto', 'fuse_allreduce_rmsnorm': False, 'overlap_schedule': True, 'scheduler_step_us': None, 'scheduler_per_request_us': 0.0, 'overlap_schedule_speculative': False, 'step_eager_ops': 0, 'eager_launch_us': None, 'eager_kernels': None, 'piecewise_host': None, 'weight_only_gemv': None, 'speculative_host': SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_draft_token': 0, 'eager_ops_per_accepted_token': 0, 'syncs': 0, 'syncs_per_draft_step': 0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), 'verify_tokens': 'fixed', 'kernel_database': None, 'kernels': 'measured', 'ep_backend': 'auto', 'mtp_eh_proj': 'replicated', 'vocab_parallel': True, 'separate_gate_up': [], 'memory_fraction': 0.9, 'draft_on_own_gpus': False, 'two_batch_overlap': False, 'host_slowdown': None}, []), None),
     ('workload', Model('Workload', NS), Workload._make({'requests': 1, 'arrival': AllAtOnce._make({'kind': 'all_at_once'}, ['kind']), 'prompt_tokens': 1000, 'output_tokens': 2048, 'max_running_requests': 1, 'max_concurrency': None, 'turns': 1, 'stop_strings': 0, 'max_prefill_tokens': 8192, 'kv_overflow': 'queue', 'target': LatencyTarget._make({'ttft_ms': 2000.0, 'tpot_ms': 100.0, 'percentile': 90.0}, []), 'seed_offset': 0, 'corpus': None, 'corpus_stream': 0}, []), None),
     ('speculation', Model('Speculation', NS), Speculation._make({'method': 'none', 'draft_tokens': 3, 'verify': 'chain', 'tree': TreeShape._make({'kind': 'optimal', 'k': 2, 'depth': None, 'parents': None}, []), 'acceptance': None, 'ngram': NgramDrafter._make({'host_us_per_step': 400.0, 'host_us_per_request': 150.0, 'host_us_per_node': 0.05, 'algorithm': 'sglang_trie', 'branch_length': 18, 'min_match_window': 1, 'max_match_window': 12, 'min_bfs_breadth': 1, 'max_bfs_breadth': 10, 'prompt_lookup_min': 2, 'prompt_lookup_max': 5}, []), 'suffix': SuffixDrafter._make({'max_tree_depth': 24, 'max_spec_factor': 1.0, 'max_spec_offset': 0.0, 'min_token_prob': 0.1, 'cache_requests': True, 'host_us_per_step': 100.0, 'host_us_per_request': 20.0, 'host_us_per_node': 0.05}, []), 'draft_model': None, 'heads': HeadsConfig._make({'num_heads': 4, 'num_layers': 1}, []), 'lookahead': LookaheadConfig._make({'window': 7, 'ngram': 5, 'guesses': 7, 'host_us_per_step': 100.0, 'host_us_per_request': 20.0}, []), 'dynamic_tree': DynamicTreeConfig._make({'eagle_topk': 4, 'num_steps': 5, 'num_draft_tokens': 8}, []), 'sparse_kv': SparseKVConfig._make({'kv_budget_tokens': 512}, [])}, []), None),
     ('policy', Tagged('kind', {'static': 'StaticPolicy', 'hybrid': 'HybridPolicy', 'adaptive_length': 'AdaptiveLengthPolicy', 'multi_drafter': 'MultiDrafterPolicy', 'batch_threshold': 'BatchThresholdPolicy', 'batch_table': 'BatchTablePolicy', 'goodput': 'GoodputPolicy', 'dynamic_length': 'DynamicLengthPolicy', 'assistant_heuristic': 'AssistantHeuristicPolicy'}, NS), StaticPolicy._make({'kind': 'static'}, ['kind']), None),

@@ -73,6 +73,15 @@ class WeightOnlyGemv(Strict):
         "Bytes per second it streams, as a share of the bf16 GEMV's of the same shape"))
 
 
+class KernelDatabase(Strict):
+    """The measured kernel tables (aiconfigurator-core) that stand for an engine's kernels: an engine's folder and the
+    version to read (that version's tables, else the newest below it; SGLang 0.5.14's where they lack a shape)."""
+
+    engine: Literal["sglang", "vllm", "trtllm"] = Field(description="The engine whose tables (the database's folder)")
+    version: str = Field(min_length=1, max_length=32, description=(
+        "The version read where the GPU's tables hold it, else the newest below it"))
+
+
 class DecoderKernels(Strict):
     """Kernels an engine's own eager model code launches per dense decoder layer and per pass (the model card's
     counts are SGLang's fused ones): counted from that code, every eager op that launches a kernel."""
@@ -143,6 +152,9 @@ class Runtime(Strict):
     verify_tokens: Literal["fixed", "proposed"] = Field("fixed", description=(
         "A model-free drafter's verify (ngram prompt lookup, suffix): fixed (the configured drafts every step) or "
         "proposed (1 + the tokens it proposed this step, the batch's mean; none proposed: a plain decode pass)"))
+    kernel_database: Optional[KernelDatabase] = Field(None, description=(
+        "Whose measured kernel tables time the kernels (the engine profile's kernel_database; default SGLang "
+        "0.5.14's)"))
     kernels: Literal["measured", "roofline"] = Field(
         "measured", description="Kernel GPU times: measured (NVIDIA's aiconfigurator-core database, extra specsim[measured], "
         "where it covers the GPU and shape; the roofline elsewhere, said per kernel family) or roofline (every kernel)")

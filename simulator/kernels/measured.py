@@ -2,14 +2,19 @@
 
 The package (Apache-2.0, PyPI `aiconfigurator-core`) ships Parquet tables measured on each GPU per serving engine
 and version: `systems/data/<system>/<family>/<engine>/<version>/<table>.parquet`, latency in ms per call of one
-layer's kernel. We read them with pyarrow only when a scenario asks for measured kernels, memoise every table per
-process, and interpolate in shape (grid.py): log-space in tokens / batch / KV length, linear in heads and in GEMM
+layer's kernel. We read them with pyarrow only when a scenario asks for measured kernels (tables.py) and
+interpolate in shape (grid.py): log-space in tokens / batch / KV length, linear in heads and in GEMM
 N and K (a GEMV's time is bilinear in N x K). Along GEMM rows and MoE tokens a kernel can always run a larger
 measured size padded, so the time there is the least measured at that size or above (a monotone envelope through
 the data's noise: m = 1 GEMVs are measured up to 15% slower than m = 2-16). A shape outside a table is not
 covered: the caller uses the roofline.
 
-What we take from which table (SGLang's kernels, the engine the simulator models):
+Whose tables: the engine profile's `kernel_database` (engine, version), at that version or the newest below it, one
+kernel per op by the engine's lanes (tables.py); a shape that engine's tables do not cover (no table for the op on
+this GPU, no slice for its dtype or head size, outside the grid) is looked up in SGLang 0.5.14's (the default), and
+the result names the table that answered (`answer`, `filled_from`).
+
+What we take from which table:
 - GEMM (gemm_perf): m tokens x n x k per GPU, bf16 / fp8 (block-scaled where measured, as DeepSeek-style
   checkpoints) / nvfp4; beyond the largest measured m or n, as equal pieces split along it. Weight-only int8 / int4
   GEMMs (bf16 activations) where SGLang's table has them, else from another engine's table of the same GPU
@@ -36,212 +41,177 @@ What we take from which table (SGLang's kernels, the engine the simulator models
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
 
 from ..cache import stored
 from . import gridcache
 from .grid import Grid
 from .shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
+from .tables import (ENGINE, ENGINE_VERSION, FILL_ENGINES, LANES, PACKAGE, _version_key, covered_systems,  # noqa: F401
+                     data_root, package_version, read_table, table_path)
 
-ENGINE = "sglang"
-ENGINE_VERSION = "0.5.14"  # aiconfigurator-core 0.12's default SGLang version (systems/query_versions.yaml)
-# A GEMM dtype SGLang's tables do not hold on a GPU (weight-only int8 / int4 on the A100) is taken from another
-# engine's table of the same GPU, as aiconfigurator's own database fills missing data from sibling backends
-# (sdk/perf_database.py, "cross-backend fallback siblings"): TensorRT-LLM's WeightOnlyQuantMatmul plugin.
-FILL_ENGINES = ("trtllm", "vllm")
-PACKAGE = "aiconfigurator_core"
 PACKED_QUERY_MAX = 16  # verify / draft passes up to this many tokens per request use the packed decode kernel
 VERIFY_QUERY_MAX = 256  # the widest verify the configuration allows (draft_tokens <= 255, plus the root): _tiled
 TILE_ROWS = 128  # FA3's SM90 tile at head_dim 97-256 (hopper/tile_size.h kBlockM), flashinfer's largest (k4x1x2)
-
 GEMM_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block", "fp8"), "fp4": ("nvfp4",),
                "int8": ("int8_wo",), "int4": ("int4_wo",)}  # int8/int4 GEMMs are weight-only (bf16 activations)
 WEIGHT_ONLY = {"int8_wo": 1.0, "int4_wo": 0.5}  # per-channel weight-only tables: bytes per weight
 MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block",), "int4": ("int4_wo",),
               "fp4": ("nvfp4",)}
 KV_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
-ATTENTION_KERNELS = ("fa3", "flashinfer", "triton")  # SGLang's preference where several were measured
-
-
-def data_root() -> pathlib.Path | None:
-    """The package's data folder, or None when aiconfigurator-core is not installed (found without importing it)."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    root = pathlib.Path(list(spec.submodule_search_locations)[0]) / "systems" / "data"
-    return root if root.is_dir() else None
-
-
-def package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("aiconfigurator-core")
-    except PackageNotFoundError:
-        return "?"
-
-
-def _version_key(text: str) -> tuple:
-    parts = []
-    for piece in text.replace("post", ".").replace("rc", ".").split("."):
-        parts.append(int(piece) if piece.isdigit() else -1)
-    return tuple(parts)
-
-
-@stored
-def table_path(system: str, family: str, table: str, engine: str = ENGINE) -> pathlib.Path | None:
-    """The newest version <= ENGINE_VERSION of SGLang that holds this table (the database fills a version's missing
-    tables from older ones the same way); for another engine (a fill), its newest version."""
-    root = data_root()
-    if root is None:
-        return None
-    folder = root / system / family / engine
-    if not folder.is_dir():
-        return None
-    versions = sorted((p for p in folder.iterdir() if (p / f"{table}.parquet").is_file()),
-                      key=lambda p: _version_key(p.name), reverse=True)
-    for path in versions:
-        if engine != ENGINE or _version_key(path.name) <= _version_key(ENGINE_VERSION):
-            return path / f"{table}.parquet"
-    return None
-
-
-@stored
-def read_table(system: str, family: str, table: str, engine: str = ENGINE):
-    """The table as a pandas frame (memoised per process), or None where this GPU has none."""
-    path = table_path(system, family, table, engine)
-    if path is None:
-        return None
-    import pyarrow.parquet as pq
-    unused = {"framework", "version", "device"} | ({"op_name"} if table != "mla_bmm_perf" else set())
-    columns = [c for c in pq.read_schema(path).names if c not in unused]  # string columns cost most to convert
-    frame = pq.read_table(path, columns=columns).to_pandas()
-    if "window_size" in frame:
-        frame = frame[frame["window_size"] == 0]
-    if "step" in frame:
-        frame = frame.assign(kv=frame["step"] + 1)
-    return frame
-
-
-@stored
-def covered_systems() -> tuple[str, ...]:
-    root = data_root()
-    if root is None:
-        return ()
-    return tuple(sorted(p.name for p in root.iterdir() if table_path(p.name, "gemm", "gemm_perf") is not None))
 
 
 class MeasuredKernels:
-    """Kernel times (us) on one measured GPU; `time_us(shape)` is None where the data does not cover the shape."""
+    """Kernel times (us) on one measured GPU from one engine's tables (SGLang 0.5.14's where they lack a shape);
+    `time_us(shape)` is None where no table covers the shape."""
 
-    def __init__(self, system: str):
-        self.system = system
-        self.label = f"aiconfigurator-core {package_version()}, {system}, {ENGINE} {ENGINE_VERSION}"
-
-    def filled_from(self, shape: KernelShape) -> str | None:
-        """The other engine's table that timed this shape (SGLang's lacks its dtype on this GPU), or None."""
-        return self._gemm_answer(shape)[1] if isinstance(shape, Gemm) else None
+    def __init__(self, system: str, engine: str = ENGINE, version: str = ENGINE_VERSION):
+        self.system, self.engine, self.version = system, engine, version
+        default = (ENGINE, ENGINE_VERSION)
+        self.tables = ((engine, version),) + (() if (engine, version) == default else (default,))
+        self.label = f"aiconfigurator-core {package_version()}, {system}, {engine} {version}" + \
+            ("" if (engine, version) == default else f", else {ENGINE} {ENGINE_VERSION}")
 
     def time_us(self, shape: KernelShape) -> float | None:
-        if isinstance(shape, Gemm):
-            ms = self._gemm_answer(shape)[0]
-        elif isinstance(shape, Attention):
-            ms = self._attention(shape)
-        elif isinstance(shape, MLAttention):
-            ms = self._mla(shape)
-        elif isinstance(shape, MLABmm):
-            ms = self._mla_bmm(shape)
-        elif isinstance(shape, MoE):
-            ms = self._moe(shape)
-        else:
-            ms = None
-        return None if ms is None else 1e3 * ms
+        return self.answer(shape)[0]
 
-    # -- per family --------------------------------------------------------------------------------------------
-    def _gemm_answer(self, s: Gemm) -> tuple[float | None, str | None]:
-        """(ms or None, the other engine's table that answered or None). Beyond the grid's largest m or n (a
-        128K-vocabulary lm_head, a long prefill) the GEMM is costed as the equal pieces, split along that dimension,
-        that fit the grid."""
-        for engine in (ENGINE,) + FILL_ENGINES:
-            for dtype in GEMM_DTYPES.get(s.dtype, ()):
-                grid = _grid(self.system, "gemm", "gemm_perf", (("gemm_dtype", dtype),), ("m", "n", "k"),
-                             (True, False, False), padded_axis=0, engine=engine)
-                if grid is None:
-                    continue
-                pieces_m = math.ceil(s.m / grid.axes[0][-1])
-                pieces_n = math.ceil(s.n / grid.axes[1][-1])
-                t = grid((s.m / pieces_m, s.n / pieces_n, s.k))
-                filled = None
-                if t is not None and engine != ENGINE:
-                    version = table_path(self.system, "gemm", "gemm_perf", engine).parent.name
-                    filled = f"{engine} {version} {dtype}"
-                return (None if t is None else t * pieces_m * pieces_n * _group_scales(s, dtype)), filled
+    def answer(self, shape: KernelShape) -> tuple[float | None, str | None]:
+        """(us or None, the table that answered: 'engine version', a fill's dtype after it)."""
+        lookup = {Gemm: self._gemm, Attention: self._attention, MLAttention: self._mla, MLABmm: self._mla_bmm,
+                  MoE: self._moe}.get(type(shape))
+        if lookup is None:
+            return None, None
+        chain = self.tables + (tuple((e, None) for e in FILL_ENGINES) if isinstance(shape, Gemm) else ())
+        for engine, version in chain:
+            found = lookup(shape, engine, version)
+            if found is not None:
+                return 1e3 * found[0], found[1]
         return None, None
 
-    def _attention(self, s: Attention) -> float | None:
+    def filled_from(self, shape: KernelShape) -> str | None:
+        """Which other table timed this shape and why ('sglang 0.5.14 (vllm 0.24.0's tables lack ...)'), or None
+        where the engine's own tables did."""
+        table = self.answer(shape)[1]
+        if table is None or table.split()[0] == self.engine:
+            return None
+        if table.split()[0] != ENGINE or len(table.split()) > 2:  # a weight-only dtype from another engine's GEMMs
+            own = "SGLang's tables" if self.engine == ENGINE else f"{self.engine} {self.version}'s and SGLang's tables"
+            return f"{table} ({own} lack that dtype on this GPU)"
+        return f"{table} ({self.engine} {self.version}'s tables lack that shape on this GPU)"
+
+    # -- per family: (ms, the table that answered) or None ---------------------------------------------------------
+    def _gemm(self, s: Gemm, engine: str, version: str | None) -> tuple[float, str] | None:
+        """Beyond the grid's largest m or n (a 128K-vocabulary lm_head, a long prefill) the GEMM is costed as the
+        equal pieces, split along that dimension, that fit the grid."""
+        for dtype in GEMM_DTYPES.get(s.dtype, ()):
+            grid = _lane_grid(self.system, "gemm", "gemm_perf", (("gemm_dtype", dtype),), ("m", "n", "k"),
+                              (True, False, False), 0, engine, version)
+            if grid is None:
+                continue
+            pieces_m = math.ceil(s.m / grid.axes[0][-1])
+            pieces_n = math.ceil(s.n / grid.axes[1][-1])
+            t = grid((s.m / pieces_m, s.n / pieces_n, s.k))
+            if t is None:
+                return None
+            fill = f" {dtype}" if version is None and engine != ENGINE else ""
+            return t * pieces_m * pieces_n * _group_scales(s, dtype), _label(self.system, "gemm", "gemm_perf", engine,
+                                                                              version) + fill
+        return None
+
+    def _attention(self, s: Attention, engine: str, version: str | None) -> tuple[float, str] | None:
         kv = KV_DTYPES.get(s.kv_dtype)
-        for source in ATTENTION_KERNELS:
-            where = (("kernel_source", source), ("head_dim", s.head_dim), ("kv_cache_dtype", kv))
+        tables = engine, version
+        for source in LANES.get(engine, {}).get("attention", (None,)):
+            where = (("kernel_source", source),) if source else ()
+            where += (("head_dim", s.head_dim), ("kv_cache_dtype", kv))
             decode = _grid(self.system, "attention", "generation_attention_perf", where,
-                           ("batch_size", "num_heads", "num_key_value_heads", "kv"), (True, False, False, True))
+                           ("batch_size", "num_heads", "num_key_value_heads", "kv"), (True, False, False, True),
+                           engine=engine, version=version)
             if decode is None:
                 continue
+            generation = lambda t: _answer(t, self.system, "attention", "generation_attention_perf", *tables)
             if s.q_len == 1 or (s.q_len <= PACKED_QUERY_MAX and s.heads * s.q_len <= decode.axes[1][-1]):
-                t = _packed(self.system, where, decode, s.batch, s.heads * s.q_len, s.kv_heads, s.kv_len + s.q_len)
+                t = _packed(self.system, where, decode, s.batch, s.heads * s.q_len, s.kv_heads, s.kv_len + s.q_len,
+                            tables)
                 if t is not None or s.q_len == 1:
-                    return t
+                    return generation(t)
             if s.q_len <= VERIFY_QUERY_MAX and s.q_len <= s.kv_len:
-                t = _tiled(self.system, where, s)
+                t = _tiled(self.system, where, s, tables)
                 if t is not None:
-                    return t
+                    return generation(t)
             prefill = _grid(self.system, "attention", "context_attention_perf", where + (("step", 0),),
-                            ("batch_size", "isl", "num_heads", "num_key_value_heads"), (True, True, False, False))
+                            ("batch_size", "isl", "num_heads", "num_key_value_heads"), (True, True, False, False),
+                            engine=engine, version=version)
             if prefill is None:
                 return None
             chunk = _chunk(lambda n: prefill((s.batch, n, s.heads, s.kv_heads)), s.kv_len, s.q_len)
-            return _read_once(chunk, _packed(self.system, where, decode, s.batch, s.heads, s.kv_heads,
-                                             s.kv_len + s.q_len))
+            t = _read_once(chunk, _packed(self.system, where, decode, s.batch, s.heads, s.kv_heads, s.kv_len + s.q_len,
+                                          tables))
+            return _answer(t, self.system, "attention", "context_attention_perf", *tables)
         return None
 
-    def _mla(self, s: MLAttention) -> float | None:
+    def _mla(self, s: MLAttention, engine: str, version: str | None) -> tuple[float, str] | None:
         kv = KV_DTYPES.get(s.kv_dtype)
-        decode = _grid(self.system, "mla", "generation_mla_perf", (("kv_cache_dtype", kv), ("mla_dtype", "bfloat16")),
-                       ("batch_size", "num_heads", "kv"), (True, False, True))
+        where = (("kv_cache_dtype", kv), ("mla_dtype", "bfloat16"))
+        decode = _grid(self.system, "mla", "generation_mla_perf", where, ("batch_size", "num_heads", "kv"),
+                       (True, False, True), engine=engine, version=version)
         if decode is None:
             return None
+        generation = lambda t: _answer(t, self.system, "mla", "generation_mla_perf", engine, version)
         if s.q_len == 1 or (s.q_len <= PACKED_QUERY_MAX and s.heads * s.q_len <= decode.axes[1][-1]):
-            return decode((s.batch, s.heads * s.q_len, s.kv_len + s.q_len))
+            return generation(decode((s.batch, s.heads * s.q_len, s.kv_len + s.q_len)))
         if s.q_len <= VERIFY_QUERY_MAX and s.q_len <= s.kv_len:  # one latent head: rows are q x the heads (_tiled)
             tiles = math.ceil(s.heads * s.q_len / TILE_ROWS)
             t = decode((s.batch * tiles, s.heads * s.q_len / tiles, s.kv_len + s.q_len))
             if t is not None:
-                return t
-        prefill = _grid(self.system, "mla", "context_mla_perf", (("kv_cache_dtype", kv), ("mla_dtype", "bfloat16")),
-                        ("batch_size", "isl", "num_heads"), (True, True, False))
+                return generation(t)
+        prefill = _grid(self.system, "mla", "context_mla_perf", where, ("batch_size", "isl", "num_heads"),
+                        (True, True, False), engine=engine, version=version)
         if prefill is None:
             return None
         chunk = _chunk(lambda n: prefill((s.batch, n, s.heads)), s.kv_len, s.q_len)
-        return _read_once(chunk, decode((s.batch, s.heads, s.kv_len + s.q_len)))
+        t = _read_once(chunk, decode((s.batch, s.heads, s.kv_len + s.q_len)))
+        return _answer(t, self.system, "mla", "context_mla_perf", engine, version)
 
-    def _mla_bmm(self, s: MLABmm) -> float | None:
+    def _mla_bmm(self, s: MLABmm, engine: str, version: str | None) -> tuple[float, str] | None:
         dtype = {"fp8": "fp8"}.get(s.dtype, "bfloat16")
         grid = _grid(self.system, "mla_bmm", "mla_bmm_perf", (("op_name", f"mla_gen_{s.which}"), ("bmm_dtype", dtype)),
-                     ("num_tokens", "num_heads"), (True, False))
-        return None if grid is None else grid((s.tokens, s.heads))
+                     ("num_tokens", "num_heads"), (True, False), engine=engine, version=version)
+        return None if grid is None else _answer(grid((s.tokens, s.heads)), self.system, "mla_bmm", "mla_bmm_perf",
+                                                 engine, version)
 
-    def _moe(self, s: MoE) -> float | None:
+    def _moe(self, s: MoE, engine: str, version: str | None) -> tuple[float, str] | None:
         if s.ep > 1:  # the roofline times it: the tables' moe_ep_size rows fit no one token semantics (module doc)
             return None
         for dtype in MOE_DTYPES.get(s.dtype, ()):
             where = (("moe_dtype", dtype), ("hidden_size", s.hidden), ("inter_size", s.inter), ("topk", s.topk),
                      ("num_experts", s.experts), ("moe_tp_size", s.tp), ("moe_ep_size", 1),
                      ("distribution", "balanced"))
-            grid = _grid(self.system, "moe", "moe_perf", where, ("num_tokens",), (True,), padded_axis=0)
+            grid = _lane_grid(self.system, "moe", "moe_perf", where, ("num_tokens",), (True,), 0, engine, version)
             if grid is not None:
                 t = grid((max(1.0, s.tokens),))
-                return None if t is None else t * s.share
+                return None if t is None else (t * s.share, _label(self.system, "moe", "moe_perf", engine, version))
         return None
+
+
+def _label(system: str, family: str, table: str, engine: str, version: str | None) -> str:
+    """'engine version' of the table file read (the version the lookup resolved to)."""
+    return f"{engine} {table_path(system, family, table, engine, version).parent.name}"
+
+
+def _answer(t: float | None, system: str, family: str, table: str, engine: str, version: str | None):
+    return None if t is None else (t, _label(system, family, table, engine, version))
+
+
+def _lane_grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple, padded_axis: int,
+               engine: str, version: str | None) -> Grid | None:
+    """The grid of the engine's first lane (LANES) that holds the slice; every row where the op names no lanes."""
+    for source in LANES.get(engine, {}).get(family, (None,)):
+        lane = (("kernel_source", source),) if source else ()
+        grid = _grid(system, family, table, lane + where, axes, log_axes, padded_axis, engine, version)
+        if grid is not None:
+            return grid
+    return None
 
 
 def _group_scales(s: Gemm, measured_dtype: str) -> float:
@@ -252,24 +222,26 @@ def _group_scales(s: Gemm, measured_dtype: str) -> float:
     return 1.0 + s.scale_bytes / WEIGHT_ONLY[measured_dtype]
 
 
-def _packed(system: str, where: tuple, across: Grid, batch: int, rows: int, kv_heads: int, kv: int) -> float | None:
+def _packed(system: str, where: tuple, across: Grid, batch: int, rows: int, kv_heads: int, kv: int,
+            tables: tuple) -> float | None:
     """Decode with `rows` query heads over `kv_heads` (a verify: q x the heads) from the points measured at that
-    KV-head count: across counts the heads axis holds others' values (24 with 8 KV heads), holes at 1 KV head."""
+    KV-head count: across counts the heads axis holds others' values (24 with 8 KV heads), holes at 1 KV head.
+    tables: (engine, version) whose."""
     own = _grid(system, "attention", "generation_attention_perf", where + (("num_key_value_heads", kv_heads),),
-                ("batch_size", "num_heads", "kv"), (True, False, True))
+                ("batch_size", "num_heads", "kv"), (True, False, True), None, *tables)
     if own is not None:
         return own((batch, rows, kv))
     return across((batch, rows, kv_heads, kv))
 
 
-def _tiled(system: str, where: tuple, s: Attention) -> float | None:
+def _tiled(system: str, where: tuple, s: Attention, tables: tuple) -> float | None:
     """A verify wider than the table at its KV-head count: the kernel packs each KV head's q x group query rows into
     tiles of TILE_ROWS, each reading that head's cache once: decode of batch x KV heads x tiles requests of 1 KV head,
     rows / tiles query heads each. Assumed: b requests of K KV heads cost what b x K of 1 do (a grid of blocks per
-    request, KV head and tile; the tables' pairs agree within 5%, median: tests). The causal mask among the q new tokens (at
-    most a quarter of the keys charged while q <= the cached length) is not resolved."""
+    request, KV head and tile; the tables' pairs agree within 5%, median: tests). The causal mask among the q new
+    tokens (at most a quarter of the keys charged while q <= the cached length) is not resolved."""
     one = _grid(system, "attention", "generation_attention_perf", where + (("num_key_value_heads", 1),),
-                ("batch_size", "num_heads", "kv"), (True, False, True))
+                ("batch_size", "num_heads", "kv"), (True, False, True), None, *tables)
     if one is None:
         return None
     rows = s.q_len * s.heads / s.kv_heads
@@ -299,25 +271,26 @@ def _chunk(full, cached: int, new: int) -> float | None:
 
 @stored
 def _grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple,
-          padded_axis: int | None = None, engine: str = ENGINE) -> Grid | None:
-    """The measured points of `table` matching `where` (column, value pairs) as a grid over `axes` (in the run's store, and
-    kept on disk per installed version: kernels/gridcache.py)."""
-    path = table_path(system, family, table, engine)
+          padded_axis: int | None = None, engine: str = ENGINE, version: str | None = None) -> Grid | None:
+    """The measured points of `table` matching `where` (column, value pairs) as a grid over `axes` (in the run's
+    store, and kept on disk per installed version: kernels/gridcache.py, keyed by the engine, the version asked and
+    the file read)."""
+    path = table_path(system, family, table, engine, version)
     if path is None:
         return None
     entry = gridcache.entry(package_version(), path, (system, family, table, where, axes, log_axes, padded_axis,
-                                                      engine))
+                                                      engine, version))
     grid = gridcache.load(entry)
     if grid is gridcache.MISSING:
-        grid = grid_of_table(system, family, table, where, axes, log_axes, padded_axis, engine)
+        grid = grid_of_table(system, family, table, where, axes, log_axes, padded_axis, engine, version)
         gridcache.save(entry, grid)
     return grid
 
 
 def grid_of_table(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple,
-                  padded_axis: int | None = None, engine: str = ENGINE) -> Grid | None:
+                  padded_axis: int | None = None, engine: str = ENGINE, version: str | None = None) -> Grid | None:
     """_grid read from the table itself."""
-    frame = read_table(system, family, table, engine)
+    frame = read_table(system, family, table, engine, version)
     if frame is None:
         return None
     mask = None

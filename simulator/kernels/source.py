@@ -1,7 +1,7 @@
 """Where kernel times come from: a source answers a shape's time or says it does not cover it.
 
-`kernel_source(choice, gpu_spec)` gives the measured database for `runtime.kernels: measured` when the optional
-package is installed and the GPU names a measured system, and says why not otherwise (the roofline then times
+`kernel_source(choice, gpu_spec, tables)` gives the measured database (the engine's tables, runtime.kernel_database)
+for `runtime.kernels: measured` when the optional package is installed and the GPU names a measured system, and says why not otherwise (the roofline then times
 every kernel, and the result says so).
 """
 from __future__ import annotations
@@ -34,10 +34,13 @@ def roofline_reason(choice: str, gpu_spec) -> str | None:
     return None
 
 
-def kernel_source(choice: str, gpu_spec) -> tuple[KernelSource | None, str]:
-    """(source, note): the measured source, or None and the reason the roofline times every kernel."""
+def kernel_source(choice: str, gpu_spec, tables=None) -> tuple[KernelSource | None, str]:
+    """(source, note): the measured source, or None and the reason the roofline times every kernel. tables: the
+    engine's kernel database (runtime.kernel_database: engine, version), default SGLang 0.5.14's."""
     reason = roofline_reason(choice, gpu_spec)
     if reason is not None:
         return None, reason
     from . import measured
-    return measured.MeasuredKernels(gpu_spec.kernel_database), ""
+    if tables is None:
+        return measured.MeasuredKernels(gpu_spec.kernel_database), ""
+    return measured.MeasuredKernels(gpu_spec.kernel_database, tables.engine, tables.version), ""

@@ -34,18 +34,21 @@ class KernelTimes:
 class KernelTimer:
     """Kernel times on one GPU for one scenario: measured, or the roofline, per kernel."""
 
-    def __init__(self, gpu: GPU, choice: str = "roofline", measured_gpu: GPU | None = None, weight_only_gemv=None):
+    def __init__(self, gpu: GPU, choice: str = "roofline", measured_gpu: GPU | None = None, weight_only_gemv=None,
+                 tables=None):
         """measured_gpu: the GPU the measured data are of, where `gpu` is a what-if of it (a physical field set away
         from the topology file's): each measured time is scaled by the roofline's ratio between the two GPUs.
-        weight_only_gemv: the engine's own weight-only GEMV (runtime.weight_only_gemv), or None."""
+        weight_only_gemv: the engine's own weight-only GEMV (runtime.weight_only_gemv), or None. tables: whose
+        measured tables (runtime.kernel_database: engine, version), or None for SGLang 0.5.14's."""
         self.gpu = gpu
         self.weight_only_gemv = weight_only_gemv
-        self.source, self.note = kernel_source(choice, gpu.spec)
+        self.source, self.note = kernel_source(choice, gpu.spec, tables)
         # with fitted efficiencies, shaped kernels take the shape-aware roofline; without, the datasheet roofline
         self.roofline = ShapeRoofline(gpu.spec) if gpu.spec.roofline else None
         # what a kernel's time is computed from besides the kernel, by value (the run's store keys them by it)
         self.value_key = hashlib.sha1("\0".join([gpu.spec.model_dump_json(), choice, measured_gpu.spec.model_dump_json()
-                                                 if measured_gpu is not None else ""]).encode()).hexdigest()
+                                                 if measured_gpu is not None else "",
+                                                 getattr(self.source, "label", "")]).encode()).hexdigest()
         self._what_if = None
         if measured_gpu is not None and self.source is not None:
             # the loaded GPU's physical fields with this one's efficiencies: the ratio moves with the physics alone
@@ -156,7 +159,8 @@ class KernelTimer:
         return KernelTimes(compute, memory, last, segment.num_kernels, whole_ops + absorbed, tuple(times), per_small)
 
     def _fills(self, covered_by: dict) -> str:
-        """Where another engine's table stood in for SGLang's (a dtype SGLang's tables lack on this GPU)."""
+        """Where another table stood in for the engine's own (SGLang 0.5.14's for a shape the engine's tables lack,
+        another engine's for a weight-only dtype)."""
         filled_from = getattr(self.source, "filled_from", None)
         own = [shape for shape in covered_by if self._runs_weight_only_gemv(shape)]
         fills = [filled_from(shape) for shape, hit in covered_by.items() if hit and shape not in own] \
@@ -165,8 +169,7 @@ class KernelTimer:
         for table in fills:
             if table:
                 by_table[table] += 1
-        text = "".join(f"; {n} of {len(covered_by)} shapes from {table} (SGLang's tables lack that dtype on this GPU)"
-                       for table, n in sorted(by_table.items()))
+        text = "".join(f"; {n} of {len(covered_by)} shapes from {table}" for table, n in sorted(by_table.items()))
         if own:
             text += (f"; {len(own)} of {len(covered_by)} shapes the engine's weight-only GEMV (the bf16 GEMV's time, "
                      f"weights at {self.weight_only_gemv.bandwidth_vs_bf16:g} of its rate)")

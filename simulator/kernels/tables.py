@@ -1,0 +1,118 @@
+"""Which of aiconfigurator-core's tables a lookup reads (systems/data/<system>/<family>/<engine>/<version>/*.parquet).
+
+Whose tables: the engine profile's `kernel_database` (engine, version; runtime.kernel_database), read at that version
+where the GPU's folder holds the table, else the newest version below it (the database's own backward fill: vLLM
+0.24.0 asked on the A100 reads 0.14.0, TensorRT-LLM 1.3.0rc20 reads 1.0.0 there). Where one engine measured several
+kernels for one op, its lane order (LANES: the engine's default dispatch) picks the first that holds the slice.
+Tables are read with pyarrow (optional extra `specsim[measured]`) and kept in the run's store.
+"""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+from ..cache import stored
+
+ENGINE = "sglang"
+ENGINE_VERSION = "0.5.14"  # aiconfigurator-core 0.12's default SGLang version (systems/query_versions.yaml)
+# A GEMM dtype SGLang's tables do not hold on a GPU (weight-only int8 / int4 on the A100) is taken from another
+# engine's table of the same GPU, as aiconfigurator's own database fills missing data from sibling backends
+# (sdk/perf_database.py, "cross-backend fallback siblings"): TensorRT-LLM's WeightOnlyQuantMatmul plugin.
+FILL_ENGINES = ("trtllm", "vllm")
+PACKAGE = "aiconfigurator_core"
+# Per engine and op, the tables' kernel_source labels in the order the engine's default dispatch would run them
+# (the first that holds the slice is read); an op not named here reads every row (one kernel measured per dtype).
+LANES = {
+    "sglang": {"attention": ("fa3", "flashinfer", "triton")},  # SGLang's preference where several were measured
+    # vLLM V1: FLASH_ATTN (vllm_flash_attn: FA3 on Hopper, FA2 before it; engines/vllm/*.yaml attention_backend);
+    # fused MoE: its Triton fused_moe (vLLM 0.8's unquantised / fp8 path); fp8-block GEMM: Triton (0.8's
+    # w8a8_block_fp8_matmul) where measured, else CUTLASS, else DeepGEMM
+    "vllm": {"attention": ("vllm_flash_attn_fa3", "vllm_flash_attn", "vllm_flashinfer", "vllm_flashinfer_trtllmdecode",
+                           "vllm_triton_attn"),
+             "moe": ("vllm_unquantizedfusedmoe_triton_tritonexperts", "vllm_fp8moe_triton_tritonexperts",
+                     "vllm_modeloptfp8moe_triton_tritonexperts", "vllm_fused_moe",
+                     "vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts",
+                     "vllm_fp8moe_flashinfer_cutlass_flashinferexperts",
+                     "vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts",
+                     "vllm_modeloptfp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic",
+                     "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic",
+                     "vllm_compressedtensorsw4a4nvfp4moe_flashinfer_trtllm_trtllmnvfp4expertsmonolithic",
+                     "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts", "vllm_marlin_int4_moe"),
+             "gemm": ("torch.nn.functional.linear", "vllm_default", "CutlassFP8ScaledMMLinearKernel",
+                      "TritonFp8BlockScaledMMKernel", "CutlassFp8BlockScaledMMKernel", "DeepGemmFp8BlockScaledMMKernel",
+                      "FlashInferCuteDslNvFp4LinearKernel")},
+    # TensorRT-LLM's PyTorch flow: its TRTLLM attention backend; the gated (SwiGLU) fused MoE outside min-latency
+    # mode (moe_torch_flow_nongated is the ReLU^2 MoE, moe_torch_flow_min_latency its low-latency twin)
+    "trtllm": {"attention": ("torch_flow", "torch_flow_flashinfer"),
+               "moe": ("moe_torch_flow", "moe_torch_flow_cutlass", "deepgemm")},
+}
+
+
+def data_root() -> pathlib.Path | None:
+    """The package's data folder, or None when aiconfigurator-core is not installed (found without importing it)."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = pathlib.Path(list(spec.submodule_search_locations)[0]) / "systems" / "data"
+    return root if root.is_dir() else None
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("aiconfigurator-core")
+    except PackageNotFoundError:
+        return "?"
+
+
+def _version_key(text: str) -> tuple:
+    parts = []
+    for piece in text.replace("post", ".").replace("rc", ".").split("."):
+        parts.append(int(piece) if piece.isdigit() else -1)
+    return tuple(parts)
+
+
+@stored
+def table_path(system: str, family: str, table: str, engine: str = ENGINE,
+               version: str | None = None) -> pathlib.Path | None:
+    """The newest version <= `version` of the engine that holds this table (the database fills a version's missing
+    tables from older ones the same way); version None: ENGINE_VERSION for SGLang, another engine's newest (a fill)."""
+    if version is None and engine == ENGINE:
+        version = ENGINE_VERSION
+    root = data_root()
+    if root is None:
+        return None
+    folder = root / system / family / engine
+    if not folder.is_dir():
+        return None
+    versions = sorted((p for p in folder.iterdir() if (p / f"{table}.parquet").is_file()),
+                      key=lambda p: _version_key(p.name), reverse=True)
+    for path in versions:
+        if version is None or _version_key(path.name) <= _version_key(version):
+            return path / f"{table}.parquet"
+    return None
+
+
+@stored
+def read_table(system: str, family: str, table: str, engine: str = ENGINE, version: str | None = None):
+    """The table as a pandas frame (in the run's store), or None where this GPU has none."""
+    path = table_path(system, family, table, engine, version)
+    if path is None:
+        return None
+    import pyarrow.parquet as pq
+    unused = {"framework", "version", "device"} | ({"op_name"} if table != "mla_bmm_perf" else set())
+    columns = [c for c in pq.read_schema(path).names if c not in unused]  # string columns cost most to convert
+    frame = pq.read_table(path, columns=columns).to_pandas()
+    if "window_size" in frame:
+        frame = frame[frame["window_size"] == 0]
+    if "step" in frame:
+        frame = frame.assign(kv=frame["step"] + 1)
+    return frame
+
+
+@stored
+def covered_systems() -> tuple[str, ...]:
+    root = data_root()
+    if root is None:
+        return ()
+    return tuple(sorted(p.name for p in root.iterdir() if table_path(p.name, "gemm", "gemm_perf") is not None))

@@ -1,0 +1,91 @@
+"""Whose measured tables time the kernels (kernels/tables.py): the engine profile's kernel_database at its version or
+the newest below it, one kernel per op by the engine's lanes, SGLang 0.5.14's where the engine's lack a shape, and
+the report naming the table that stood in. Expected times are the Parquet rows themselves, read with pandas here."""
+from __future__ import annotations
+
+import pytest
+
+from simulator.cache import Store, held
+from simulator.kernels import measured
+from simulator.kernels.shapes import Gemm, MLAttention, MoE
+
+if measured.data_root() is None:
+    pytest.skip("aiconfigurator-core is not installed (the measured extra)", allow_module_level=True)
+
+def _folder(*args) -> str | None:
+    path = measured.table_path(*args)
+    return None if path is None else path.parent.name
+
+
+def test_a_table_is_read_at_the_version_asked_else_the_newest_below_it():
+    assert _folder("h100_sxm", "gemm", "gemm_perf", "vllm", "0.24.0") == "0.24.0"
+    assert _folder("a100_sxm", "gemm", "gemm_perf", "vllm", "0.24.0") == "0.14.0"  # the A100's only vLLM tables
+    assert _folder("a100_sxm", "attention", "generation_attention_perf", "trtllm", "1.3.0rc20") == "1.0.0"
+    assert _folder("h100_sxm", "moe", "moe_perf", "trtllm", "1.3.0rc20") == "1.3.0rc20"  # not rc23, newer
+    assert _folder("h100_sxm", "gemm", "gemm_perf", "vllm", "0.8.5") is None  # nothing at or below it
+    assert _folder("a100_sxm", "gemm", "gemm_perf") == "0.5.10"  # SGLang's default 0.5.14: the newest below
+
+
+def _envelope_us(frame, m: int) -> float:
+    """The least mean latency at m rows or more (a GEMM runs a larger measured m padded), in us."""
+    by_m = frame.groupby("m").latency.mean()
+    return 1e3 * by_m[by_m.index >= m].min()
+
+
+def test_the_engine_table_times_a_gemm_and_names_itself():
+    vllm = measured.MeasuredKernels("h100_sxm", "vllm", "0.24.0")
+    sglang = measured.MeasuredKernels("h100_sxm")
+    shape = Gemm(4, 4096, 4096, "bf16")
+    rows = {}
+    for engine, version in (("vllm", "0.24.0"), ("sglang", None)):
+        frame = measured.read_table("h100_sxm", "gemm", "gemm_perf", engine, version)
+        rows[engine] = frame[(frame.gemm_dtype == "bfloat16") & (frame.n == 4096) & (frame.k == 4096)]
+    assert vllm.answer(shape) == (pytest.approx(_envelope_us(rows["vllm"], 4)), "vllm 0.24.0")
+    assert sglang.answer(shape) == (pytest.approx(_envelope_us(rows["sglang"], 4)), "sglang 0.5.14")
+    assert vllm.time_us(shape) != sglang.time_us(shape)
+    assert vllm.filled_from(shape) is None
+
+
+def test_the_moe_reads_the_engines_own_kernel_lane():
+    """TensorRT-LLM's B200 tables measured its NVFP4 fused MoE as CUTLASS and as the min-latency kernel (3-4x faster
+    at one token) at the same shapes: the lookup reads the CUTLASS rows (the default outside min-latency mode), not
+    their mean."""
+    frame = measured.read_table("b200_sxm", "moe", "moe_perf", "trtllm", "1.3.0rc20")
+    rows = frame[(frame.moe_dtype == "nvfp4") & (frame.distribution == "balanced") & (frame.moe_ep_size == 1)
+                 & (frame.num_tokens == 1) & (frame.hidden_size == 7168) & (frame.inter_size == 2048)
+                 & (frame.topk == 8) & (frame.num_experts == 256) & (frame.moe_tp_size == 8)]
+    assert set(rows.kernel_source) >= {"moe_torch_flow_cutlass", "moe_torch_flow_min_latency"}
+    cutlass = rows[rows.kernel_source == "moe_torch_flow_cutlass"]
+    padded = frame[(frame.moe_dtype == "nvfp4") & (frame.distribution == "balanced") & (frame.moe_ep_size == 1)
+                   & (frame.hidden_size == 7168) & (frame.inter_size == 2048) & (frame.topk == 8)
+                   & (frame.num_experts == 256) & (frame.moe_tp_size == 8)
+                   & (frame.kernel_source == "moe_torch_flow_cutlass")]
+    expected = min(cutlass.latency.mean(), padded.groupby("num_tokens").latency.mean().min())  # monotone envelope
+    trtllm = measured.MeasuredKernels("b200_sxm", "trtllm", "1.3.0rc20")
+    t, table = trtllm.answer(MoE(1, 7168, 2048, 8, 256, 8, "fp4"))
+    assert t == pytest.approx(1e3 * expected) and table == "trtllm 1.3.0rc20"
+    assert t > 2 * 1e3 * rows[rows.kernel_source == "moe_torch_flow_min_latency"].latency.mean()
+
+
+def test_an_op_the_engine_did_not_measure_is_sglangs_and_says_so():
+    """vLLM's tables hold MLA only as whole modules: MLA decode comes from SGLang 0.5.14's table, the same time SGLang's
+    source gives, and the report names it per family."""
+    shape = MLAttention(1, 1, 4096, 16, "bf16")
+    vllm = measured.MeasuredKernels("h100_sxm", "vllm", "0.24.0")
+    t, table = vllm.answer(shape)
+    assert table == "sglang 0.5.14" and t == measured.MeasuredKernels("h100_sxm").time_us(shape) is not None
+    assert vllm.filled_from(shape) == "sglang 0.5.14 (vllm 0.24.0's tables lack that shape on this GPU)"
+
+
+def test_the_grids_on_disk_are_kept_per_engine_and_version(tmp_path, monkeypatch):
+    """A warm grid folder answers each engine's lookup with its own grid: SGLang's grid is not read back for vLLM's."""
+    monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path))
+    shape = Gemm(4, 4096, 4096, "bf16")
+    with held(Store()):
+        cold = [measured.MeasuredKernels("h100_sxm", *e).time_us(shape) for e in (("sglang", "0.5.14"),
+                                                                                  ("vllm", "0.24.0"))]
+    monkeypatch.setattr(measured, "grid_of_table", lambda *a: pytest.fail("read the table again"))
+    with held(Store()):
+        warm = [measured.MeasuredKernels("h100_sxm", *e).time_us(shape) for e in (("sglang", "0.5.14"),
+                                                                                  ("vllm", "0.24.0"))]
+    assert warm == cold and cold[0] != cold[1]
