@@ -3,14 +3,22 @@ the newest below it, one kernel per op by the engine's lanes, SGLang 0.5.14's wh
 the report naming the table that stood in. Expected times are the Parquet rows themselves, read with pandas here."""
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 from simulator.cache import Store, held
+from simulator.config import load_scenario
 from simulator.kernels import measured
 from simulator.kernels.shapes import Gemm, MLAttention, MoE
+from simulator.timing.machine import Machine
 
 if measured.data_root() is None:
     pytest.skip("aiconfigurator-core is not installed (the measured extra)", allow_module_level=True)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+H100_8B = str(ROOT / "scenarios" / "validation" / "cases" / "h100_llama8b_decode.yaml")
+
 
 def _folder(*args) -> str | None:
     path = measured.table_path(*args)
@@ -75,6 +83,25 @@ def test_an_op_the_engine_did_not_measure_is_sglangs_and_says_so():
     t, table = vllm.answer(shape)
     assert table == "sglang 0.5.14" and t == measured.MeasuredKernels("h100_sxm").time_us(shape) is not None
     assert vllm.filled_from(shape) == "sglang 0.5.14 (vllm 0.24.0's tables lack that shape on this GPU)"
+
+
+def test_the_profile_names_the_tables_and_the_report_and_keys_follow():
+    from simulator.model.cost import Kernel
+
+    sglang = load_scenario(H100_8B)
+    vllm = load_scenario(H100_8B, ["engine.name=vllm", "engine.version=0.8.5"])
+    assert sglang.spec.runtime.kernel_database.model_dump() == {"engine": "sglang", "version": "0.5.14"}
+    assert vllm.spec.runtime.kernel_database.model_dump() == {"engine": "vllm", "version": "0.24.0"}
+    timers = Machine(sglang).kernels, Machine(vllm).kernels
+    assert timers[0].value_key != timers[1].value_key  # a kernel's stored time is keyed by whose table
+    gemm = Kernel("g", 1.0, 1.0, "bf16", Gemm(4, 4096, 4096, "bf16"))
+    assert timers[0].kernel_us(gemm)[0] != timers[1].kernel_us(gemm)[0]
+    mla = Kernel("m", 1.0, 1.0, "bf16", MLAttention(1, 1, 4096, 16, "bf16"))
+    report = timers[1].report([gemm, mla])
+    assert report["source"].endswith("h100_sxm, vllm 0.24.0, else sglang 0.5.14)")
+    assert report["families"]["gemm"] == "measured"
+    assert report["families"]["mla"] == ("measured; 1 of 1 shapes from sglang 0.5.14 (vllm 0.24.0's tables lack "
+                                         "that shape on this GPU)")
 
 
 def test_the_grids_on_disk_are_kept_per_engine_and_version(tmp_path, monkeypatch):
