@@ -341,3 +341,15 @@ def test_gpt_fast_int8_gemv_takes_the_bf16_gemvs_time_at_the_published_share(ker
         report = timer.report([int8, bf16])["families"]["gemm"]
         assert report == ("measured; 1 of 2 shapes the engine's weight-only GEMV (the bf16 GEMV's time, weights at "
                           "0.879 of its rate)")
+
+
+@pytest.mark.parametrize("lower, higher", [("1.3.0rc20", "1.3.0"), ("1.3.0rc20", "1.3.0rc23"), ("1.2.0rc5", "1.3.0rc10"),
+                                           ("0.5.6", "0.5.6.post2"), ("0.5.6.post2", "0.5.9"), ("0.5.9", "0.5.10"),
+                                           ("0.1.dev19262", "0.1"), ("2.27", "2.27.3"), ("0.14.0", "0.24.0")])
+def test_table_versions_order_as_pep_440_does(lower, higher):
+    """The database's version folders: a release candidate comes before its release (asking TensorRT-LLM 1.3.0 must
+    not skip 1.3.0rc20's tables for older ones), a post-release after it, numbers by value."""
+    from simulator.kernels.tables import _version_key
+
+    assert _version_key(lower) < _version_key(higher)
+    assert _version_key("2.27") == _version_key("2.27.0")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import re
 
 from ..cache import stored
 
@@ -65,11 +66,18 @@ def package_version() -> str:
         return "?"
 
 
+_STAGES = {"dev": -4, "a": -3, "b": -2, "rc": -1, "": 0, "post": 1}  # PEP 440's order around a release
+
+
 def _version_key(text: str) -> tuple:
-    parts = []
-    for piece in text.replace("post", ".").replace("rc", ".").split("."):
-        parts.append(int(piece) if piece.isdigit() else -1)
-    return tuple(parts)
+    """A folder's version as PEP 440 orders it: release numbers (zero-padded, 2.27 == 2.27.0), then a pre-release
+    before the release it leads to (1.3.0rc20 < 1.3.0) and a post-release after it (0.5.6.post2 > 0.5.6)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)*)\.?(dev|a|b|rc|post|)(\d*)", text)
+    if match is None:  # not a version: below every one
+        return ((-1,),)
+    release = tuple(int(p) for p in match.group(1).split("."))
+    release += (0,) * (4 - len(release))
+    return release, _STAGES[match.group(2)], int(match.group(3) or 0)
 
 
 @stored
