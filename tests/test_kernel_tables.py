@@ -116,3 +116,14 @@ def test_the_grids_on_disk_are_kept_per_engine_and_version(tmp_path, monkeypatch
         warm = [measured.MeasuredKernels("h100_sxm", *e).time_us(shape) for e in (("sglang", "0.5.14"),
                                                                                   ("vllm", "0.24.0"))]
     assert warm == cold and cold[0] != cold[1]
+
+
+def test_sglangs_default_tables_standing_in_for_another_sglang_release_are_named():
+    """An SGLang kernel_database older than every SGLang table on the H100: each shape is SGLang 0.5.14's, and the
+    report says so (the engine's name alone does not make a table its own)."""
+    shape = Gemm(4, 4096, 4096, "bf16")
+    old = measured.MeasuredKernels("h100_sxm", "sglang", "0.1.0")
+    assert _folder("h100_sxm", "gemm", "gemm_perf", "sglang", "0.1.0") is None
+    assert old.answer(shape) == measured.MeasuredKernels("h100_sxm").answer(shape)
+    assert old.filled_from(shape) == "sglang 0.5.14 (sglang 0.1.0's tables lack that shape on this GPU)"
+    assert measured.MeasuredKernels("h100_sxm").filled_from(shape) is None

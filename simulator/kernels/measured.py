@@ -77,24 +77,28 @@ class MeasuredKernels:
 
     def answer(self, shape: KernelShape) -> tuple[float | None, str | None]:
         """(us or None, the table that answered: 'engine version', a fill's dtype after it)."""
+        return self._lookup(shape)[:2]
+
+    def _lookup(self, shape: KernelShape) -> tuple[float | None, str | None, bool]:
+        """answer's pair and whether the engine's own tables (the first asked) gave it."""
         lookup = {Gemm: self._gemm, Attention: self._attention, MLAttention: self._mla, MLABmm: self._mla_bmm,
                   MoE: self._moe}.get(type(shape))
         if lookup is None:
-            return None, None
+            return None, None, False
         chain = self.tables + (tuple((e, None) for e in FILL_ENGINES) if isinstance(shape, Gemm) else ())
-        for engine, version in chain:
+        for position, (engine, version) in enumerate(chain):
             found = lookup(shape, engine, version)
             if found is not None:
-                return 1e3 * found[0], found[1]
-        return None, None
+                return 1e3 * found[0], found[1], position == 0
+        return None, None, False
 
     def filled_from(self, shape: KernelShape) -> str | None:
         """Which other table timed this shape and why ('sglang 0.5.14 (vllm 0.24.0's tables lack ...)'), or None
-        where the engine's own tables did."""
-        table = self.answer(shape)[1]
-        if table is None or table.split()[0] == self.engine:
+        where the engine's own tables did (those of its kernel_database version, else the newest below it)."""
+        _, table, own_tables = self._lookup(shape)
+        if table is None or own_tables:
             return None
-        if table.split()[0] != ENGINE or len(table.split()) > 2:  # a weight-only dtype from another engine's GEMMs
+        if len(table.split()) > 2:  # a weight-only dtype from another engine's (or a newer release's) GEMMs
             own = "SGLang's tables" if self.engine == ENGINE else f"{self.engine} {self.version}'s and SGLang's tables"
             return f"{table} ({own} lack that dtype on this GPU)"
         return f"{table} ({self.engine} {self.version}'s tables lack that shape on this GPU)"
