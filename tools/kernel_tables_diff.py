@@ -25,13 +25,14 @@ CONTEXTS = (1024, 4096, 16384, 32768)
 
 
 def pass_times(machine, batch: int, context: int, sources) -> dict:
-    """{family: [summed us per source, shapes the first source's own engine answered, shapes]} of one decode pass."""
+    """{family: [summed us per source, shapes the first source's own engine answered, shapes]} of one decode pass,
+    each segment as often as the pass runs it (layout.order)."""
     from simulator.model.cost import PassShape
 
     layout = machine.layout("target", PassShape(1, batch, batch * context), machine.split)
     out = defaultdict(lambda: [0.0] * len(sources) + [0, 0])
     engine = sources[0].engine
-    for segment in layout.segments:
+    for segment in (layout.segments[i] for i in layout.order):  # each segment as often as the pass runs it
         for kernel in segment.kernels:
             if kernel.shape is None:
                 continue
