@@ -88,10 +88,10 @@ def test_each_verify_holds_one_plus_the_proposal_of_the_reference_drafter(monkey
 
 @pytest.mark.parametrize("batch, proposed, rows, graphed", [
     (1, 1, 2, True), (1, 2, 4, True), (1, 4, 8, True), (1, 8, 16, True), (1, 31, 32, True),
-    (3, 2, 16, True), (64, 7, 512, True), (65, 7, 520, False)])
+    (3, 2, 16, True), (3, 5, 24, True), (64, 7, 512, True), (65, 7, 520, False)])
 def test_vllm_pads_a_verifys_token_count_to_a_captured_size(batch, proposed, rows, graphed):
     """vLLM V1 (GPUModelRunner.execute_model) runs b x (1 + k) scheduled tokens as the smallest captured count
-    of 1, 2, 4, 8, 16, ..., 512 (padding rows through the GEMMs, not attention), eagerly above 512."""
+    of 1, 2, 4 and the multiples of 8 to 512 (config.py _set_cudagraph_sizes; 18 tokens run as 24, not 32; padding rows through the GEMMs, not attention), eagerly above 512."""
     import simpy
 
     from simulator.serving.server import KIND_SPEC, Server
