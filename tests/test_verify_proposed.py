@@ -105,3 +105,15 @@ def test_vllm_pads_a_verifys_token_count_to_a_captured_size(batch, proposed, row
     main = server.step_spec(KIND_SPEC, server.policy.decide(None), batch, 1, proposed).main
     assert (main.shape.tokens, main.shape.batch, main.shape.padding) == (1 + proposed, batch, 0)
     assert (main.shape.query_tokens, main.graph) == (rows, graphed)
+
+
+def test_vllm_0_8_4_verifies_at_most_32_drafts_a_step():
+    """vLLM 0.8.4's rejection sampler takes at most MAX_SPEC_LEN = 32 drafts a request and step: the Arctic case's
+    64 speculative tokens (its flag) run at 32, named among the keys the profile gave; SGLang's profile sets no cap."""
+    capped = simulator.load_scenario(CASE, [("speculation.method", "suffix")])
+    assert capped.spec.speculation.draft_tokens == 32
+    assert "speculation.draft_tokens" in capped.engine.keys
+    uncapped = simulator.load_scenario(CASE, [("speculation.method", "suffix"), ("engine.name", "sglang"),
+                                              ("engine.version", "0.5.9")])
+    assert uncapped.spec.speculation.draft_tokens == 64
+    assert "speculation.draft_tokens" not in uncapped.engine.keys

@@ -46,6 +46,16 @@ def _with_ngram_host(spec, profile) -> tuple:
     return spec.model_copy(update={"speculation": speculation}), tuple(f"speculation.ngram.{k}" for k in sorted(taken))
 
 
+def _with_draft_cap(spec, profile) -> tuple:
+    """The spec with its draft tokens capped at the most a step of this engine verifies (the profile's
+    max_draft_tokens), and the key taken where the cap binds."""
+    cap = profile.max_draft_tokens
+    if cap is None or spec.speculation.draft_tokens <= cap.value:
+        return spec, ()
+    speculation = spec.speculation.model_copy(update={"draft_tokens": cap.value})
+    return spec.model_copy(update={"speculation": speculation}), ("speculation.draft_tokens",)
+
+
 def _with_policy(spec, profile, code: str) -> tuple:
     """The spec with the draft-length schedule the engine's code for this drafter runs (the profile's
     speculative_policy), where the scenario sets no policy itself, and the keys taken."""
@@ -229,5 +239,7 @@ def apply_engine(spec, topology, file: str, user_keys=None):
     runtime = validate(Runtime, {**own, **taken}, file, "runtime")
     spec, ngram_keys = _with_ngram_host(spec.model_copy(update={"runtime": runtime}), profile)
     spec, policy_keys = _with_policy(spec, profile, flags_of(engine).get("script") or spec.speculation.method)
-    return spec, EngineRun(engine.name, engine.version, path, named, tuple(sorted(taken)) + ngram_keys + policy_keys)
+    spec, cap_keys = _with_draft_cap(spec, profile)
+    keys = tuple(sorted(taken)) + ngram_keys + policy_keys + cap_keys
+    return spec, EngineRun(engine.name, engine.version, path, named, keys)
 

@@ -186,5 +186,8 @@ class EngineProfile(EngineProfileSurface, Strict):
         "absent: true"))
     separate_gate_up: Optional[Sourced[list[Dtype]]] = Field(None, description=(
         "weight dtypes whose MLP gate and up projections are two GEMMs; absent: one fused gate_up GEMM"))
+    max_draft_tokens: Optional[Sourced[int]] = Field(None, description=(
+        "the most draft tokens a request's step verifies (a scenario's speculation.draft_tokens above it runs at it); "
+        "absent: no cap"))
 
     _has_default = model_validator(mode="after")(rules.engine_profile_default)

@@ -103,8 +103,8 @@ class CustomAllReduce(Plain):
     _pydantic = ('simulator.config.engine_schema', 'CustomAllReduce')
 
 class EngineProfile(EngineProfileSurface, Plain):
-    __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_capture_unit', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj', 'vocab_parallel', 'separate_gate_up')
-    _fields = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_capture_unit', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj', 'vocab_parallel', 'separate_gate_up')
+    __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_capture_unit', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj', 'vocab_parallel', 'separate_gate_up', 'max_draft_tokens')
+    _fields = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_capture_unit', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj', 'vocab_parallel', 'separate_gate_up', 'max_draft_tokens')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'EngineProfile')
 
@@ -263,6 +263,12 @@ class Sourced_float(Sourced):
     _fields = ('value', 'kind', 'source')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[float]')
+
+class Sourced_int(Sourced):
+    __slots__ = ()
+    _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
+    _pydantic = ('simulator.config.engine_schema', 'Sourced[int]')
 
 class Sourced_list_BatchRange(Sourced):
     __slots__ = ()
@@ -687,6 +693,7 @@ NS = {
     'Sourced_dict_str_AssistantHeuristicPolicy': Sourced_dict_str_AssistantHeuristicPolicy,
     'Sourced_dict_str_str': Sourced_dict_str_str,
     'Sourced_float': Sourced_float,
+    'Sourced_int': Sourced_int,
     'Sourced_list_BatchRange': Sourced_list_BatchRange,
     'Sourced_list_Literal_fp32_bf16_fp16_fp8_int8_int4_fp4': Sourced_list_Literal_fp32_bf16_fp16_fp8_int8_int4_fp4,
     'Sourced_list_MaxBatchTier': Sourced_list_MaxBatchTier,
@@ -912,6 +919,7 @@ EngineProfile._checks = (
     ('mtp_eh_proj', Either(Model('Sourced_Literal_replicated_row_parallel', NS), NoneOnly()), None, None),
     ('vocab_parallel', Either(Model('Sourced_bool', NS), NoneOnly()), None, None),
     ('separate_gate_up', Either(Model('Sourced_list_Literal_fp32_bf16_fp16_fp8_int8_int4_fp4', NS), NoneOnly()), None, None),
+    ('max_draft_tokens', Either(Model('Sourced_int', NS), NoneOnly()), None, None),
 )
 EngineProfile._rules = (rules.engine_profile_default, )
 EngineProfile._before = None
@@ -1101,6 +1109,13 @@ Sourced_float._checks = (
 )
 Sourced_float._rules = ()
 Sourced_float._before = None
+Sourced_int._checks = (
+    ('value', Int(), _MISSING, None),
+    ('kind', Lit('counted', 'measured', 'fitted', 'estimated'), _MISSING, None),
+    ('source', Str(min_length=8), _MISSING, None),
+)
+Sourced_int._rules = ()
+Sourced_int._before = None
 Sourced_list_BatchRange._checks = (
     ('value', List(Model('BatchRange', NS)), _MISSING, None),
     ('kind', Lit('counted', 'measured', 'fitted', 'estimated'), _MISSING, None),
