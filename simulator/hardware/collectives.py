@@ -281,7 +281,7 @@ class AllReduce:
         sm, ring, nbytes = self.fabric.topology.gpu.sm_version, self._graphs["ring"], nbytes_per_rank * n
         own = nccl.allgather_options(n, sm, hw, ring)
         runs = nccl.allgather_options(n, sm, hw, ring, extra, self._ll_extra())
-        o = runs[min(range(len(own)), key=lambda k: nccl.algo_time_us(own[k], nbytes))]
+        o = nccl.chosen(own, runs, nbytes)
         return nccl.algo_time_us(o, nbytes) - self.burst_saving_us(o, nbytes, n - 1, self._ring_burst())
 
     # -- choice ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from ..cache import stored
 from . import nccl_tables as T
 from .collectives import AllReduce, CollectiveCost, NotPermitted, StepPlan, NCCL_NAME
 from .interconnect import Fabric
-from .nccl import Option, algo_time_us
+from .nccl import Option, algo_time_us, chosen
 
 
 def spans_machines(fabric: Fabric, ranks: int) -> bool:
@@ -102,4 +102,4 @@ class MultiNodeAllReduce:
         fastest (own=True: no route extra), run at what it costs."""
         total = nbytes_per_rank * self.ranks
         own, runs = (multinode_allgather_options(self.fabric, self.ranks, own=flag) for flag in (True, False))
-        return algo_time_us(runs[min(range(len(own)), key=lambda k: algo_time_us(own[k], total))], total)
+        return algo_time_us(chosen(own, runs, total), total)

@@ -202,6 +202,12 @@ def algo_time_us(option: Option, nbytes: int) -> float:
     return option.latency_us + nbytes / (1000.0 * bw)
 
 
+def chosen(own: list[Option], runs: list[Option], nbytes: int) -> Option:
+    """The option as it runs (`runs`) of the one NCCL's own table (`own`, the same options in the same order, timed
+    without the simulator's extras) times fastest for nbytes: NCCL chooses by its figures, then pays what it costs."""
+    return runs[min(range(len(own)), key=lambda k: algo_time_us(own[k], nbytes))]
+
+
 def allgather_options(ranks: int, sm_version: int, hw: str, ring: Graph,
                       extra_step_latency_us: float = 0.0, eager_us: tuple[float, float] = (0.0, 0.0)) -> list[Option]:
     """Ring AllGather (PAT is off with several GPUs per node; NVLS all-gather is not modelled): n - 1 steps."""
