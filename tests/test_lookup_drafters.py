@@ -1,6 +1,6 @@
-"""The model-free drafters' accept lengths (speculation/textual.py over speculation/lookup.py) against brute-force
-reference implementations written from the engines' descriptions: no trie, every count and recency found by scanning
-the token lists, every tree path enumerated."""
+"""The model-free drafters' accept lengths (speculation/textual.py over speculation/ngramtrie.py, lonetrie.py,
+lookup.py, suffixtrees.py) against brute-force reference implementations written from the engines' descriptions: no
+trie, every count and recency found by scanning the token lists, every tree path enumerated."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -419,7 +419,7 @@ def random_ngram_config(rng) -> NgramDrafter:
                                     NgramDrafter(branch_length=3, max_match_window=2, max_bfs_breadth=3)])
 @pytest.mark.parametrize("drafts", [2, 8])
 def test_sglang_lone_walks_match_brute_force(config, drafts):
-    """Requests walked alone one after another (taken_alone: the trie kept as its text, speculation/lookup.py's
+    """Requests walked alone one after another (taken_alone: the trie kept as its text, speculation/lonetrie.py's
     LoneTrie) accept what the brute force does on the hand-written stream."""
     model = TextAcceptance("ngram", config, Text())
     got = lone_walks(model, [drafts] * 3, stepwise=False)

@@ -86,8 +86,9 @@ class TreeShape(Strict):
 
 class NgramDrafter(Strict):
     """Prompt lookup / n-gram cache proposals, computed on the host CPU (SGLang's C++ trie + Python tensor prep).
-    With no acceptance model the proposals are computed over the workload's corpus (speculation/lookup.py): SGLang's
-    trie (its defaults: speculative_ngram_* server arguments) or vLLM's prompt lookup (prompt_lookup_min/max)."""
+    With no acceptance model the proposals are computed over the workload's corpus (speculation/ngramtrie.py,
+    lookup.py): SGLang's trie (its defaults: speculative_ngram_* server arguments) or vLLM's prompt lookup
+    (prompt_lookup_min/max)."""
 
     host_us_per_step: NonNegativeFloat = Field(400.0, description="Lookup and tensor preparation per step")
     host_us_per_request: NonNegativeFloat = Field(150.0, description="Per request in the batch (mask building)")

@@ -1,5 +1,6 @@
-"""Acceptance computed from text: a model-free drafter (speculation/lookup.py) runs over each request's tokens from a
-corpus and the target accepts what its proposal shares with the actual continuation (greedy verification).
+"""Acceptance computed from text: a model-free drafter (speculation/lookup.py, ngramtrie.py, lonetrie.py,
+suffixtrees.py) runs over each request's tokens from a corpus and the target accepts what its proposal shares with
+the actual continuation (greedy verification).
 
 Stated assumption: the corpus's tokens after a request's prompt are the target's greedy output (its user turns
 included: they stand for more text of the same conversation). Nothing is sampled: the uniforms go unread, and the
@@ -15,7 +16,10 @@ import numpy as np
 from ..cache import current, key_of
 from ..corpora import Corpus
 from .acceptance import AcceptanceModel, emitted_of, positional_table
-from .lookup import CountedTrie, LoneTrie, PromptLookup, SglangTrie, SuffixDrafter, accepted
+from .lonetrie import LoneTrie
+from .lookup import PromptLookup, accepted
+from .ngramtrie import SglangTrie
+from .suffixtrees import CountedTrie, SuffixDrafter
 from .trees import Tree
 
 REPLAY_REQUESTS = 2  # requests the analytic figures (expected_tokens, table) replay, each from a fresh drafter
