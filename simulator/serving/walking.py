@@ -21,7 +21,9 @@ class Walks:
         # the model whose per-request state carries the text's regime (the primary drafter's, if stateful)
         self.primary = slots[0].acceptance if slots and slots[0].acceptance.stateful else None
         self._rng = rng
-        self._uniforms: list[float] = []
+        # the acceptance stream's current block: a list, or the array as drawn where a lone walk taken at once
+        # (_taken_alone) drew it and nothing has read it yet (most are never read); _block() reads it as a list
+        self._uniforms: list[float] | np.ndarray = []
         self._at = 0
         self._decided, self._setup = None, ()  # the last decision walked, and what its walks read
         # per request per speculative step: typed arrays (4 bytes an entry, not a list's pointer and int object)
@@ -42,12 +44,18 @@ class Walks:
         """The acceptance stream's next block (drawn every time: random draws are not stored)."""
         return self._rng.random(UNIFORM_BLOCK).tolist()
 
+    def _block(self) -> list[float]:
+        """The current block as a list (the same floats: tolist converts each float64 exactly)."""
+        if self._uniforms.__class__ is not list:
+            self._uniforms = self._uniforms.tolist()
+        return self._uniforms
+
     def uniform_row(self, n: int) -> list[float]:
         """n acceptance uniforms, drawn in numpy blocks."""
         if self._at + n > len(self._uniforms):
             self._uniforms = self._next_block()
             self._at = 0
-        row = self._uniforms[self._at:self._at + n]
+        row = self._block()[self._at:self._at + n]
         self._at += n
         return row
 
@@ -60,7 +68,7 @@ class Walks:
         tree, depth, walk_uniforms, need, step, primary = self._setup
         watch = self.watch
         lengths, positions = self.lengths, self.positions
-        uniforms, at = self._uniforms, self._at
+        uniforms, at = self._block(), self._at
         tokens, done = 0, False
         for request in active:
             if at + need > len(uniforms):
@@ -116,14 +124,14 @@ class Walks:
             blocks = -(-(steps - room) // per_block)
             for _ in range(blocks - 1):
                 self._rng.random(UNIFORM_BLOCK)  # a block the walks would have drawn and not read
-            self._uniforms = self._next_block()
+            self._uniforms = self._rng.random(UNIFORM_BLOCK)  # a list when read (_block)
             self._at = (steps - room - (blocks - 1) * per_block) * need
         request.generated = generated + int(ends[-1])
         return emitted.tolist()
 
     def _walk_alone(self, request, tree, walk_uniforms: int, need: int, step) -> list[int]:
         """walk_alone's walks (see there)."""
-        uniforms, at, positions = self._uniforms, self._at, self.positions
+        uniforms, at, positions = self._block(), self._at, self.positions
         state, generated, output = request.acceptance_state, request.generated, request.output_tokens
         emitted_per_step: list[int] = []
         emit = emitted_per_step.append
@@ -158,7 +166,7 @@ class Walks:
             if primary is not None:  # one uniform (uniform_row(1)[0], inlined)
                 if self._at + 1 > len(self._uniforms):
                     self._uniforms, self._at = self._next_block(), 0
-                request.acceptance_state = primary.advance(request.acceptance_state, 1, self._uniforms[self._at])
+                request.acceptance_state = primary.advance(request.acceptance_state, 1, self._block()[self._at])
                 self._at += 1
             if request.generated >= request.output_tokens:
                 request.completed_at = now
