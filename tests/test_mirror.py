@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import copy
 import glob
+import json
 import math
 import os
+from typing import Any
 
 import pytest
 import yaml
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 from simulator.config import mirror, mirror_gen
 from simulator.config.base import Strict
 from simulator.config.errors import ConfigError
-from simulator.config.mirror_base import Decline, Plain, dumps_json, pydantic_float
+from simulator.config.mirror_base import Decline, Plain, dumps_items, dumps_json, pydantic_float
 
 from conftest import ROOT, SCENARIOS
 
@@ -201,6 +203,25 @@ def test_floats_are_written_as_pydantic_writes_them(x):
     assert dumps_json({"a": [x, "é"], "b": {"1": True, "c": None}}) == TypeAdapter(dict).dump_json(
         {"a": [x, "é"], "b": {"1": True, "c": None}}).decode()
     assert math.isfinite(x)
+
+
+_JSON_LEAVES = (st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats()
+                | st.sampled_from([1e-5, 2.5e-7, -1e-4, 1e16, float("inf"), float("nan")])
+                | st.text() | st.sampled_from(["e-", "Infinity", "NaN", "time-of-day", "é\u2028\"\\"]))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(value=st.recursive(_JSON_LEAVES, lambda inner: st.lists(inner, max_size=4)
+                          | st.dictionaries(st.text(max_size=6), inner, max_size=4), max_leaves=20))
+def test_the_one_pass_json_writes_what_the_item_by_item_writer_does(value):
+    """dumps_json (json's C encoder, item by item where a float's repr is not pydantic's) against dumps_items on
+    drawn json-mode dumps (str keys), and against pydantic's writer where every float is finite."""
+    from pydantic import TypeAdapter
+
+    assert dumps_json(value) == dumps_items(value)
+    text = json.dumps(value)
+    if "Infinity" not in text and "NaN" not in text:
+        assert dumps_json(value) == TypeAdapter(Any).dump_json(value).decode()
 
 
 # -- the whole load, fast against pydantic's alone ------------------------------------------------------------------

@@ -268,12 +268,23 @@ def pydantic_float(x: float) -> str:
 
 
 def dumps_json(value: Any) -> str:
-    """JSON as pydantic's model_dump_json writes a json-mode dump: compact, UTF-8, its float format."""
+    """JSON as pydantic's model_dump_json writes a json-mode dump: compact, UTF-8, its float format. One pass of
+    json's C encoder where that writes the same text: it writes a float as Python's repr, which is pydantic's format
+    but for exponents below 1e-4 and non-finite values, so a text holding "e-", "Infinity" or "NaN" anywhere (a
+    string's too) is written again item by item (a run's keys write the scenario's JSON; ~3x faster)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if "e-" in text or "Infinity" in text or "NaN" in text:
+        return dumps_items(value)
+    return text
+
+
+def dumps_items(value: Any) -> str:
+    """dumps_json item by item: each float in pydantic's format (pydantic_float)."""
     kind = type(value)
     if kind is dict:
-        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + dumps_json(v) for k, v in value.items()) + "}"
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + dumps_items(v) for k, v in value.items()) + "}"
     if kind is list:
-        return "[" + ",".join(dumps_json(v) for v in value) + "]"
+        return "[" + ",".join(dumps_items(v) for v in value) + "]"
     if kind is float:
         return pydantic_float(value)
     return json.dumps(value, ensure_ascii=False)
