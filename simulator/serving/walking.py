@@ -68,7 +68,9 @@ class Walks:
         tree, depth, walk_uniforms, need, step, primary = self._setup
         watch = self.watch
         lengths, positions = self.lengths, self.positions
-        uniforms, at = self._block(), self._at
+        uniforms, at = self._uniforms, self._at
+        if uniforms.__class__ is not list:  # _block() inlined: a batch walks every step
+            uniforms = self._block()
         tokens, done = 0, False
         for request in active:
             if at + need > len(uniforms):
