@@ -123,35 +123,34 @@ class MeasuredKernels:
         return None
 
     def _attention(self, s: Attention, engine: str, version: str | None) -> tuple[float, str] | None:
+        """Decode / verify from the first lane (LANES) whose generation table holds the slice, a prefill chunk from the
+        first whose context table times it: a lane without prefill rows takes the engine's next lane before another
+        engine's tables (one backend can be measured under a label per phase, vLLM's FlashInfer on Blackwell:
+        trtllmdecode / trtllmprefill; aiconfigurator's own lane walk is per table alike)."""
         kv = KV_DTYPES.get(s.kv_dtype)
         tables = engine, version
-        for source in LANES.get(engine, {}).get("attention", (None,)):
-            where = (("kernel_source", source),) if source else ()
-            where += (("head_dim", s.head_dim), ("kv_cache_dtype", kv))
-            decode = _grid(self.system, "attention", "generation_attention_perf", where,
-                           ("batch_size", "num_heads", "num_key_value_heads", "kv"), (True, False, False, True),
-                           engine=engine, version=version)
-            if decode is None:
-                continue
-            generation = lambda t: _answer(t, self.system, "attention", "generation_attention_perf", *tables)
-            if s.q_len == 1 or (s.q_len <= PACKED_QUERY_MAX and s.heads * s.q_len <= decode.axes[1][-1]):
-                t = _packed(self.system, where, decode, s.batch, s.heads * s.q_len, s.kv_heads, s.kv_len + s.q_len,
-                            tables)
-                if t is not None or s.q_len == 1:
-                    return generation(t)
-            if s.q_len <= VERIFY_QUERY_MAX and s.q_len <= s.kv_len:
-                t = _tiled(self.system, where, s, tables)
-                if t is not None:
-                    return generation(t)
-            prefill = _grid(self.system, "attention", "context_attention_perf", where + (("step", 0),),
-                            ("batch_size", "isl", "num_heads", "num_key_value_heads"), (True, True, False, False),
-                            engine=engine, version=version)
-            if prefill is None:
-                return None
+        found = next(_attention_lanes(self.system, "generation_attention_perf", ("batch_size", "num_heads",
+                     "num_key_value_heads", "kv"), (True, False, False, True), s, kv, tables), None)
+        if found is None:
+            return None
+        where, decode = found
+        generation = lambda t: _answer(t, self.system, "attention", "generation_attention_perf", *tables)
+        if s.q_len == 1 or (s.q_len <= PACKED_QUERY_MAX and s.heads * s.q_len <= decode.axes[1][-1]):
+            t = _packed(self.system, where, decode, s.batch, s.heads * s.q_len, s.kv_heads, s.kv_len + s.q_len,
+                        tables)
+            if t is not None or s.q_len == 1:
+                return generation(t)
+        if s.q_len <= VERIFY_QUERY_MAX and s.q_len <= s.kv_len:
+            t = _tiled(self.system, where, s, tables)
+            if t is not None:
+                return generation(t)
+        read = _packed(self.system, where, decode, s.batch, s.heads, s.kv_heads, s.kv_len + s.q_len, tables)
+        for _, prefill in _attention_lanes(self.system, "context_attention_perf", ("batch_size", "isl", "num_heads",
+                                           "num_key_value_heads"), (True, True, False, False), s, kv, tables,
+                                           (("step", 0),)):
             chunk = _chunk(lambda n: prefill((s.batch, n, s.heads, s.kv_heads)), s.kv_len, s.q_len)
-            t = _read_once(chunk, _packed(self.system, where, decode, s.batch, s.heads, s.kv_heads, s.kv_len + s.q_len,
-                                          tables))
-            return _answer(t, self.system, "attention", "context_attention_perf", *tables)
+            if chunk is not None:
+                return _answer(_read_once(chunk, read), self.system, "attention", "context_attention_perf", *tables)
         return None
 
     def _mla(self, s: MLAttention, engine: str, version: str | None) -> tuple[float, str] | None:
@@ -216,6 +215,17 @@ def _lane_grid(system: str, family: str, table: str, where: tuple, axes: tuple, 
         if grid is not None:
             return grid
     return None
+
+
+def _attention_lanes(system: str, table: str, axes: tuple, log_axes: tuple, s: Attention, kv: str | None,
+                     tables: tuple, extra: tuple = ()):
+    """(where, grid) of each of the engine's attention lanes whose `table` holds this head size and KV dtype, in
+    lane order."""
+    for source in LANES.get(tables[0], {}).get("attention", (None,)):
+        where = ((("kernel_source", source),) if source else ()) + (("head_dim", s.head_dim), ("kv_cache_dtype", kv))
+        grid = _grid(system, "attention", table, where + extra, axes, log_axes, None, *tables)
+        if grid is not None:
+            yield where, grid
 
 
 def _group_scales(s: Gemm, measured_dtype: str) -> float:

@@ -22,14 +22,23 @@ ENGINE_VERSION = "0.5.14"  # aiconfigurator-core 0.12's default SGLang version (
 FILL_ENGINES = ("trtllm", "vllm")
 PACKAGE = "aiconfigurator_core"
 # Per engine and op, the tables' kernel_source labels in the order the engine's default dispatch would run them
-# (the first that holds the slice is read); an op not named here reads every row (one kernel measured per dtype).
+# (the first that holds the slice is read; attention's decode and prefill each walk them on their own:
+# measured._attention); an op not named here reads every row (one kernel measured per dtype).
 LANES = {
-    "sglang": {"attention": ("fa3", "flashinfer", "triton")},  # SGLang's preference where several were measured
-    # vLLM V1: FLASH_ATTN (vllm_flash_attn: FA3 on Hopper, FA2 before it; engines/vllm/*.yaml attention_backend);
-    # fused MoE: its Triton fused_moe (vLLM 0.8's unquantised / fp8 path); fp8-block GEMM: Triton (0.8's
+    # SGLang's preference where several were measured. flash_attention: its FlashAttentionBackend (the fa3 backend)
+    # as the older collectors label it (aiconfigurator collector/kernel_source_backends.yaml; the only attention the
+    # A100's 0.5.10 tables hold, run there on sm80, where SGLang's own default is FlashInfer: a stand-in for it).
+    # Not listed: trtllm_mha, SGLang 0.5.14's default on sm100 (its place depends on the GPU, which lanes do not)
+    "sglang": {"attention": ("fa3", "flash_attention", "flashinfer", "triton")},
+    # vLLM V1: FLASH_ATTN (vllm_flash_attn: FA3 on Hopper, FA2 elsewhere, labelled vllm_flash_attn on the A100 and
+    # vllm_flash_attn_fa2 on Ada / sm120; engines/vllm/*.yaml attention_backend), then FlashInfer (its own kernels:
+    # fiprefill / fidecode; TensorRT-LLM's under it on Blackwell: trtllmprefill / trtllmdecode, prefill first as
+    # aiconfigurator's own lane map lists them), then Triton; vllm_flash_attn_fa4 (not in vLLM 0.8) is not read.
+    # Fused MoE: its Triton fused_moe (vLLM 0.8's unquantised / fp8 path); fp8-block GEMM: Triton (0.8's
     # w8a8_block_fp8_matmul) where measured, else CUTLASS, else DeepGEMM
-    "vllm": {"attention": ("vllm_flash_attn_fa3", "vllm_flash_attn", "vllm_flashinfer", "vllm_flashinfer_trtllmdecode",
-                           "vllm_triton_attn"),
+    "vllm": {"attention": ("vllm_flash_attn_fa3", "vllm_flash_attn", "vllm_flash_attn_fa2", "vllm_flashinfer",
+                           "vllm_flashinfer_fiprefill", "vllm_flashinfer_fidecode", "vllm_flashinfer_trtllmprefill",
+                           "vllm_flashinfer_trtllmdecode", "vllm_triton_attn"),
              "moe": ("vllm_unquantizedfusedmoe_triton_tritonexperts", "vllm_fp8moe_triton_tritonexperts",
                      "vllm_modeloptfp8moe_triton_tritonexperts", "vllm_fused_moe",
                      "vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts",
