@@ -117,3 +117,12 @@ def test_vllm_0_8_4_verifies_at_most_32_drafts_a_step():
                                               ("engine.version", "0.5.9")])
     assert uncapped.spec.speculation.draft_tokens == 64
     assert "speculation.draft_tokens" not in uncapped.engine.keys
+
+
+def test_vllm_0_8_5_keeps_the_32_draft_cap():
+    """vLLM 0.8.5's rejection sampler keeps MAX_SPEC_LEN = 32 (asserted in RejectionSampler.forward): the Arctic case's
+    64 speculative tokens under 0.8.5's profile run at 32 too."""
+    capped = simulator.load_scenario(CASE, [("speculation.method", "suffix"), ("engine.version", "0.8.5")])
+    assert capped.engine.version == "0.8.5"
+    assert capped.spec.speculation.draft_tokens == 32
+    assert "speculation.draft_tokens" in capped.engine.keys
