@@ -193,6 +193,8 @@ def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method
         out["mtp_eh_proj"] = profile.mtp_eh_proj.value
     if profile.vocab_parallel is not None:
         out["vocab_parallel"] = profile.vocab_parallel.value
+    if profile.replicated_embedding is not None:
+        out["replicated_embedding"] = list(profile.replicated_embedding.value)
     if profile.separate_gate_up is not None:
         out["separate_gate_up"] = list(profile.separate_gate_up.value)
     if profile.eager_kernels is not None:

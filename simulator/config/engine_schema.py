@@ -184,6 +184,9 @@ class EngineProfile(EngineProfileSurface, Strict):
     vocab_parallel: Optional[Sourced[bool]] = Field(None, description=(
         "the embedding and output layer split by vocabulary over the tp ranks (true) or whole on every rank (false); "
         "absent: true"))
+    replicated_embedding: Optional[Sourced[list[str]]] = Field(None, description=(
+        "model architectures (a card's architecture) whose token embedding the engine's model code keeps whole on "
+        "every tp rank, with no all-reduce after it, while the lm_head stays split by vocabulary; absent: none"))
     separate_gate_up: Optional[Sourced[list[Dtype]]] = Field(None, description=(
         "weight dtypes whose MLP gate and up projections are two GEMMs; absent: one fused gate_up GEMM"))
     max_draft_tokens: Optional[Sourced[int]] = Field(None, description=(

@@ -147,5 +147,8 @@ class ModelCard(ModelCardSurface, Strict):
     kernels: EagerKernels = Field(description="Kernel launches per block when run eagerly")
     mtp_layers: NonNegativeInt = Field(0, le=MAX_LAYERS, description="Multi-token-prediction modules shipped with the model (each one decoder layer)")
     draft_head: Optional[DraftHead] = Field(None, description="An EAGLE-style draft head shipped with the model")
+    architecture: Optional[str] = Field(None, description=(
+        "config.json architectures[0], the model class an engine's registry builds for it (an engine profile keys "
+        "model-specific code on it: replicated_embedding); none: not stated"))
 
     _layers = model_validator(mode="after")(rules.card_layers)

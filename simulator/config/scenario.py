@@ -171,6 +171,10 @@ class Runtime(Strict):
         "all-reduce after the embedding, the logits all-gathered: SGLang's, vLLM's and TensorRT-LLM's vocab-parallel "
         "layers), or false: both whole on every rank, no collective (the engine profile's; gpt-fast's tp.py shards "
         "only the decoder blocks)"))
+    replicated_embedding: list[str] = Field([], description=(
+        "Model architectures (a card's architecture) whose token embedding is whole on every tp rank, no all-reduce "
+        "after it, the lm_head still split by vocabulary (the engine profile's; TensorRT-LLM's DeepseekV3Model "
+        "builds its Embedding without a mapping)"))
     separate_gate_up: list[Dtype] = Field([], description=(
         "Weight dtypes whose MLP gate and up projections run as two GEMMs of the intermediate width each, not one "
         "fused GEMM of twice it (the engine profile's; gpt-fast's int4 w1 and w3 are two tinygemm calls)"))

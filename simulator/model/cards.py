@@ -50,10 +50,11 @@ def kv_bytes_per_token_layer(card: ModelCard, tp: int) -> float:
     return 2 * max(1.0, att.num_kv_heads / tp) * att.head_dim * size
 
 
-def weight_bytes_per_gpu(card: ModelCard, tp: int, own_vocab: bool = True, vocab_parallel: bool = True) -> float:
+def weight_bytes_per_gpu(card: ModelCard, tp: int, own_vocab: bool = True, vocab_parallel: bool = True,
+                         whole_embedding: bool = False) -> float:
     """All weights one rank holds (every expert shard), for the memory budget; with own_vocab False, without the
     embedding and lm_head (an MTP module's: it uses the target's, model.cost.mtp_card); with vocab_parallel False,
-    both whole on every rank (runtime.vocab_parallel)."""
+    both whole on every rank (runtime.vocab_parallel); whole_embedding: the embedding alone whole."""
     if card.num_layers == 0:  # prediction heads (model.heads)
         from .heads import heads_weight_bytes
         return heads_weight_bytes(card, tp)
@@ -68,7 +69,9 @@ def weight_bytes_per_gpu(card: ModelCard, tp: int, own_vocab: bool = True, vocab
         per_layer += d * m.num_experts * bytes_per_param(card, w.router)
         total += card.num_moe_layers * per_layer
     if own_vocab:
-        total += card.vocab_size * d / (tp if vocab_parallel else 1) * (bytes_per_param(card, w.embedding) + bytes_per_param(card, w.lm_head))
+        vocab_ranks = tp if vocab_parallel else 1
+        total += card.vocab_size * d / (1 if whole_embedding else vocab_ranks) * bytes_per_param(card, w.embedding)
+        total += card.vocab_size * d / vocab_ranks * bytes_per_param(card, w.lm_head)
     return total
 
 

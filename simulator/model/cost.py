@@ -275,18 +275,19 @@ def _eh_proj_ranks(tp: int, mode: str) -> int:
 
 def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm: bool = False,
                 split=None, eh_proj: str | None = None, *, vocab_parallel: bool = True,
-                separate_gate_up: tuple = ()) -> PassLayout:
+                separate_gate_up: tuple = (), whole_embedding: bool = False) -> PassLayout:
     """The per-rank segments of one forward pass: head, per layer attention + MLP, tail. A wider split (DP-attention,
     expert or pipeline parallelism: model.split_layout.Split) lays the pass out as split_layout does. `eh_proj`: an
     MTP module's pass (its input projection after the head, eh_proj_segment: replicated or row_parallel).
     vocab_parallel False (plain TP only): the embedding and lm_head whole on every rank, no collective after either;
+    whole_embedding: the embedding alone whole on every rank, no all-reduce after it (runtime.replicated_embedding);
     separate_gate_up: _dense_mlp_kernels'."""
     if card.num_layers == 0:  # prediction heads on the last hidden state (model.heads)
         from .heads import heads_layout
         return heads_layout(card, tp, shape)
     if split is not None and not split.is_plain:
         from .split_layout import split_pass_layout
-        return split_pass_layout(card, split, shape, fused_allreduce_norm, eh_proj, separate_gate_up)
+        return split_pass_layout(card, split, shape, fused_allreduce_norm, eh_proj, separate_gate_up, whole_embedding)
     k: EagerKernels = card.kernels
     T = shape.query_tokens
     d = card.hidden_size
@@ -296,7 +297,8 @@ def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm
     vocab_ranks = tp if vocab_parallel else 1
     fused = 1 if fused_allreduce_norm and tp > 1 else 0  # the norm after each all-reduce runs inside it
     emb = Kernel("embedding", 0.0, T * d * (act + BYTES_PER_VALUE[card.weights.embedding]), card.activation_dtype)
-    head = _segment([emb], 1, T, card, collective if vocab_ranks > 1 else None, ar_bytes if vocab_ranks > 1 else 0)
+    split_embedding = vocab_ranks > 1 and not whole_embedding
+    head = _segment([emb], 1, T, card, collective if split_embedding else None, ar_bytes if split_embedding else 0)
     attention_launches = k.attention - fused + verify_attention_launches(k, shape)
     attention = _segment(_attention_kernels(card, tp, shape), attention_launches, T, card, collective, ar_bytes)
     dense = _segment(_dense_mlp_kernels(card, tp, T, separate_gate_up), k.dense_mlp - fused, T, card, collective,

@@ -125,12 +125,13 @@ class _Layout:
 
 
 def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bool = False,
-                      eh_proj: str | None = None, separate_gate_up: tuple = ()) -> PassLayout:
+                      eh_proj: str | None = None, separate_gate_up: tuple = (),
+                      whole_embedding: bool = False) -> PassLayout:
     """The per-rank segments of one pass of `shape` (the whole instance's batch) under `split`; `eh_proj`: an MTP
     module's input projection after the head (cost.eh_proj_segment; replicated under DP-attention, where each group
-    projects its own tokens)."""
+    projects its own tokens); whole_embedding: the embedding whole on every rank, no all-reduce after it."""
     if split.pp > 1:
-        return _pipeline_layout(card, split, micro_batch(shape, split.pp), fused, separate_gate_up)
+        return _pipeline_layout(card, split, micro_batch(shape, split.pp), fused, separate_gate_up, whole_embedding)
     k, d, a = card.kernels, card.hidden_size, split.attention_tp
     act = BYTES_PER_VALUE[card.activation_dtype]
     group = share(shape, split.groups)  # the largest group's requests: the other groups wait for it
@@ -138,7 +139,7 @@ def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bo
     Tg, T_all = group.query_tokens, everyone.query_tokens
     out = _Layout(card)
     emb = Kernel("embedding", 0.0, Tg * d * (act + BYTES_PER_VALUE[card.weights.embedding]), card.activation_dtype)
-    vocab_parallel = "allreduce" if split.groups == 1 and split.tp > 1 else None
+    vocab_parallel = "allreduce" if split.groups == 1 and split.tp > 1 and not whole_embedding else None
     out.add("head", lambda: out.segment([emb], 1, Tg, vocab_parallel, Tg * d * act))
     if eh_proj:
         mode = eh_proj if split.groups == 1 else "replicated"
@@ -219,10 +220,11 @@ def _tail(out: _Layout, card: ModelCard, split: Split, group: PassShape, everyon
 
 
 def _pipeline_layout(card: ModelCard, split: Split, shape: PassShape, fused: bool,
-                     separate_gate_up: tuple = ()) -> PassLayout:
+                     separate_gate_up: tuple = (), whole_embedding: bool = False) -> PassLayout:
     """Tensor parallelism inside each stage (1 < ep < tp: its MoE block's experts as _moe_block's), and a send/recv
     of 2 x T x hidden at each stage boundary."""
-    plain = pass_layout(card, split.tp, shape, fused, separate_gate_up=separate_gate_up)
+    plain = pass_layout(card, split.tp, shape, fused, separate_gate_up=separate_gate_up,
+                        whole_embedding=whole_embedding)
     if split.ep > 1 and card.moe is not None:
         moe = replace(plain.segments[3], kernels=tuple(_moe_block(card, split, shape)))
         plain = PassLayout(plain.segments[:3] + (moe,) + plain.segments[4:], plain.order)

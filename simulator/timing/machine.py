@@ -92,7 +92,9 @@ def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
     # and its eh_proj beside its decoder layer (model.cost.eh_proj_bytes)
     eh_proj = scenario.spec.runtime.mtp_eh_proj
     vocab_parallel = scenario.spec.runtime.vocab_parallel
-    weights = sum(weight_bytes_per_gpu(card, tp, own_vocab=name != "mtp", vocab_parallel=vocab_parallel)
+    whole = scenario.spec.runtime.replicated_embedding
+    weights = sum(weight_bytes_per_gpu(card, tp, own_vocab=name != "mtp", vocab_parallel=vocab_parallel,
+                                       whole_embedding=card.architecture in whole)
                   + eh_proj_bytes(card, tp, eh_proj if name == "mtp" else None) for name, card in cards.items())
     if weights > usable:
         raise ConfigError(scenario.source, "parallelism.tp",
@@ -276,10 +278,12 @@ class Machine:
         fused = self.runtime.fuse_allreduce_rmsnorm
         eh_proj = self.runtime.mtp_eh_proj if part == "mtp" else None  # an MTP module's input projection
         vocab, separate = self.runtime.vocab_parallel, tuple(self.runtime.separate_gate_up)  # the engine's model code
+        whole = self.cards[part].architecture in self.runtime.replicated_embedding
         return current().get(("machine.layout", self.model_key, part, self.tp, key_of(shape), fused, key_of(split),
-                              eh_proj, vocab, separate),
+                              eh_proj, vocab, separate, whole),
                              lambda: pass_layout(self.cards[part], self.tp, shape, fused, split, eh_proj,
-                                                 vocab_parallel=vocab, separate_gate_up=separate))
+                                                 vocab_parallel=vocab, separate_gate_up=separate,
+                                                 whole_embedding=whole))
 
     # -- fast fidelity ----------------------------------------------------------------------------------------
     def samples(self, part: str, shape: PassShape, graph: bool, seed: int) -> np.ndarray:

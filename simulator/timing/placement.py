@@ -103,13 +103,15 @@ def _layer_bytes(card, par: Parallelism, layer: int, replicated_shared: bool = F
 
 
 def stage_weight_bytes(card, par: Parallelism, stage: int, first: bool, last: bool,
-                       replicated_shared: bool = False) -> float:
-    """Weights one rank of `stage` holds of `card` (embedding if first, lm_head if last)."""
+                       replicated_shared: bool = False, whole_embedding: bool = False) -> float:
+    """Weights one rank of `stage` holds of `card` (embedding if first, lm_head if last; whole_embedding: the
+    embedding whole on every rank, runtime.replicated_embedding)."""
     total = sum(_layer_bytes(card, par, layer, replicated_shared)
                 for layer in stage_layers(card.num_layers, par.pp)[stage])
     vocab = card.vocab_size * card.hidden_size / par.tp
     if first:  # replicated under DP-attention (SGLang: VocabParallelEmbedding(enable_tp=not dp_attention))
-        total += vocab * (par.tp if par.dp_attention else 1) * bytes_per_param(card, card.weights.embedding)
+        total += vocab * (par.tp if par.dp_attention or whole_embedding else 1) * \
+            bytes_per_param(card, card.weights.embedding)
     if last:
         total += vocab * bytes_per_param(card, card.weights.lm_head)
     return total
@@ -144,12 +146,14 @@ def weight_bytes_per_gpu(scenario: Scenario) -> list[float]:
              ([(scenario.draft_model, True)] if scenario.draft_model is not None and "draft_model" in held else [])
     whole = par.model_copy(update={"pp": 1})
     shared = replicates_shared_experts(scenario)
+    replicated = scenario.spec.runtime.replicated_embedding  # the engine's model code: architectures
     out = []
     for stage in range(par.pp):
         last = stage == par.pp - 1
-        total = stage_weight_bytes(card, par, stage, stage == 0, last, shared)
+        total = stage_weight_bytes(card, par, stage, stage == 0, last, shared, card.architecture in replicated)
         if last:
-            total += sum(stage_weight_bytes(draft, whole, 0, own, own, shared) for draft, own in drafts)
+            total += sum(stage_weight_bytes(draft, whole, 0, own, own, shared, draft.architecture in replicated)
+                         for draft, own in drafts)
             if card.mtp_layers and "mtp" in held:  # the MTP modules' eh_proj (replicated under DP-attention)
                 mode = "replicated" if par.dp_attention else scenario.spec.runtime.mtp_eh_proj
                 total += eh_proj_bytes(mtp_card(card), par.tp, mode)
