@@ -193,6 +193,8 @@ def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method
         out["mtp_eh_proj"] = profile.mtp_eh_proj.value
     if profile.vocab_parallel is not None:
         out["vocab_parallel"] = profile.vocab_parallel.value
+    if profile.mtp_draft_gather is not None:
+        out["mtp_draft_gather"] = profile.mtp_draft_gather.value
     if profile.replicated_embedding is not None:
         out["replicated_embedding"] = list(profile.replicated_embedding.value)
     if profile.separate_gate_up is not None:

@@ -184,6 +184,9 @@ class EngineProfile(EngineProfileSurface, Strict):
     vocab_parallel: Optional[Sourced[bool]] = Field(None, description=(
         "the embedding and output layer split by vocabulary over the tp ranks (true) or whole on every rank (false); "
         "absent: true"))
+    mtp_draft_gather: Optional[Sourced[Literal["logits", "top1"]]] = Field(None, description=(
+        "what an MTP draft pass all-gathers after its vocab-split lm_head: the logits or each rank's top-1; absent: "
+        "logits"))
     replicated_embedding: Optional[Sourced[list[str]]] = Field(None, description=(
         "model architectures (a card's architecture) whose token embedding the engine's model code keeps whole on "
         "every tp rank, with no all-reduce after it, while the lm_head stays split by vocabulary; absent: none"))

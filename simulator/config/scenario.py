@@ -171,6 +171,10 @@ class Runtime(Strict):
         "all-reduce after the embedding, the logits all-gathered: SGLang's, vLLM's and TensorRT-LLM's vocab-parallel "
         "layers), or false: both whole on every rank, no collective (the engine profile's; gpt-fast's tp.py shards "
         "only the decoder blocks)"))
+    mtp_draft_gather: Literal["logits", "top1"] = Field("logits", description=(
+        "What an MTP draft pass all-gathers over the tp ranks after its vocab-split lm_head: the logits, or each "
+        "rank's top-1 token and its logit (two fp32 a token), the argmax taken across them (the engine profile's; "
+        "default logits, as SGLang's logits processor gathers them)"))
     replicated_embedding: list[str] = Field([], description=(
         "Model architectures (a card's architecture) whose token embedding is whole on every tp rank, no all-reduce "
         "after it, the lm_head still split by vocabulary (the engine profile's; TensorRT-LLM's DeepseekV3Model "

@@ -268,6 +268,9 @@ def eh_proj_bytes(card: ModelCard, tp: int, mode: str | None) -> float:
     return weights / _eh_proj_ranks(tp, mode)
 
 
+TOP1_BYTES = 2 * 4  # a rank's top-1 token id and its logit, as two fp32 (TensorRT-LLM get_local_max_and_combined)
+
+
 def _eh_proj_ranks(tp: int, mode: str) -> int:
     """The ranks eh_proj's rows are split over: the tp ranks where row_parallel, else one (replicated)."""
     return tp if mode == "row_parallel" and tp > 1 else 1
@@ -275,19 +278,22 @@ def _eh_proj_ranks(tp: int, mode: str) -> int:
 
 def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm: bool = False,
                 split=None, eh_proj: str | None = None, *, vocab_parallel: bool = True,
-                separate_gate_up: tuple = (), whole_embedding: bool = False) -> PassLayout:
+                separate_gate_up: tuple = (), whole_embedding: bool = False, top1_gather: bool = False) -> PassLayout:
     """The per-rank segments of one forward pass: head, per layer attention + MLP, tail. A wider split (DP-attention,
     expert or pipeline parallelism: model.split_layout.Split) lays the pass out as split_layout does. `eh_proj`: an
     MTP module's pass (its input projection after the head, eh_proj_segment: replicated or row_parallel).
     vocab_parallel False (plain TP only): the embedding and lm_head whole on every rank, no collective after either;
     whole_embedding: the embedding alone whole on every rank, no all-reduce after it (runtime.replicated_embedding);
+    top1_gather: the vocab-split logits' all-gather is each rank's top-1 token and logit, 2 fp32 a token
+    (runtime.mtp_draft_gather);
     separate_gate_up: _dense_mlp_kernels'."""
     if card.num_layers == 0:  # prediction heads on the last hidden state (model.heads)
         from .heads import heads_layout
         return heads_layout(card, tp, shape)
     if split is not None and not split.is_plain:
         from .split_layout import split_pass_layout
-        return split_pass_layout(card, split, shape, fused_allreduce_norm, eh_proj, separate_gate_up, whole_embedding)
+        return split_pass_layout(card, split, shape, fused_allreduce_norm, eh_proj, separate_gate_up, whole_embedding,
+                                 top1_gather)
     k: EagerKernels = card.kernels
     T = shape.query_tokens
     d = card.hidden_size
@@ -308,7 +314,7 @@ def pass_layout(card: ModelCard, tp: int, shape: PassShape, fused_allreduce_norm
     lm_head = _gemm("lm_head", T, d, vocab, bytes_per_param(card, card.weights.lm_head), act,
                     compute_dtype(card, card.weights.lm_head), card.weights.lm_head)
     tail_launches = k.per_pass + (k.verify_per_pass if shape.verify else 0)
-    gather = int(T * vocab * act) if vocab_ranks > 1 else 0
+    gather = int(T * (TOP1_BYTES if top1_gather else vocab * act)) if vocab_ranks > 1 else 0
     tail = _segment([lm_head] + _sampling_kernels(card, shape), tail_launches, T, card,
                     "allgather" if vocab_ranks > 1 else None, gather)
     order = [0] + ([5] if eh_proj else [])

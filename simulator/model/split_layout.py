@@ -48,8 +48,8 @@ from dataclasses import replace
 from ..compiled import dataclass
 from ..config.mirror import ModelCard
 from .cards import BYTES_PER_VALUE, bytes_per_param, compute_dtype
-from .cost import (Kernel, PassLayout, PassShape, Segment, _attention_kernels, _dense_mlp_kernels, _expert_kernels,
-                   _gemm, _router_kernel, _sampling_kernels, _segment, eh_proj_segment, pass_layout,
+from .cost import (TOP1_BYTES, Kernel, PassLayout, PassShape, Segment, _attention_kernels, _dense_mlp_kernels,
+                   _expert_kernels, _gemm, _router_kernel, _sampling_kernels, _segment, eh_proj_segment, pass_layout,
                    verify_attention_launches)
 
 
@@ -126,10 +126,11 @@ class _Layout:
 
 def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bool = False,
                       eh_proj: str | None = None, separate_gate_up: tuple = (),
-                      whole_embedding: bool = False) -> PassLayout:
+                      whole_embedding: bool = False, top1_gather: bool = False) -> PassLayout:
     """The per-rank segments of one pass of `shape` (the whole instance's batch) under `split`; `eh_proj`: an MTP
     module's input projection after the head (cost.eh_proj_segment; replicated under DP-attention, where each group
-    projects its own tokens); whole_embedding: the embedding whole on every rank, no all-reduce after it."""
+    projects its own tokens); whole_embedding: the embedding whole on every rank, no all-reduce after it; top1_gather:
+    the logits' all-gather is each rank's top-1 (cost.pass_layout; TP's only: under DP-attention the logits stay)."""
     if split.pp > 1:
         return _pipeline_layout(card, split, micro_batch(shape, split.pp), fused, separate_gate_up, whole_embedding)
     k, d, a = card.kernels, card.hidden_size, split.attention_tp
@@ -140,7 +141,7 @@ def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bo
     out = _Layout(card)
     emb = Kernel("embedding", 0.0, Tg * d * (act + BYTES_PER_VALUE[card.weights.embedding]), card.activation_dtype)
     vocab_parallel = "allreduce" if split.groups == 1 and split.tp > 1 and not whole_embedding else None
-    out.add("head", lambda: out.segment([emb], 1, Tg, vocab_parallel, Tg * d * act))
+    out.add("head", lambda: out.segment([emb], 1, Tg, vocab_parallel, Tg * d * act if vocab_parallel else 0))
     if eh_proj:
         mode = eh_proj if split.groups == 1 else "replicated"
         out.add("eh_proj", lambda: eh_proj_segment(card, split.tp, Tg, mode))
@@ -173,7 +174,7 @@ def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bo
                 out.add("moe", lambda: replace(plain.segments[3], kernels=tuple(_moe_block(card, split, group))))
     if split.groups > 1:
         out.add("gather_final", lambda: out.segment([], 0, T_all, "allgather", T_all * d * act / split.tp))
-    out.add("tail", lambda: _tail(out, card, split, group, everyone))
+    out.add("tail", lambda: _tail(out, card, split, group, everyone, top1_gather and split.groups == 1))
     return out.done()
 
 
@@ -206,9 +207,10 @@ def _ep_layer(out: _Layout, card: ModelCard, split: Split, group: PassShape, eve
         out.add("gather_attention", lambda: out.segment([], 0, Tg, "allgather", mine * d * act, "attention"))
 
 
-def _tail(out: _Layout, card: ModelCard, split: Split, group: PassShape, everyone: PassShape) -> Segment:
+def _tail(out: _Layout, card: ModelCard, split: Split, group: PassShape, everyone: PassShape,
+          top1: bool = False) -> Segment:
     """Final norm, lm_head over the tp ranks' share of the vocabulary (on every group's tokens under DP-attention),
-    logits all-gather over the tp ranks, sampling of the group's tokens."""
+    logits all-gather over the tp ranks (top1: each rank's top-1 token and logit), sampling of the group's tokens."""
     k, d = card.kernels, card.hidden_size
     act = BYTES_PER_VALUE[card.activation_dtype]
     T, vocab = everyone.query_tokens, card.vocab_size / split.tp
@@ -216,7 +218,7 @@ def _tail(out: _Layout, card: ModelCard, split: Split, group: PassShape, everyon
                     compute_dtype(card, card.weights.lm_head), card.weights.lm_head)
     launches = k.per_pass + (k.verify_per_pass if group.verify else 0)
     return out.segment([lm_head] + _sampling_kernels(card, group), launches, group.query_tokens,
-                       "allgather" if split.tp > 1 else None, T * vocab * act)
+                       "allgather" if split.tp > 1 else None, T * (TOP1_BYTES if top1 else vocab * act))
 
 
 def _pipeline_layout(card: ModelCard, split: Split, shape: PassShape, fused: bool,

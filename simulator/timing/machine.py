@@ -279,11 +279,12 @@ class Machine:
         eh_proj = self.runtime.mtp_eh_proj if part == "mtp" else None  # an MTP module's input projection
         vocab, separate = self.runtime.vocab_parallel, tuple(self.runtime.separate_gate_up)  # the engine's model code
         whole = self.cards[part].architecture in self.runtime.replicated_embedding
+        top1 = part == "mtp" and self.runtime.mtp_draft_gather == "top1"  # the MTP head's draft sampler
         return current().get(("machine.layout", self.model_key, part, self.tp, key_of(shape), fused, key_of(split),
-                              eh_proj, vocab, separate, whole),
+                              eh_proj, vocab, separate, whole, top1),
                              lambda: pass_layout(self.cards[part], self.tp, shape, fused, split, eh_proj,
                                                  vocab_parallel=vocab, separate_gate_up=separate,
-                                                 whole_embedding=whole))
+                                                 whole_embedding=whole, top1_gather=top1))
 
     # -- fast fidelity ----------------------------------------------------------------------------------------
     def samples(self, part: str, shape: PassShape, graph: bool, seed: int) -> np.ndarray:
