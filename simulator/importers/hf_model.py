@@ -74,6 +74,7 @@ def _get(config: dict, key: str, file: str, default: Any = None, required: bool 
 
 def card_from_config(config: dict, name: str, file: str = "config.json", quant: dict | None = None
                      ) -> tuple[dict, dict]:
+    architecture = (config.get("architectures") or [None])[0]  # the class an engine's registry builds (top level)
     if isinstance(config.get("text_config"), dict) and "num_hidden_layers" not in config:
         config = {**config["text_config"], **({"quantization_config": config["quantization_config"]}
                                               if "quantization_config" in config else {})}
@@ -90,6 +91,9 @@ def card_from_config(config: dict, name: str, file: str = "config.json", quant: 
                              "vocab_size": "vocab_size", "dense_intermediate_size": "intermediate_size"}
     card: dict[str, Any] = {"name": name, "num_layers": layers, "num_dense_layers": layers, "hidden_size": hidden,
                             "vocab_size": g("vocab_size")}
+    if architecture:
+        card["architecture"] = architecture
+        notes["architecture"] = "architectures[0]"
     if model_type in MLA:
         card["attention"] = {"kind": "mla", "num_heads": heads, "q_lora_rank": g("q_lora_rank", required=False) or 0,
                              "kv_lora_rank": g("kv_lora_rank"), "qk_nope_head_dim": g("qk_nope_head_dim"),
