@@ -93,7 +93,7 @@ def sps():
     return run, [model, drafter]
 
 
-def _ea(package: str, total_token=60, depth=5, top_k=10, layer=True):
+def _ea(package: str, total_token=60, depth=5, top_k=10, layer=True, draft_vocab=None):
     """model/<package>/ea_model.py EaModel around a KV Llama and a one-layer head (Spec-Bench's defaults)."""
     import importlib
     ea = importlib.import_module(f"model.{package}.ea_model")
@@ -102,11 +102,12 @@ def _ea(package: str, total_token=60, depth=5, top_k=10, layer=True):
     kv = importlib.import_module(f"model.{package}.modeling_llama_kv")
     torch.manual_seed(0)
     base = _no_eos(kv.LlamaForCausalLM(vicuna_config()))
-    cfg = configs.EConfig(**{**vicuna_config().to_dict(), "num_hidden_layers": 1})
+    cfg = configs.EConfig(**{**vicuna_config().to_dict(), "num_hidden_layers": 1,
+                             **({"draft_vocab_size": draft_vocab} if draft_vocab else {})})
     m = ea.EaModel.__new__(ea.EaModel)
     torch.nn.Module.__init__(m)
     m.base_model, m.config = base, base.config
-    m.hidden_size, m.vocab_size = HIDDEN, VOCAB
+    m.hidden_size, m.vocab_size, m.use_eagle3 = HIDDEN, VOCAB, package == "eagle3"
     m.tokenizer = types.SimpleNamespace(eos_token_id=eos())
     m.ea_layer = cnets.Model(cfg, bias=True, total_tokens=total_token, depth=depth, top_k=top_k,
                              threshold=1.0) if layer else cnets.Model(cfg, bias=True)
@@ -167,3 +168,84 @@ def medusa():
 
 
 RUNNERS = {"baseline": baseline, "pld": pld, "sps": sps, "eagle2": eagle2, "eagle2_30": eagle2_30, "eagle": eagle, "medusa": medusa}
+
+
+def sps_constant(k: int):
+    """sps with the assistant's schedule constant at k drafts a round (generation_config.num_assistant_tokens,
+    num_assistant_tokens_schedule "constant"): how a round's host work grows with its drafts."""
+    def build():
+        run, (model, drafter) = sps()
+        drafter.generation_config.num_assistant_tokens = k
+        drafter.generation_config.num_assistant_tokens_schedule = "constant"
+        return run, [model, drafter]
+    return build
+
+
+def eagle3():
+    """evaluation/inference_eagle3.py: model/eagle3 EaModel.eagenerate (total_token 60, depth 5, top_k 10), the head's
+    fc over three of the target's hidden states (8 target layers: modeling_llama_kv.py takes layers 2, 4 and 5) and
+    a draft vocabulary of half the target's (d2t)."""
+    global LAYERS
+    layers, LAYERS = LAYERS, 8
+    try:
+        return _ea("eagle3", draft_vocab=VOCAB // 2)[:2]
+    finally:
+        LAYERS = layers
+
+
+def hydra():
+    """evaluation/inference_hydra.py hydra_forward: model/hydra, 4 grounded MLP heads of one ResBlock (the mlp head
+    architecture), model/hydra/hydra_choices.py mc_sim_7b_63."""
+    from evaluation.inference_hydra import hydra_forward
+    from model.hydra.hydra_choices import mc_sim_7b_63
+    from model.hydra import hydra_model, modeling_llama_kv
+    from model.hydra.hydra_heads.mlp_head import HydraMLP
+    torch.manual_seed(0)
+    base = _no_eos(modeling_llama_kv.LlamaForCausalLM(vicuna_config()))
+    m = hydra_model.HydraModel.__new__(hydra_model.HydraModel)
+    torch.nn.Module.__init__(m)
+    m.base_model, m.config, m.hidden_size, m.vocab_size, m.orig_lm_head = base, base.config, HIDDEN, VOCAB, base.lm_head
+    m.hydra, m.hydra_num_layers, m.hydra_head_arch, m.hidden_state_offset, m.dropout_rate = 4, 1, "mlp", 0, 0.0
+    m.grounded_heads = True
+    m.hydra_head = HydraMLP(hydra_num_layers=1, hydra_num_heads=4, grounded_heads=True,
+                            input_embed_fn=base.model.embed_tokens, base_config=base.config,
+                            lm_head_init_weight=base.lm_head.weight.data).eval()
+    m.tokenizer = types.SimpleNamespace(eos_token_id=eos(), pad_token_id=0)
+    ids = prompt()
+
+    def run(max_new):
+        return hydra_forward(types.SimpleNamespace(input_ids=ids), m, m.tokenizer, max_new, hydra_choices=mc_sim_7b_63,
+                             temperature=0.0)[2]
+    return run, [base.model, base.lm_head, m.hydra_head]
+
+
+def lookahead():
+    """evaluation/inference_lookahead.py with USE_LADE=1 (eval.sh): model/lade's augment_all and config_lade (level 5,
+    window 7, guess 7, DEBUG 0, USE_FLASH 0), model.generate through greedy_search_proxy's
+    jacobi_greedy_search_multilevel; transformers' own greedy_search is put back after each request (the other
+    runners share the process)."""
+    import os
+    from transformers import GenerationMixin
+    from model.lade.utils import augment_llama, config_lade
+    from model.lade.decoding import FUNC_MAP, greedy_search_proxy
+    augment_llama()
+    config_lade(LEVEL=5, WINDOW_SIZE=7, GUESS_SET_SIZE=7, DEBUG=0, USE_FLASH=0)
+    model = hf_llama()
+    ids = prompt()
+    plain = GenerationMixin.greedy_search
+
+    def run(max_new):
+        FUNC_MAP["greedy_search"], GenerationMixin.greedy_search = plain, greedy_search_proxy
+        os.environ["USE_LADE"] = "1"
+        try:
+            out, idx, accept = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
+                                              do_sample=False, eos_token_id=eos(), pad_token_id=0)
+        finally:
+            GenerationMixin.greedy_search = plain
+            os.environ.pop("USE_LADE")
+        return len(accept)
+    return run, [model]
+
+
+RUNNERS.update({"sps_k1": sps_constant(1), "sps_k3": sps_constant(3), "eagle3": eagle3, "hydra": hydra,
+                "lookahead": lookahead, "eagle2_depth3": lambda: _ea("eagle2", depth=3)[:2]})
