@@ -70,8 +70,12 @@ def test_the_sps_loop_counts_the_assistants_two_token_forward():
     loop = 3 + 3 + 5 + 2 + 6 + 1 + 2 + 5  # the loop's own ops (get_candidates, setup, eos, mask, accept, ...)
     # generate()'s right-padding check on the assistant's input each round (eq, sum, gt, and the `if` that reads it)
     assert runtime.speculative_host.eager_ops == loop + 14 + 2 + 3
-    # the loop's reads 6, two _unmask_unattended reads, the padding check's, greedy_search's eos tensor copied in
-    assert runtime.speculative_host.syncs == 6 + 2 + 1 + 1
+    # the loop's reads 6, two _unmask_unattended reads, the padding check's, greedy_search's eos tensor copied in,
+    # the 4D-mask check's `if torch.all(attention_mask == 1)` in the verify and the assistant's first forward (2), less
+    # the end-of-step sync host.sync_us charges (tools/specbench_syncs.py: 12 a round of one draft)
+    assert runtime.speculative_host.syncs == 6 + 2 + 1 + 1 + 2 - 1
+    # each further draft: one more assistant forward's mask check and greedy_search step's eos `if`
+    assert runtime.speculative_host.syncs_per_draft_step == 2
 
 
 # Spec-Bench (commit fd2c1cd) model/eagle/choices.py: mc_sim_7b_63, the default tree of evaluation/inference_eagle.py
