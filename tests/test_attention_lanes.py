@@ -42,8 +42,9 @@ def test_every_attention_label_the_package_ships_is_in_its_engines_lane():
 
 
 def test_the_a100s_sglang_tables_time_decode_and_prefill():
-    """gpt-fast and transformers read SGLang 0.5.14's tables, on the A100 its 0.5.10 folder, which measured only
-    FlashAttentionBackend (`flash_attention`): before it was in SGLang's lane the roofline timed A100 attention."""
+    """SGLang and transformers (a stand-in) read SGLang 0.5.14's tables, on the A100 its 0.5.10 folder, which
+    measured only FlashAttentionBackend (`flash_attention`): before it was in SGLang's lane the roofline timed A100
+    attention."""
     a100 = measured.MeasuredKernels("a100_sxm")
     decode = _row_us("a100_sxm", "generation_attention_perf", "sglang", "flash_attention", batch_size=1,
                      num_heads=32, num_key_value_heads=32, step=255)  # 256 keys: step + 1

@@ -183,6 +183,8 @@ def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method
     if profile.eager_launch_us is not None:
         out["eager_launch_us"] = profile.eager_launch_us.value
     out["kernel_database"] = profile.kernel_database.value.model_dump()
+    if profile.unmeasured_kernels is not None:
+        out["unmeasured_kernels"] = dict(profile.unmeasured_kernels.value)
     if profile.weight_only_gemv is not None:
         out["weight_only_gemv"] = profile.weight_only_gemv.value.model_dump()
     if profile.piecewise_host is not None:

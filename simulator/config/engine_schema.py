@@ -8,7 +8,7 @@ from . import rules
 from .base import Strict
 from .surface import EngineProfileSurface, HostWorkSurface
 from .policy import AssistantHeuristicPolicy
-from .scenario import DecoderKernels, KernelDatabase, PiecewiseHost, SpeculativeHost, WeightOnlyGemv
+from .scenario import DecoderKernels, KernelDatabase, KernelFamily, PiecewiseHost, SpeculativeHost, WeightOnlyGemv
 from .topology import Dtype
 
 T = TypeVar("T")
@@ -165,6 +165,9 @@ class EngineProfile(EngineProfileSurface, Strict):
         "the engine's own kernel for weight-only linear layers at few rows, timed from the bf16 GEMV's rate; absent: "
         "the measured weight-only table"))
     kernel_database: Sourced[KernelDatabase]
+    unmeasured_kernels: Optional[Sourced[dict[KernelFamily, str]]] = Field(None, description=(
+        "kernel families the engine runs with kernels of its own that kernel_database's tables do not measure (family "
+        "-> its kernel), timed by the roofline; absent: none (the tables' kernel stands for the engine's)"))
     speculative_policy: Optional[Sourced[dict[str, AssistantHeuristicPolicy]]] = Field(None, description=(
         "the drafter's code (the engine's script flag, else the speculation method) -> the draft-length schedule the "
         "engine's own code runs; absent, or no entry: the scenario's policy (a policy the scenario sets wins)"))

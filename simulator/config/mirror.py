@@ -103,8 +103,8 @@ class CustomAllReduce(Plain):
     _pydantic = ('simulator.config.engine_schema', 'CustomAllReduce')
 
 class EngineProfile(EngineProfileSurface, Plain):
-    __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_capture_unit', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'max_draft_tokens')
-    _fields = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_capture_unit', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'max_draft_tokens')
+    __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_capture_unit', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'unmeasured_kernels', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'max_draft_tokens')
+    _fields = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_capture_unit', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'unmeasured_kernels', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'max_draft_tokens')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'EngineProfile')
 
@@ -251,6 +251,12 @@ class Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm(Sourced):
     _fields = ('value', 'kind', 'source')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', "Sourced[dict[Literal['fp8', 'fp8_block', 'fp4', 'int8', 'int4'], QuantisedGemm]]")
+
+class Sourced_dict_Literal_gemm_attention_mla_mla_bmm_moe_str(Sourced):
+    __slots__ = ()
+    _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
+    _pydantic = ('simulator.config.engine_schema', "Sourced[dict[Literal['gemm', 'attention', 'mla', 'mla_bmm', 'moe'], str]]")
 
 class Sourced_dict_str_AssistantHeuristicPolicy(Sourced):
     __slots__ = ()
@@ -469,8 +475,8 @@ class PiecewiseHost(Plain):
     _pydantic = ('simulator.config.scenario', 'PiecewiseHost')
 
 class Runtime(Plain):
-    __slots__ = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
-    _fields = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
+    __slots__ = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'unmeasured_kernels', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
+    _fields = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'unmeasured_kernels', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'Runtime')
 
@@ -703,6 +709,7 @@ NS = {
     'Sourced_WeightOnlyGemv': Sourced_WeightOnlyGemv,
     'Sourced_bool': Sourced_bool,
     'Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm': Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm,
+    'Sourced_dict_Literal_gemm_attention_mla_mla_bmm_moe_str': Sourced_dict_Literal_gemm_attention_mla_mla_bmm_moe_str,
     'Sourced_dict_str_AssistantHeuristicPolicy': Sourced_dict_str_AssistantHeuristicPolicy,
     'Sourced_dict_str_str': Sourced_dict_str_str,
     'Sourced_float': Sourced_float,
@@ -924,6 +931,7 @@ EngineProfile._checks = (
     ('quantised_gemm', Model('Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm', NS), _MISSING, None),
     ('weight_only_gemv', Either(Model('Sourced_WeightOnlyGemv', NS), NoneOnly()), None, None),
     ('kernel_database', Model('Sourced_KernelDatabase', NS), _MISSING, None),
+    ('unmeasured_kernels', Either(Model('Sourced_dict_Literal_gemm_attention_mla_mla_bmm_moe_str', NS), NoneOnly()), None, None),
     ('speculative_policy', Either(Model('Sourced_dict_str_AssistantHeuristicPolicy', NS), NoneOnly()), None, None),
     ('ngram_host', Either(Model('Sourced_NgramHost', NS), NoneOnly()), None, None),
     ('eager_launch_us', Either(Model('Sourced_float', NS), NoneOnly()), None, None),
@@ -1111,6 +1119,13 @@ Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm._checks = (
 )
 Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm._rules = ()
 Sourced_dict_Literal_fp8_fp8_block_fp4_int8_int4_QuantisedGemm._before = None
+Sourced_dict_Literal_gemm_attention_mla_mla_bmm_moe_str._checks = (
+    ('value', Dict(Lit('gemm', 'attention', 'mla', 'mla_bmm', 'moe'), Str()), _MISSING, None),
+    ('kind', Lit('counted', 'measured', 'fitted', 'estimated'), _MISSING, None),
+    ('source', Str(min_length=8), _MISSING, None),
+)
+Sourced_dict_Literal_gemm_attention_mla_mla_bmm_moe_str._rules = ()
+Sourced_dict_Literal_gemm_attention_mla_mla_bmm_moe_str._before = None
 Sourced_dict_str_AssistantHeuristicPolicy._checks = (
     ('value', Dict(Str(), Model('AssistantHeuristicPolicy', NS)), _MISSING, None),
     ('kind', Lit('counted', 'measured', 'fitted', 'estimated'), _MISSING, None),
@@ -1445,6 +1460,7 @@ Runtime._checks = (
     ('mtp_draft_gather', Lit('logits', 'top1'), 'logits', None),
     ('replicated_embedding', List(Str()), _MISSING, lambda: []),
     ('separate_gate_up', List(Lit('fp32', 'bf16', 'fp16', 'fp8', 'int8', 'int4', 'fp4')), _MISSING, lambda: []),
+    ('unmeasured_kernels', Dict(Lit('gemm', 'attention', 'mla', 'mla_bmm', 'moe'), Str()), _MISSING, lambda: {}),
     ('memory_fraction', Float(gt=0, le=1), 0.9, None),
     ('draft_on_own_gpus', Bool(), False, None),
     ('two_batch_overlap', Bool(), False, None),
@@ -1460,7 +1476,7 @@ ScenarioSpec._checks = (
     ('parallelism', Model('Parallelism', NS), _MISSING, None),
     ('engine', Either(Tagged('name', {'sglang': 'SGLangEngine', 'vllm': 'VLLMEngine', 'trtllm': 'TRTLLMEngine', 'transformers': 'TransformersEngine', 'gpt_fast': 'GptFastEngine', 'magicdec': 'MagicDecEngine'}, NS), NoneOnly()), None, None),
     ('deployment', Model('Deployment', NS), Deployment._make({'router': 'round_robin', 'prefill_instances': 0}, []), None),
-    ('runtime', Model('Runtime', NS), Runtime._make({'cuda_graph_decode': True, 'cuda_graph_verify': False, 'cuda_graph_draft': True, 'cuda_graph_draft_extend': None, 'speculative_graph_batch_sizes': None, 'speculative_graph_pads': 'requests', 'allreduce': 'auto', 'fuse_allreduce_rmsnorm': False, 'overlap_schedule': True, 'scheduler_step_us': None, 'scheduler_per_request_us': 0.0, 'overlap_schedule_speculative': False, 'step_eager_ops': 0, 'eager_launch_us': None, 'eager_kernels': None, 'piecewise_host': None, 'weight_only_gemv': None, 'speculative_host': SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_draft_token': 0, 'eager_ops_per_accepted_token': 0, 'syncs': 0, 'syncs_per_draft_step': 0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), 'verify_tokens': 'fixed', 'kernel_database': None, 'kernels': 'measured', 'ep_backend': 'auto', 'mtp_eh_proj': 'replicated', 'vocab_parallel': True, 'mtp_draft_gather': 'logits', 'replicated_embedding': [], 'separate_gate_up': [], 'memory_fraction': 0.9, 'draft_on_own_gpus': False, 'two_batch_overlap': False, 'host_slowdown': None}, []), None),
+    ('runtime', Model('Runtime', NS), Runtime._make({'cuda_graph_decode': True, 'cuda_graph_verify': False, 'cuda_graph_draft': True, 'cuda_graph_draft_extend': None, 'speculative_graph_batch_sizes': None, 'speculative_graph_pads': 'requests', 'allreduce': 'auto', 'fuse_allreduce_rmsnorm': False, 'overlap_schedule': True, 'scheduler_step_us': None, 'scheduler_per_request_us': 0.0, 'overlap_schedule_speculative': False, 'step_eager_ops': 0, 'eager_launch_us': None, 'eager_kernels': None, 'piecewise_host': None, 'weight_only_gemv': None, 'speculative_host': SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_draft_token': 0, 'eager_ops_per_accepted_token': 0, 'syncs': 0, 'syncs_per_draft_step': 0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), 'verify_tokens': 'fixed', 'kernel_database': None, 'kernels': 'measured', 'ep_backend': 'auto', 'mtp_eh_proj': 'replicated', 'vocab_parallel': True, 'mtp_draft_gather': 'logits', 'replicated_embedding': [], 'separate_gate_up': [], 'unmeasured_kernels': {}, 'memory_fraction': 0.9, 'draft_on_own_gpus': False, 'two_batch_overlap': False, 'host_slowdown': None}, []), None),
     ('workload', Model('Workload', NS), Workload._make({'requests': 1, 'arrival': AllAtOnce._make({'kind': 'all_at_once'}, ['kind']), 'prompt_tokens': 1000, 'output_tokens': 2048, 'max_running_requests': 1, 'max_concurrency': None, 'turns': 1, 'stop_strings': 0, 'max_prefill_tokens': 8192, 'kv_overflow': 'queue', 'target': LatencyTarget._make({'ttft_ms': 2000.0, 'tpot_ms': 100.0, 'percentile': 90.0}, []), 'seed_offset': 0, 'corpus': None, 'corpus_stream': 0}, []), None),
     ('speculation', Model('Speculation', NS), Speculation._make({'method': 'none', 'draft_tokens': 3, 'verify': 'chain', 'tree': TreeShape._make({'kind': 'optimal', 'k': 2, 'depth': None, 'parents': None}, []), 'acceptance': None, 'ngram': NgramDrafter._make({'host_us_per_step': 400.0, 'host_us_per_request': 150.0, 'host_us_per_node': 0.05, 'algorithm': 'sglang_trie', 'branch_length': 18, 'min_match_window': 1, 'max_match_window': 12, 'min_bfs_breadth': 1, 'max_bfs_breadth': 10, 'prompt_lookup_min': 2, 'prompt_lookup_max': 5}, []), 'suffix': SuffixDrafter._make({'max_tree_depth': 24, 'max_spec_factor': 1.0, 'max_spec_offset': 0.0, 'min_token_prob': 0.1, 'cache_requests': True, 'host_us_per_step': 100.0, 'host_us_per_request': 20.0, 'host_us_per_node': 0.05}, []), 'draft_model': None, 'heads': HeadsConfig._make({'num_heads': 4, 'num_layers': 1}, []), 'lookahead': LookaheadConfig._make({'window': 7, 'ngram': 5, 'guesses': 7, 'host_us_per_step': 100.0, 'host_us_per_request': 20.0}, []), 'dynamic_tree': DynamicTreeConfig._make({'eagle_topk': 4, 'num_steps': 5, 'num_draft_tokens': 8}, []), 'sparse_kv': SparseKVConfig._make({'kv_budget_tokens': 512}, [])}, []), None),
     ('policy', Tagged('kind', {'static': 'StaticPolicy', 'hybrid': 'HybridPolicy', 'adaptive_length': 'AdaptiveLengthPolicy', 'multi_drafter': 'MultiDrafterPolicy', 'batch_threshold': 'BatchThresholdPolicy', 'batch_table': 'BatchTablePolicy', 'goodput': 'GoodputPolicy', 'dynamic_length': 'DynamicLengthPolicy', 'assistant_heuristic': 'AssistantHeuristicPolicy'}, NS), StaticPolicy._make({'kind': 'static'}, ['kind']), None),

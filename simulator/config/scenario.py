@@ -73,6 +73,9 @@ class WeightOnlyGemv(Strict):
         "Bytes per second it streams, as a share of the bf16 GEMV's of the same shape"))
 
 
+KernelFamily = Literal["gemm", "attention", "mla", "mla_bmm", "moe"]  # kernels/shapes.py's families
+
+
 class KernelDatabase(Strict):
     """The measured kernel tables (aiconfigurator-core) that stand for an engine's kernels: an engine's folder and the
     version to read (that version's tables, else the newest below it; SGLang 0.5.14's where they lack a shape)."""
@@ -182,6 +185,10 @@ class Runtime(Strict):
     separate_gate_up: list[Dtype] = Field([], description=(
         "Weight dtypes whose MLP gate and up projections run as two GEMMs of the intermediate width each, not one "
         "fused GEMM of twice it (the engine profile's; gpt-fast's int4 w1 and w3 are two tinygemm calls)"))
+    unmeasured_kernels: dict[KernelFamily, str] = Field({}, description=(
+        "Kernel families the engine runs with kernels of its own that no measured table holds (family -> its kernel): "
+        "the roofline times them, not the measured tables' kernel (the engine profile's; gpt-fast's attention is "
+        "Inductor's matmul + softmax + matmul)"))
     memory_fraction: float = Field(0.9, gt=0, le=1, description="Share of device memory for weights and KV cache (SGLang mem_fraction_static, vLLM gpu_memory_utilization)")
     draft_on_own_gpus: bool = Field(False, description=(
         "The drafter runs on as many GPUs of its own after the target's, drafting the next step while the target "

@@ -35,13 +35,16 @@ class KernelTimer:
     """Kernel times on one GPU for one scenario: measured, or the roofline, per kernel."""
 
     def __init__(self, gpu: GPU, choice: str = "roofline", measured_gpu: GPU | None = None, weight_only_gemv=None,
-                 tables=None):
+                 tables=None, unmeasured=None):
         """measured_gpu: the GPU the measured data are of, where `gpu` is a what-if of it (a physical field set away
         from the topology file's): each measured time is scaled by the roofline's ratio between the two GPUs.
         weight_only_gemv: the engine's own weight-only GEMV (runtime.weight_only_gemv), or None. tables: whose
-        measured tables (runtime.kernel_database: engine, version), or None for SGLang 0.5.14's."""
+        measured tables (runtime.kernel_database: engine, version), or None for SGLang 0.5.14's. unmeasured: family ->
+        the engine's own kernel for it that the tables do not measure (runtime.unmeasured_kernels): the roofline times
+        that family."""
         self.gpu = gpu
         self.weight_only_gemv = weight_only_gemv
+        self.unmeasured = dict(unmeasured or {})
         self.source, self.note = kernel_source(choice, gpu.spec, tables)
         # with fitted efficiencies, shaped kernels take the shape-aware roofline; without, the datasheet roofline
         self.roofline = ShapeRoofline(gpu.spec) if gpu.spec.roofline else None
@@ -68,7 +71,7 @@ class KernelTimer:
         shape = kernel.shape
         if self._runs_weight_only_gemv(shape):
             return self._weight_only_gemv(kernel)
-        if shape is not None and self.source is not None:
+        if shape is not None and self.source is not None and shape.family not in self.unmeasured:
             t = current().get(("kernels.measured_us", self.value_key, key_of(shape)), lambda: self._measured_us(kernel))
             if t is not None:
                 return t, self._bound(kernel), True
@@ -117,7 +120,8 @@ class KernelTimer:
     def _covered(self, shape) -> bool:
         if self._runs_weight_only_gemv(shape):
             shape = Gemm(shape.m, shape.n, shape.k, "bf16")
-        return self.source is not None and self.source.time_us(shape) is not None
+        return (self.source is not None and shape.family not in self.unmeasured
+                and self.source.time_us(shape) is not None)
 
     def segment(self, segment, graph: bool = False) -> "KernelTimes":
         """GPU time of a segment's kernels. In a CUDA graph, kernels marked side_stream run beside the segment's
@@ -189,6 +193,9 @@ class KernelTimer:
         families = {}
         for family, covered_by in sorted(shapes.items()):
             covered = sum(covered_by.values())
+            if family in self.unmeasured:
+                families[family] = f"{fallback} (the engine's own kernel, not the tables': {self.unmeasured[family]})"
+                continue
             if covered == len(covered_by):
                 families[family] = "measured"
             elif covered == 0:
