@@ -38,6 +38,17 @@ def topology_path(name: str) -> str:
     return os.path.join(TOPOLOGIES, name)
 
 
+def load_tool(name: str):
+    """A script in tools/ (no package) loaded as a module, without running its main; what it imports at its top
+    (not PyTorch, which the tools import only inside their runs) is imported with it."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 SAMPLE_ENTRIES = ("sampling.samples", "sampling.by_plan", "sampling.durations", "sampling.draws", "sampling.hypercube",
                   "sampling.launch", "sampling.last_ready", "sampling.rows", "sampling.rows_all",
                   "sampling.rows_seen", "sampling.picked", "costs.step_table",

@@ -1,20 +1,12 @@
 """tools/specbench_syncs.py's rules for which PyTorch calls on a CUDA tensor wait for the GPU (the CUDA source each
 rule cites), on stand-in tensors, and the step's counts as the long request's less the short one's."""
-import importlib.util
 import os
 
 import yaml
+from conftest import load_tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOL = os.path.join(ROOT, "tools", "specbench_syncs.py")
 PROFILE = os.path.join(ROOT, "engines", "transformers", "4.37.1.yaml")
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location("specbench_syncs", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # PyTorch is imported only by the run itself
-    return module
 
 
 class T:
@@ -28,7 +20,7 @@ class T:
 
 
 def test_a_list_or_a_host_tensor_indexing_a_cuda_tensor_is_copied_to_it_blocking():
-    index = _tool().index_syncs
+    index = load_tool("specbench_syncs").index_syncs
     assert index([0, 1], T) == ["index"]
     assert index((slice(None), T(gpu=False)), T) == ["index"]
     assert index((slice(None), T()), T) == []  # a CUDA long index: a gather, no sync
@@ -36,14 +28,14 @@ def test_a_list_or_a_host_tensor_indexing_a_cuda_tensor_is_copied_to_it_blocking
 
 
 def test_a_0_dim_cuda_index_and_a_tensor_slice_bound_are_read_on_the_host():
-    index = _tool().index_syncs
+    index = load_tool("specbench_syncs").index_syncs
     scalar = T(ndim=0)
     assert index((None, scalar, slice(None, scalar)), T) == ["read", "read"]
     assert index((slice(scalar, scalar),), T) == ["read", "read"]
 
 
 def test_a_boolean_mask_sizes_its_output_unless_a_host_scalar_is_written_through_it():
-    index = _tool().index_syncs
+    index = load_tool("specbench_syncs").index_syncs
     mask = T(ndim=2, dtype="torch.bool")
     assert index(mask, T) == ["size"]
     assert index(mask, T, value=-1.0, write=True) == []  # canDispatchToMaskedFill: masked_fill_
@@ -53,7 +45,7 @@ def test_a_boolean_mask_sizes_its_output_unless_a_host_scalar_is_written_through
 
 
 def test_reads_and_sized_outputs_sync_only_on_the_gpu():
-    calls = _tool().call_syncs
+    calls = load_tool("specbench_syncs").call_syncs
     assert calls("tolist", (T(),), {}, T, True) == ["read"]
     assert calls("tolist", (T(gpu=False),), {}, T, False) == []
     assert calls("unique", (T(),), {}, T, True) == ["size"]
@@ -67,7 +59,7 @@ def test_reads_and_sized_outputs_sync_only_on_the_gpu():
 
 
 def test_a_step_is_the_long_requests_count_less_the_short_ones_over_the_steps_between():
-    per_step = _tool().per_step
+    per_step = load_tool("specbench_syncs").per_step
     short = {"loop.read": 30, "loop.h2d": 4, "forward.size": 10}
     long = {"loop.read": 60, "loop.h2d": 4, "forward.size": 20, "loop.index": 5}
     assert per_step(short, long, 10) == {"forward.size": 1.0, "loop.index": 0.5, "loop.read": 3.0}
