@@ -274,7 +274,7 @@ NOT_CACHES = {("simulator/experiments/memory.py", "_sweeping"): "a count of the 
               # an object's running state, which a get-or-compute shape does not make a memo
               ("simulator/model/split_layout.py", "self.index"): "the layout being built: each distinct segment's place",
               ("simulator/serving/steplog.py", "self._offsets"): "the log's layout: where each cost table's rows start",
-              ("simulator/speculation/policies.py", "self.decisions"): "a policy's decisions, one per draft length "
+              ("simulator/speculation/length_policies.py", "self.decisions"): "a policy's decisions, one per draft length "
               "drafted so far: handed out long-lived (the loop compares them by identity), built when first drafted",
               ("simulator/speculation/textual.py", "self._requests"): "each request's text and its own drafter",
               ("simulator/speculation/textual.py", "self._pending"): "inserts waiting for the batch's verify to end",

@@ -168,7 +168,8 @@ def test_a_sections_one_init_binds_fields_as_a_dataclass_would():
     value the default, a missing, unknown or repeated field a TypeError; the record frozen against delete too."""
     import dataclasses
 
-    from simulator.results.sections import AllreduceChoice, PolicyFigures, StatsMs
+    from simulator.results.collective_sections import AllreduceChoice
+    from simulator.results.sections import PolicyFigures, StatsMs
 
     assert dict(StatsMs(1.0, p99=3.0, p50=2.0)) == {"mean": 1.0, "p50": 2.0, "p99": 3.0}
     assert PolicyFigures("static", 10, 1.0).drafter_share is None
@@ -333,7 +334,7 @@ def test_the_allreduce_section_is_the_collective_models_record_with_its_size():
 
     from simulator.hardware.collectives import CollectiveCost
     from simulator.results.report import CSV_COLUMNS
-    from simulator.results.sections import AllreduceChoice
+    from simulator.results.collective_sections import AllreduceChoice
 
     names = [f.name for f in fields(CollectiveCost)]
     assert AllreduceChoice._keys() == ("bytes", *names)

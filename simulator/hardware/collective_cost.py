@@ -1,6 +1,6 @@
 """The cost of one collective at one message size, as a record: NCCL's (or the custom kernel's) choice and its time.
 Its own module, importing nothing heavy, so that the results layer builds its all-reduce section from these fields
-(results.sections.AllreduceChoice) without loading the NCCL model."""
+(results.collective_sections.AllreduceChoice) without loading the NCCL model."""
 from __future__ import annotations
 
 from dataclasses import asdict

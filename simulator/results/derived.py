@@ -16,7 +16,8 @@ from ..timing.costs import FastStepCosts
 from ..timing.stepspec import (PassSpec, StepSpec, extra_verify_tokens, speculative_passes, step_overhead_us,
                                verify_pass)
 from ..model.cost import PassShape
-from .sections import AllreduceChoice, AllreduceChoices, CollectiveFigures, CollectiveKind, GraphVerifyWhatIf, PolicyFigures, WhatIf
+from .collective_sections import AllreduceChoice, AllreduceChoices, CollectiveFigures, CollectiveKind
+from .sections import GraphVerifyWhatIf, PolicyFigures, WhatIf
 from .summary import mean_step_us
 
 

@@ -10,7 +10,8 @@ from typing import Any
 from .deployment import deployment_lines
 from .planner import table_lines as planner_lines
 from .client import client_line
-from .sections import AllreduceChoice, GpuPrice, LoadFigures, PercentilesMs, Provenance, StatsMs, TargetCheck
+from .collective_sections import AllreduceChoice
+from .sections import GpuPrice, LoadFigures, PercentilesMs, Provenance, StatsMs, TargetCheck
 from .summary import BREAKDOWN, Result, merged_windows
 
 

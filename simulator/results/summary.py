@@ -11,9 +11,9 @@ from ..serving.records import KIND_DECODE, KIND_SPEC, StepColumns
 from .client import client_metrics, send_times
 from .planner import target_check
 from .quantiles import percentiles
-from .sections import (AcceptWindow, AllreduceChoices, AllreduceMs, BreakdownMs, CollectiveFigures, KernelSources, LoadFigures,
-                       PercentilesMs, PlannerFigures, PolicyFigures, Provenance, SpeculationFigures, StatsMs, StepTimesMs, WhatIf,
-                       json_of)
+from .collective_sections import AllreduceChoices, CollectiveFigures
+from .sections import (AcceptWindow, AllreduceMs, BreakdownMs, KernelSources, LoadFigures, PercentilesMs, PlannerFigures,
+                       PolicyFigures, Provenance, SpeculationFigures, StatsMs, StepTimesMs, WhatIf, json_of)
 
 if TYPE_CHECKING:
     from .deployment import DeploymentFigures
