@@ -138,16 +138,27 @@ def rows(topology, ranks: int, op: str, algorithm: str, message_sizes: list[int]
     return out
 
 
-def _table(out: list[dict], topology, ranks: int) -> None:
+def _table(out: list[dict], topology, ranks: int, engine: tuple[str, str] | None = None) -> None:
+    """nccl-tests' columns; with the engine's measured custom all-reduce, its model's CUDA-graph and eager times."""
     first = out[0]
+    own = [row.get("engine_custom_allreduce") for row in out]
+    extra = all(own) and bool(own)
+    head = f" {'engine graph':>12} {'eager':>8}" if extra else ""
     print(f"# {first['op']} over {ranks} ranks of {topology.name}; sizes are the whole buffer, as in nccl-tests")
-    print(f"# {'size':>12} {'count':>12} {'type':>6} {'time':>10} {'algbw':>7} {'busbw':>7}  algorithm")
-    print(f"# {'(B)':>12} {'(elements)':>12} {'':>6} {'(us)':>10} {'(GB/s)':>7} {'(GB/s)':>7}")
-    for row in out:
+    print(f"# {'size':>12} {'count':>12} {'type':>6} {'time':>10} {'algbw':>7} {'busbw':>7}  {'algorithm':<14}{head}")
+    print(f"# {'(B)':>12} {'(elements)':>12} {'':>6} {'(us)':>10} {'(GB/s)':>7} {'(GB/s)':>7}  {'':<14}"
+          + (f" {'(us)':>12} {'(us)':>8}" if extra else ""))
+    for row, mine in zip(out, own):
+        tail = f" {mine['model_graph_us']:12.2f} {mine['model_eager_us']:8.2f}" if extra else ""
         print(f"  {row['bytes']:12d} {row['bytes'] // 2:12d} {'bf16':>6} {row['time_us']:10.2f} "
-              f"{row['algbw_GBps']:7.2f} {row['busbw_GBps']:7.2f}  {row['algorithm']}/{row['protocol']}")
+              f"{row['algbw_GBps']:7.2f} {row['busbw_GBps']:7.2f}  {row['algorithm'] + '/' + row['protocol']:<14}{tail}")
     for implementation in sorted({row["implementation"] for row in out}):
         print(f"# figures from: {implementation}")
+    if extra:
+        mine = own[-1]
+        print(f"# engine graph / eager: {engine[0]} {engine[1]}'s custom all-reduce, aiconfigurator-core "
+              f"{mine['model_basis']}: the one-shot fit below the kernel's bound, the table's rows from it to 8 MiB "
+              f"(the profile: {mine['rule']})")
 
 
 def main(args) -> int:
@@ -189,7 +200,7 @@ def main(args) -> int:
         if "engine_custom_allreduce" in row:
             print(_measured_line(row["engine_custom_allreduce"], engine))
     else:
-        _table(out, topology, ranks)
+        _table(out, topology, ranks, engine)
     return 0
 
 
@@ -218,9 +229,13 @@ def _measured(topology, ranks: int, engine: tuple[str, str], nbytes: int) -> dic
     model = fitted(topology.gpu.kernel_database, engine[0], engine[1], ranks, nvlink)
     if model is None:
         return None
-    out = {"engine": engine[0], "asked_version": engine[1], "model_graph_us": model.graph.time_us(nbytes),
+    g = model.graph
+    how = (f"the table's rows ({g.algorithm(nbytes).replace('_', '-')})" if g.measured_rows(nbytes) else
+           "the one-shot fit")
+    out = {"engine": engine[0], "asked_version": engine[1], "model_graph_us": g.time_us(nbytes),
            "model_eager_us": model.eager.time_us(nbytes), "model_basis": model.basis,
-           "model_version": model.version, **_engine_runs_it(engine, ranks, nbytes, nvlink)}
+           "model_version": model.version, "model_algorithm": g.algorithm(nbytes), "model_how": how,
+           **_engine_runs_it(engine, ranks, nbytes, nvlink)}
     row = measured(topology.gpu.kernel_database, engine[0], engine[1], ranks, nbytes)
     if row is not None:
         out.update(version=row.version, kernel=row.kernel, graph_us=row.graph_us, eager_us=row.eager_us,
@@ -254,7 +269,7 @@ def _measured_line(row: dict | None, engine: tuple[str, str]) -> str:
         return (f"  {engine[0]} {engine[1]}'s custom all-reduce: no measured table (aiconfigurator-core, extra "
                 "specsim[measured])")
     lines = [f"  {engine[0]} {engine[1]}'s custom all-reduce: the profile: {row['rule']}"]
-    model = f"CUDA graph {row['model_graph_us']:.2f} us, eager {row['model_eager_us']:.2f} us"
+    model = f"CUDA graph {row['model_graph_us']:.2f} us, eager {row['model_eager_us']:.2f} us ({row['model_how']})"
     if "graph_us" in row:
         asked = "" if row["version"] == engine[1] else f", the measured version nearest {engine[1]}"
         lines.append(f"    measured ({row['engine']} {row['version']}'s {row['kernel']}{asked}): CUDA graph "

@@ -154,7 +154,7 @@ def _f17(cls, FrozenInstanceError):
 # simulator.kernels.custom_allreduce_fit.FittedMode
 def _f18(cls, FrozenInstanceError):
     def __delattr__(self,name):
-        if type(self) is cls or name in ('latency_us','bandwidth_GBps','worst_error','label',):
+        if type(self) is cls or name in ('latency_us','bandwidth_GBps','worst_error','label','two_shot_bytes','sizes','times',):
          raise FrozenInstanceError(f"cannot delete field {name!r}")
         super(cls, self).__delattr__(name)
     return __delattr__
@@ -571,7 +571,7 @@ def _f69():
 def _f70():
     def __eq__(self,other):
         if other.__class__ is self.__class__:
-         return (self.latency_us,self.bandwidth_GBps,self.worst_error,self.label,)==(other.latency_us,other.bandwidth_GBps,other.worst_error,other.label,)
+         return (self.latency_us,self.bandwidth_GBps,self.worst_error,self.label,self.two_shot_bytes,self.sizes,self.times,)==(other.latency_us,other.bandwidth_GBps,other.worst_error,other.label,other.two_shot_bytes,other.sizes,other.times,)
         return NotImplemented
     return __eq__
 
@@ -990,7 +990,7 @@ def _f126():
 # simulator.kernels.custom_allreduce_fit.FittedMode
 def _f127():
     def __hash__(self):
-        return hash((self.latency_us,self.bandwidth_GBps,self.worst_error,self.label,))
+        return hash((self.latency_us,self.bandwidth_GBps,self.worst_error,self.label,self.two_shot_bytes,self.sizes,self.times,))
     return __hash__
 
 # simulator.timing.passplan.PassPlan
@@ -1406,12 +1406,15 @@ def _f177(_type_label, _type_tree, _type_expected_accept_len, _type_eager, _type
     return __init__
 
 # simulator.kernels.custom_allreduce_fit.FittedMode
-def _f178(_type_latency_us, _type_bandwidth_GBps, _type_worst_error, _type_label, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_label, _return_type):
-    def __init__(self,latency_us:_type_latency_us,bandwidth_GBps:_type_bandwidth_GBps,worst_error:_type_worst_error,label:_type_label=_dflt_label)->_return_type:
+def _f178(_type_latency_us, _type_bandwidth_GBps, _type_worst_error, _type_label, _type_two_shot_bytes, _type_sizes, _type_times, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_label, _dflt_two_shot_bytes, _dflt_sizes, _dflt_times, _return_type):
+    def __init__(self,latency_us:_type_latency_us,bandwidth_GBps:_type_bandwidth_GBps,worst_error:_type_worst_error,label:_type_label=_dflt_label,two_shot_bytes:_type_two_shot_bytes=_dflt_two_shot_bytes,sizes:_type_sizes=_dflt_sizes,times:_type_times=_dflt_times)->_return_type:
         __dataclass_builtins_object__.__setattr__(self,'latency_us',latency_us)
         __dataclass_builtins_object__.__setattr__(self,'bandwidth_GBps',bandwidth_GBps)
         __dataclass_builtins_object__.__setattr__(self,'worst_error',worst_error)
         __dataclass_builtins_object__.__setattr__(self,'label',label)
+        __dataclass_builtins_object__.__setattr__(self,'two_shot_bytes',two_shot_bytes)
+        __dataclass_builtins_object__.__setattr__(self,'sizes',sizes)
+        __dataclass_builtins_object__.__setattr__(self,'times',times)
     return __init__
 
 # simulator.timing.passplan.PassPlan
@@ -2027,7 +2030,7 @@ def _f238():
 # simulator.kernels.custom_allreduce_fit.FittedMode
 def _f239():
     def __repr__(self):
-        return self.__class__.__qualname__ + f"(latency_us={self.latency_us!r}, bandwidth_GBps={self.bandwidth_GBps!r}, worst_error={self.worst_error!r}, label={self.label!r})"
+        return self.__class__.__qualname__ + f"(latency_us={self.latency_us!r}, bandwidth_GBps={self.bandwidth_GBps!r}, worst_error={self.worst_error!r}, label={self.label!r}, two_shot_bytes={self.two_shot_bytes!r}, sizes={self.sizes!r}, times={self.times!r})"
     return __repr__
 
 # simulator.timing.passplan.PassPlan
@@ -2417,7 +2420,7 @@ def _f297(cls, FrozenInstanceError):
 # simulator.kernels.custom_allreduce_fit.FittedMode
 def _f298(cls, FrozenInstanceError):
     def __setattr__(self,name,value):
-        if type(self) is cls or name in ('latency_us','bandwidth_GBps','worst_error','label',):
+        if type(self) is cls or name in ('latency_us','bandwidth_GBps','worst_error','label','two_shot_bytes','sizes','times',):
          raise FrozenInstanceError(f"cannot assign to field {name!r}")
         super(cls, self).__setattr__(name, value)
     return __setattr__
@@ -2706,7 +2709,7 @@ FACTORIES = {
     'c627ca9a92e8f479ea0bb67aa39cd6f8cf51bc3a': _f15,
     '6661076dca466b52bc5b5d945dc5e8590d229302': _f16,
     'ea601e2cc4a64736287cc345672b0af01c77b1cf': _f17,
-    '38913e9e65f8e7cfa345944d090bd38416703aa7': _f18,
+    '4024bb346644f23eaea31a6fd8ffb1f287b0fadc': _f18,
     '5923b03b4942165fe0ad5de56caa541efd8fad9e': _f19,
     '73fa6e2a8f6663e123a5b3b609dfb43e640f86ad': _f20,
     'cc5217aa063011a301e43ebfff69194b5e9a4ad0': _f21,
@@ -2758,7 +2761,7 @@ FACTORIES = {
     '5af8486b4692fbc385d9ea732d67ae72fb7d3c5b': _f67,
     '5245381d412966e911d2fc702804b3d01cbd8443': _f68,
     '026eeed314d0931a637691e313c0f16be0e4df03': _f69,
-    '2018c5c17b9dea5698fe22a4b82894d639e4e9ec': _f70,
+    '01acd8e550f4e5e7fb75a559444018af14ebab1c': _f70,
     'c9b1b7ecec916d80ca27d656f862da56f92bf864': _f71,
     'a88fbfb9570af3d56d636eb07f7244783eb6273c': _f72,
     '40c3266ec89b54489292ce3d597b9292c78e0204': _f73,
@@ -2815,7 +2818,7 @@ FACTORIES = {
     'bdb0a4f7fd2c4170c592bc9f4d54608e41524dd3': _f124,
     '900f915241b31fb4be65a8f124966e3495370fad': _f125,
     '1a9d6fcf8b951ae468654dd4f7af1125a1e7ef2a': _f126,
-    '737368a5ebb42648daf7a4728ae1af7d4e458cab': _f127,
+    '02f444ffc6f57ec2db58edd0ad96f8dae9a29f95': _f127,
     'b34dc0223895681514c32a0175adcc4638fe798c': _f128,
     '2653bf3b2281a34a2eac299f7a480a3398a48b7a': _f129,
     'd86487a22fd5778c1782ba1737d413379784a6fd': _f130,
@@ -2866,7 +2869,7 @@ FACTORIES = {
     'cbec26528b3488e2628c65b0233849c3a3724daf': _f175,
     'fa89457f7156df4366337de61c5f0f54d313f5ca': _f176,
     'fd9352370d249f9334432b071ab80b51ef9abed9': _f177,
-    '27b868f46b573253a8ba461ee103ab5348331132': _f178,
+    '10a9c274eca6a9aa8305b325729a6a3482ba61a0': _f178,
     'd395c4da9e76111597da508207bc7544a11e8281': _f179,
     'b90ceb0caeaf9f27ddb3e781bda8a2e5d0137689': _f180,
     'c3f543f2b28560ad1f2388246102818fe8ebf654': _f181,
@@ -2927,7 +2930,7 @@ FACTORIES = {
     '6b3cbf1ef0c9abb96bd5695628491dfe46d49b26': _f236,
     '43555778a0177eb575885e85731ed9789547515d': _f237,
     'fc7be6f0c02f5204a86e258ef6151d1ef4665b7f': _f238,
-    '5e044f98bc8f567ba33c2270f16641c45b9ba217': _f239,
+    '0247278ea61cf6fb4f442d3f5c838a0d956bcb11': _f239,
     '1fa653127c50044945f35af20d7db8d58ccad6eb': _f240,
     '0c0968e4f026dac82b1f67141814d38e3c6859d9': _f241,
     '819869fc8e5b5ad3c3f6665d6983e731e3be6cd6': _f242,
@@ -2986,7 +2989,7 @@ FACTORIES = {
     '5b3f9b4af6c36f8c1e6b5128cc803d867cb2ccb0': _f295,
     'e54962fd7e946c9d12469d858333c7f5090f910b': _f296,
     '5aea7a6bc38572f89126d9512a15befcc4a9ad8e': _f297,
-    '77780be6b35504bdaa16e01e133e567793a13bfe': _f298,
+    '7869624b31f4479df1aa93c903c3d7506a82320c': _f298,
     'c5295c4690433ba43b95059f5bb397cd1229b791': _f299,
     '6e353235f49aa1b2911e32d579aa864f6aa6ee2c': _f300,
     'f6c241e2d5c1633269eae55720d21a243b1ab3c9': _f301,

@@ -62,9 +62,9 @@ class AllReduce:
 
     def __init__(self, fabric: Fabric, ranks: int, choice: str = "auto", kernel_floor_us: float = 0.0,
                  custom_model=None, launch: str = "graph"):
-        """custom_model: the engine's one-shot kernel as fitted to its measured table (an object with time_us(nbytes)
-        and a label; kernels/custom_allreduce_fit.py), which then times the one-shot all-reduce instead of the
-        physical flags-and-reads model."""
+        """custom_model: the engine's kernel as fitted to its measured table (an object with time_us(nbytes),
+        algorithm(nbytes) and a label; kernels/custom_allreduce_fit.py), which then times the engine's all-reduce up
+        to its 8 MiB bound (one-shot and two-shot) instead of the physical flags-and-reads model."""
         self.fabric = fabric
         self.ranks = ranks
         self.choice = choice
@@ -232,10 +232,13 @@ class AllReduce:
         flow_bw = min(self.fabric.concurrent_bandwidth_GBps(hops))  # every rank reads every peer at once
         bus = allreduce_bus_factor(n)
         model = self.custom_model
-        if model is not None and nbytes <= CUSTOM_ONE_SHOT_MAX_BYTES and self.choice != "two_shot":
-            # the engine's kernel as measured (its own one-shot / two-shot choice inside): the fit of its table
-            return [CollectiveCost("one_shot", "P2P", model.time_us(nbytes), model.latency_us, model.bandwidth_GBps,
-                                   model.bandwidth_GBps * bus, model.label)]
+        if model is not None and (self.choice not in CUSTOM_ALGORITHMS or model.algorithm(nbytes) == self.choice):
+            # the engine's kernel as measured (its own one-shot / two-shot switch): the fit of its table below the
+            # bound, its rows above; the fixed part is the fit's latency, the rest moves at the bandwidth it implies
+            time = model.time_us(nbytes)
+            bw = nbytes / (1000.0 * (time - model.latency_us)) if time > model.latency_us else model.bandwidth_GBps
+            label = model.label + (" above the one-shot bound: the table's rows" if model.measured_rows(nbytes) else "")
+            return [CollectiveCost(model.algorithm(nbytes), "P2P", time, model.latency_us, bw, bw * bus, label)]
         out = []
         if forced or nbytes <= CUSTOM_ONE_SHOT_MAX_BYTES:
             # one-shot: a start and an end flag; each rank reads every peer's whole buffer concurrently

@@ -1,18 +1,29 @@
-"""A physical model of the engines' custom all-reduce, fitted to aiconfigurator-core's measured tables
-(kernels/custom_allreduce.py): below the one-shot bound a rank raises a flag, reads every peer's buffer and raises
-another, so a call takes a fixed latency (flags, kernel, and in eager mode the launch) plus bytes over an effective
-read bandwidth. Both are fitted per table and launch mode (CUDA graph, eager) by least squares on the relative
-error, once more without single-run outliers (some eager rows sit at 2x their neighbours). A fabric the database did not measure takes the median of the fitted parameters over the measured GPUs of
-the same fabric class (all NVLink or PCIe) at that GPU count, and says so.
+"""The engines' custom all-reduce as aiconfigurator-core measured it (kernels/custom_allreduce.py), over the whole
+range the engines run it (up to their 8 MiB buffer), CUDA graph and eager apart.
+
+Below the kernel's one-shot bound (vLLM's custom_all_reduce.cuh allreduce(), which sgl-kernel copies: one-shot at any
+size on 2 ranks, below 512 KiB up to 4, below 256 KiB up to 8) a rank raises a flag, reads every peer's buffer and
+raises another: a fixed latency (flags, kernel, in eager mode the launch) plus bytes over an effective read bandwidth,
+fitted per table and mode by least squares on the relative error, once more without single-run outliers (some eager
+rows sit at 2x their neighbours). From the bound on (two-shot; on 2 ranks above the one-shot fit's 256 KiB) a straight
+line misses the tables by up to 50% (the time bends from latency- to bandwidth-bound within 256 KiB..8 MiB), so the
+time is the table's own rows (a size run twice: their median), log-log interpolated, each row at least the one
+before it and the first at least the one-shot fit at the bound (a larger message never takes less); beyond the last
+row at the last segment's slope.
+A fabric the database did not measure takes the median over the measured GPUs of the same fabric class (all NVLink
+or PCIe) at that GPU count, of the fitted parameters below the bound and of the times at each measured size above it,
+and says so.
 """
 from __future__ import annotations
 
+import math
 import statistics
 
 from ..compiled import dataclass
 from . import custom_allreduce as tables
 
 ONE_SHOT_MAX_BYTES = 256 * 1024  # the kernels' one-shot bound at 8 ranks (engines/*: custom_allreduce)
+MAX_BYTES = 8 * 1024 * 1024  # the engines' custom all-reduce buffer (engines/*: custom_allreduce max_bytes)
 PCIE_SYSTEMS = ("rtx_pro_6000_server", "l40s", "b60")  # the database's boards without NVLink between all GPUs
 
 
@@ -22,9 +33,21 @@ class FittedMode:
     bandwidth_GBps: float
     worst_error: float  # the largest relative miss over the rows it was fitted to (outliers left out)
     label: str = ""  # what it is and what it was fitted to (set for the simulation's use)
+    two_shot_bytes: int = 0  # the kernel runs two-shot from this size on (0: one-shot at every size)
+    sizes: tuple = ()  # the measured rows (bytes, ascending) that time a call from sizes[0] on, made monotone
+    times: tuple = ()  # their times, us
 
     def time_us(self, nbytes: int) -> float:
+        if self.sizes and nbytes >= self.sizes[0]:
+            return _along(self.sizes, self.times, nbytes)
         return self.latency_us + nbytes / (1000.0 * self.bandwidth_GBps)
+
+    def algorithm(self, nbytes: int) -> str:
+        return "two_shot" if self.two_shot_bytes and nbytes >= self.two_shot_bytes else "one_shot"
+
+    def measured_rows(self, nbytes: int) -> bool:
+        """Whether the table's rows (not the one-shot fit) time nbytes."""
+        return bool(self.sizes) and nbytes >= self.sizes[0]
 
 
 @dataclass(frozen=True)
@@ -37,6 +60,32 @@ class FittedAllReduce:
     basis: str  # which table(s) it was fitted to
 
 
+def one_shot_bound(ranks: int) -> int:
+    """The size from which the kernel runs two-shot at this GPU count (0: never; custom_all_reduce.cuh's rule)."""
+    return 0 if ranks <= 2 else (512 * 1024 if ranks <= 4 else ONE_SHOT_MAX_BYTES)
+
+
+def _along(sizes: tuple, times: tuple, nbytes: int) -> float:
+    """Log-log interpolation of monotone rows; the first row's time below them, the last segment's slope beyond."""
+    if nbytes <= sizes[0]:
+        return times[0]
+    for s0, t0, s1, t1 in zip(sizes, times, sizes[1:], times[1:]):
+        if nbytes <= s1:
+            w = (math.log(nbytes) - math.log(s0)) / (math.log(s1) - math.log(s0))
+            return math.exp((1 - w) * math.log(t0) + w * math.log(t1))
+    slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2]) if len(sizes) > 1 else 0.0
+    return times[-1] + slope * (nbytes - sizes[-1])
+
+
+def _monotone(sizes: tuple, times: tuple, floor_us: float) -> tuple[tuple, tuple]:
+    """The rows with each time at least the one before it, the first at least floor_us (the fit at the bound)."""
+    out, best = [], floor_us
+    for t in times:
+        best = max(best, t)
+        out.append(best)
+    return tuple(sizes), tuple(out)
+
+
 def _least_squares(rows: list) -> tuple[float, float]:
     """(latency us, us per byte) minimising the relative error over (bytes, us) rows."""
     w = [1.0 / t ** 2 for _, t in rows]
@@ -47,10 +96,12 @@ def _least_squares(rows: list) -> tuple[float, float]:
     return (sy - slope * sx) / sw, slope
 
 
-def _fit(sizes: tuple, times: tuple) -> FittedMode | None:
+def _fit(sizes: tuple, times: tuple, ranks: int = 8) -> FittedMode | None:
     """t = a + b x bytes over the one-shot rows, least squares on t / measured - 1, fitted again without the rows
-    that miss by more than three times the median miss (single-run outliers: an eager row at 2x its neighbours)."""
-    rows = [(s, t) for s, t in zip(sizes, times) if s <= ONE_SHOT_MAX_BYTES and t > 0]
+    that miss by more than three times the median miss (single-run outliers: an eager row at 2x its neighbours);
+    from the one-shot bound to 8 MiB the table's rows, made monotone."""
+    bound = one_shot_bound(ranks)
+    rows = [(s, t) for s, t in zip(sizes, times) if (s < bound if bound else s <= ONE_SHOT_MAX_BYTES) and t > 0]
     if len(rows) < 3:
         return None
     latency, slope = _least_squares(rows)
@@ -60,13 +111,20 @@ def _fit(sizes: tuple, times: tuple) -> FittedMode | None:
     if len(kept) >= 3 and len(kept) < len(rows):
         latency, slope = _least_squares(kept)
     worst = max(abs((latency + slope * s) / t - 1) for s, t in kept)
-    return FittedMode(latency, 1.0 / (1000.0 * slope), worst)
+    start = bound or ONE_SHOT_MAX_BYTES
+    runs: dict[int, list] = {}  # a size measured more than once (some tables ran each twice): the runs' median
+    for s, t in zip(sizes, times):
+        if start <= s <= MAX_BYTES and t > 0:
+            runs.setdefault(s, []).append(t)
+    above = sorted((s, statistics.median(ts)) for s, ts in runs.items())
+    table = _monotone(*zip(*above), latency + slope * start) if above else ((), ())
+    return FittedMode(latency, 1.0 / (1000.0 * slope), worst, "", bound, *table)
 
 
 def fit_table(system: str, engine: str, version: str, ranks: int) -> FittedAllReduce | None:
     """The model fitted to one measured table (None: the table has no rows of both modes for this GPU count)."""
     kernel, modes = tables._rows(system, engine, version, ranks)
-    fitted = {mode: _fit(*modes[mode]) for mode in ("graph", "eager")}
+    fitted = {mode: _fit(*modes[mode], ranks) for mode in ("graph", "eager")}
     if fitted["graph"] is None or fitted["eager"] is None:
         return None
     return FittedAllReduce(engine, version, ranks, fitted["graph"], fitted["eager"],
@@ -98,8 +156,12 @@ def fitted(system: str | None, engine: str, wanted: str, ranks: int, nvlink: boo
 
     def median(mode: str) -> FittedMode:
         picked = [getattr(f, mode) for _, f in fits]
-        return FittedMode(statistics.median(m.latency_us for m in picked),
-                          statistics.median(m.bandwidth_GBps for m in picked), max(m.worst_error for m in picked))
+        latency = statistics.median(m.latency_us for m in picked)
+        bandwidth = statistics.median(m.bandwidth_GBps for m in picked)
+        sizes = sorted({s for m in picked for s in m.sizes})  # above the bound: the median time at each size
+        times = [statistics.median(m.time_us(s) for m in picked) for s in sizes]
+        table = _monotone(sizes, times, latency + sizes[0] / (1000.0 * bandwidth)) if sizes else ((), ())
+        return FittedMode(latency, bandwidth, max(m.worst_error for m in picked), "", one_shot_bound(ranks), *table)
 
     names = ", ".join(name for name, _ in fits)
     return FittedAllReduce(engine, "median", ranks, median("graph"), median("eager"),
@@ -107,8 +169,8 @@ def fitted(system: str | None, engine: str, wanted: str, ranks: int, nvlink: boo
 
 
 def simulation_model(scenario, ranks: int, nvlink: bool) -> FittedMode | None:
-    """The one-shot kernel the simulation times the engine's custom all-reduce by: the CUDA-graph fit for the
-    scenario's engine and GPU (measured kernels only; None: the physical model stands). Eager passes pay the kernel's
+    """The kernel the simulation times the engine's custom all-reduce by: the CUDA-graph model (fit below the one-shot
+    bound, measured rows above) for the scenario's engine and GPU (measured kernels only; None: the physical model stands). Eager passes pay the kernel's
     launch as every eager kernel does (host.eager_launch_us), which is what the tables' eager-minus-graph gap is."""
     engine = scenario.engine
     if scenario.spec.runtime.kernels != "measured" or engine is None or engine.name not in tables.ENGINE_DIRS \
@@ -119,4 +181,4 @@ def simulation_model(scenario, ranks: int, nvlink: bool) -> FittedMode | None:
         return None
     g = model.graph
     label = f"{engine.name} custom all-reduce, fitted to aiconfigurator-core {model.basis} (CUDA graph)"
-    return FittedMode(g.latency_us, g.bandwidth_GBps, g.worst_error, label)
+    return FittedMode(g.latency_us, g.bandwidth_GBps, g.worst_error, label, g.two_shot_bytes, g.sizes, g.times)
