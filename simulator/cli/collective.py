@@ -230,8 +230,7 @@ def _measured(topology, ranks: int, engine: tuple[str, str], nbytes: int) -> dic
     if model is None:
         return None
     g = model.graph
-    how = (f"the table's rows ({g.algorithm(nbytes).replace('_', '-')})" if g.measured_rows(nbytes) else
-           "the one-shot fit")
+    how = f"{g.algorithm(nbytes).replace('_', '-')}: " + ("the measured rows" if g.measured_rows(nbytes) else "the fit")
     out = {"engine": engine[0], "asked_version": engine[1], "model_graph_us": g.time_us(nbytes),
            "model_eager_us": model.eager.time_us(nbytes), "model_basis": model.basis,
            "model_version": model.version, "model_algorithm": g.algorithm(nbytes), "model_how": how,
@@ -269,14 +268,14 @@ def _measured_line(row: dict | None, engine: tuple[str, str]) -> str:
         return (f"  {engine[0]} {engine[1]}'s custom all-reduce: no measured table (aiconfigurator-core, extra "
                 "specsim[measured])")
     lines = [f"  {engine[0]} {engine[1]}'s custom all-reduce: the profile: {row['rule']}"]
-    model = f"CUDA graph {row['model_graph_us']:.2f} us, eager {row['model_eager_us']:.2f} us ({row['model_how']})"
+    model = f"CUDA graph {row['model_graph_us']:.2f} us, eager {row['model_eager_us']:.2f} us"
     if "graph_us" in row:
         asked = "" if row["version"] == engine[1] else f", the measured version nearest {engine[1]}"
         lines.append(f"    measured ({row['engine']} {row['version']}'s {row['kernel']}{asked}): CUDA graph "
                      f"{row['graph_us']:.2f} us, eager {row['eager_us']:.2f} us")
         graph_miss, eager_miss = (row[f"model_{m}_us"] / row[f"{m}_us"] - 1 for m in ("graph", "eager"))
-        lines.append(f"    model fitted to that table: {model} ({graph_miss:+.1%} / {eager_miss:+.1%})")
+        lines.append(f"    model fitted to that table: {model} ({graph_miss:+.1%} / {eager_miss:+.1%}; {row['model_how']})")
         lines.append(f"  figures from: {row['source']}")
     else:
-        lines.append(f"    no table for this GPU: the model fitted to {row['model_basis']}: {model}")
+        lines.append(f"    no table for this GPU: the model fitted to {row['model_basis']}: {model} ({row['model_how']})")
     return "\n".join(lines)
