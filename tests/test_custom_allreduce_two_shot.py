@@ -106,3 +106,20 @@ def test_collective_sweep_prints_the_engines_model_in_both_modes_and_names_the_t
     assert graph == pytest.approx(1e3 * H100_GRAPH_MS[524288], abs=0.006)
     assert eager == pytest.approx(1e3 * H100_EAGER_MS[524288], abs=0.006)
     assert "h100_sxm comm/sglang/0.5.9 (SGLang_CustomAllReduce)" in out
+
+
+@needs_data
+def test_only_the_engines_own_kernel_is_read_and_the_version_follows_the_preference():
+    """h100_sxm comm/sglang/0.5.6.post2 holds TensorRT-LLM's rows (kernel_source "TRTLLM"): SGLang 0.4.4.post2, whose
+    nearest measured version it is, reads 0.5.9's SGLang_CustomAllReduce instead."""
+    import pandas as pd
+
+    from simulator.kernels.custom_allreduce import preference
+    from simulator.kernels.custom_allreduce_fit import fitted
+
+    frame = pd.read_parquet(measured.data_root() / "h100_sxm" / "comm" / "sglang" / "0.5.6.post2" /
+                            "custom_allreduce_perf.parquet")
+    assert set(frame.kernel_source) == {"TRTLLM"}
+    assert preference("h100_sxm", "sglang", "0.4.4.post2")[:2] == ["0.5.6.post2", "0.5.9"]
+    model = fitted("h100_sxm", "sglang", "0.4.4.post2", 8, True)
+    assert model.version == "0.5.9" and model.basis == "h100_sxm comm/sglang/0.5.9 (SGLang_CustomAllReduce)"

@@ -16,6 +16,9 @@ from .measured import _version_key, data_root
 
 TABLE = "custom_allreduce_perf"
 ENGINE_DIRS = {"sglang": "sglang", "vllm": "vllm", "trtllm": "trtllm"}
+# the engine's own kernel, as the tables label it (kernel_source <name>_graph / _eager); some tables under an engine
+# hold another's rows (h100_sxm and h200_sxm comm/sglang/0.5.6.post2, l40s comm/sglang/0.5.9: "TRTLLM"), read as none
+ENGINE_KERNELS = {"sglang": "SGLang_CustomAllReduce", "vllm": "vLLM_custom"}
 
 
 @dataclass(frozen=True)
@@ -60,10 +63,11 @@ def _rows(system: str, engine: str, version: str, ranks: int) -> tuple[str, dict
                           f"{TABLE}.parquet").to_pandas()
     frame = frame[(frame.num_gpus == ranks) & (frame.op_name == "all_reduce")]
     modes = {}
+    own = ENGINE_KERNELS.get(engine)
     for mode in ("graph", "eager"):
-        rows = frame[frame.kernel_source.str.endswith(f"_{mode}")].sort_values("message_size")
+        rows = frame[frame.kernel_source == f"{own}_{mode}"].sort_values("message_size")
         modes[mode] = (tuple(2 * int(m) for m in rows.message_size), tuple(1e3 * float(t) for t in rows.latency))
-    kernel = str(frame.kernel_source.iloc[0]).rsplit("_", 1)[0] if len(frame) else ""
+    kernel = own if any(modes[m][0] for m in modes) else ""
     return kernel, modes
 
 
