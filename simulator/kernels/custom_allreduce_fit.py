@@ -20,10 +20,9 @@ import math
 import statistics
 
 from ..compiled import dataclass
+# the kernels' one-shot bound at 8 ranks and the engines' 8 MiB buffer (engines/*: custom_allreduce), one pair
+from ..hardware.collectives import CUSTOM_MAX_BYTES as MAX_BYTES, CUSTOM_ONE_SHOT_MAX_BYTES as ONE_SHOT_MAX_BYTES
 from . import custom_allreduce as tables
-
-ONE_SHOT_MAX_BYTES = 256 * 1024  # the kernels' one-shot bound at 8 ranks (engines/*: custom_allreduce)
-MAX_BYTES = 8 * 1024 * 1024  # the engines' custom all-reduce buffer (engines/*: custom_allreduce max_bytes)
 PCIE_SYSTEMS = ("rtx_pro_6000_server", "l40s", "b60")  # the database's boards without NVLink between all GPUs
 
 
