@@ -43,8 +43,8 @@ def _launches(card, shape):
 def test_a_chain_verify_through_transformers_copies_the_query_once_a_layer():
     """transformers 4.37.1 LlamaSdpaAttention: a pass of more than one query token over the KV cache keeps a 4D mask
     (modeling_attn_mask_utils.py _prepare_4d_causal_attention_mask_for_sdpa), and with a mask the attention makes the
-    query contiguous, a copy after apply_rotary_pos_emb: one launch more a layer in a chain verify (PLD's, SpS's),
-    none in a decode step (mask None at one token) and none beyond tree_attention in a tree verify (Spec-Bench's own
+    query contiguous, a copy after apply_rotary_pos_emb, and the output's transpose().contiguous() copies at more than
+    one token: two launches more a layer in a chain verify (PLD's, SpS's; tools/specbench_calls.py), none in a decode step (mask None at one token) and none beyond tree_attention in a tree verify (Spec-Bench's own
     modeling_llama_kv.py, matmul attention)."""
     from simulator.model.cost import PassShape
     from simulator.timing.machine import Machine
@@ -53,23 +53,23 @@ def test_a_chain_verify_through_transformers_copies_the_query_once_a_layer():
     decode = _launches(card, PassShape(1, 1, 400))
     chain = _launches(card, PassShape(11, 1, 400, False, True))
     tree = _launches(card, PassShape(61, 1, 400, True, True))
-    assert chain - decode == 32 * 1  # the query's contiguous() in each of the 32 layers
+    assert chain - decode == 32 * 2  # the query's and the output's contiguous() in each of the 32 layers
     assert tree - decode == 32 * 9  # tree_attention alone: eager attention (+5) and KVCache.cat (+4) a layer
-    # the decode step: the layout's embedding launch, 32 x (29 + 14) in the layers and 31 a pass (4.37.1
+    # the decode step: the layout's embedding launch, 32 x (28 + 14) in the layers and 31 a pass (4.37.1
     # greedy_search's loop 14, the `== 0` its `if unfinished_sequences.max() == 0` launches included)
-    assert decode == 1 + 32 * (29 + 14) + 31
+    assert decode == 1 + 32 * (28 + 14) + 31
 
 
 def test_the_sps_loop_counts_the_assistants_two_token_forward():
     """Spec-Bench's SpS (transformers 4.37.1 assisted generation): each round the assistant's first forward takes two
     tokens (get_candidates crops its cache to new_cur_len - 2), so it builds the 4D mask (to_4d: 14 launches) and
-    copies the query in each of Vicuna-68M's 2 layers (2), and reads the mask back (_unmask_unattended's
+    copies the query and the output's transpose in each of Vicuna-68M's 2 layers (4), and reads the mask back (_unmask_unattended's
     attention_mask.cpu()), as the target's chain verify does once more."""
     runtime = simulator.load_scenario(CASE, [("speculation.method", "draft_model"), (
         "speculation.draft_model", {"model": "../../models/vicuna_68m.yaml"})]).spec.runtime
     loop = 3 + 3 + 5 + 2 + 6 + 1 + 2 + 5  # the loop's own ops (get_candidates, setup, eos, mask, accept, ...)
     # generate()'s right-padding check on the assistant's input each round (eq, sum, gt, and the `if` that reads it)
-    assert runtime.speculative_host.eager_ops == loop + 14 + 2 + 3
+    assert runtime.speculative_host.eager_ops == loop + 14 + 4 + 3
     # the loop's reads 6, two _unmask_unattended reads, the padding check's, greedy_search's eos tensor copied in,
     # the 4D-mask check's `if torch.all(attention_mask == 1)` in the verify and the assistant's first forward (2), less
     # the end-of-step sync host.sync_us charges (tools/specbench_syncs.py: 12 a round of one draft)
