@@ -167,6 +167,19 @@ def test_nvswitch_routes_over_nvlink_and_offers_nvls_and_one_shot():
     assert AllReduce(fabric, 8, "nccl").cost(14336).algorithm in ("nccl_ring", "nccl_tree")
 
 
+@pytest.mark.parametrize("ranks, nbytes, kernel", [
+    (8, (256 << 10) - 1, "one_shot"), (8, 256 << 10, "two_shot"),  # custom_all_reduce.cuh: < 256 KiB at 8
+    (4, (512 << 10) - 1, "one_shot"), (4, 512 << 10, "two_shot"),  # < 512 KiB at <= 4
+    (2, 4 << 20, "one_shot"),  # one-shot at any size on two GPUs
+])
+def test_the_physical_custom_allreduce_runs_the_kernel_its_switch_picks(ranks, nbytes, kernel):
+    """A GPU without a measured table: the custom all-reduce runs what the kernel's size switch picks, not the faster."""
+    ar = AllReduce(Fabric(nvswitch_topology(n=ranks)), ranks, "auto")
+    assert ar.custom_model is None
+    assert [o.algorithm for o in ar.custom_options(nbytes, forced=False)] == [kernel]
+    assert [o.algorithm for o in ar.custom_options(nbytes, forced=True)] == ["one_shot", "two_shot"]
+
+
 def test_nvls_needs_multicast():
     with pytest.raises(NotPermitted):
         AllReduce(Fabric(nvswitch_topology(nvls=False)), 8, "nvls")

@@ -29,6 +29,12 @@ from .interconnect import Fabric
 CUSTOM_ONE_SHOT_MAX_BYTES = 256 * 1024
 CUSTOM_MAX_BYTES = 8 * 1024 * 1024
 
+
+def custom_one_shot_bound(ranks: int) -> int:
+    """The size from which the custom all-reduce runs two-shot at this GPU count (0: never); custom_all_reduce.cuh:
+    one-shot at two GPUs, below 512 KiB at three or four, below 256 KiB at up to eight."""
+    return 0 if ranks <= 2 else (512 * 1024 if ranks <= 4 else CUSTOM_ONE_SHOT_MAX_BYTES)
+
 NCCL_ALGORITHMS = ("nccl_ring", "nccl_tree", "nvls")
 CUSTOM_ALGORITHMS = ("one_shot", "two_shot")
 NCCL_NAME = {"ring": "nccl_ring", "tree": "nccl_tree", "nvls": "nvls"}
@@ -240,11 +246,14 @@ class AllReduce:
             label = model.label + (" above the one-shot bound: the table's rows" if model.measured_rows(nbytes) else "")
             return [CollectiveCost(model.algorithm(nbytes), "P2P", time, model.latency_us, bw, bw * bus, label)]
         out = []
-        if forced or nbytes <= CUSTOM_ONE_SHOT_MAX_BYTES:
+        bound = custom_one_shot_bound(n)  # the kernel's own switch, not the faster of the two
+        if forced or not bound or nbytes < bound:
             # one-shot: a start and an end flag; each rank reads every peer's whole buffer concurrently
             latency = 2 * flag + self.kernel_floor_us
             out.append(CollectiveCost("one_shot", "P2P", latency + nbytes / (1000.0 * flow_bw), latency,
                                       flow_bw, flow_bw * bus, IMPLEMENTATION_CUSTOM))
+        if not (forced or (bound and nbytes >= bound)):
+            return out
         # two-shot: reduce-scatter then all-gather, each reading a 1/n chunk from every peer; three flags
         latency = 3 * flag + 2 * self.kernel_floor_us
         algbw = flow_bw * n / 2.0

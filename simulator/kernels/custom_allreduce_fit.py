@@ -22,6 +22,7 @@ import statistics
 from ..compiled import dataclass
 # the kernels' one-shot bound at 8 ranks and the engines' 8 MiB buffer (engines/*: custom_allreduce), one pair
 from ..hardware.collectives import CUSTOM_MAX_BYTES as MAX_BYTES, CUSTOM_ONE_SHOT_MAX_BYTES as ONE_SHOT_MAX_BYTES
+from ..hardware.collectives import custom_one_shot_bound as one_shot_bound
 from . import custom_allreduce as tables
 PCIE_SYSTEMS = ("rtx_pro_6000_server", "l40s", "b60")  # the database's boards without NVLink between all GPUs
 
@@ -57,11 +58,6 @@ class FittedAllReduce:
     graph: FittedMode
     eager: FittedMode
     basis: str  # which table(s) it was fitted to
-
-
-def one_shot_bound(ranks: int) -> int:
-    """The size from which the kernel runs two-shot at this GPU count (0: never; custom_all_reduce.cuh's rule)."""
-    return 0 if ranks <= 2 else (512 * 1024 if ranks <= 4 else ONE_SHOT_MAX_BYTES)
 
 
 def _along(sizes: tuple, times: tuple, nbytes: int) -> float:
