@@ -3,6 +3,7 @@ the newest below it, one kernel per op by the engine's lanes, SGLang 0.5.14's wh
 the report naming the table that stood in. Expected times are the Parquet rows themselves, read with pandas here."""
 from __future__ import annotations
 
+import math
 import pathlib
 
 import pytest
@@ -73,6 +74,46 @@ def test_the_moe_reads_the_engines_own_kernel_lane():
     t, table = trtllm.answer(MoE(1, 7168, 2048, 8, 256, 8, "fp4"))
     assert t == pytest.approx(1e3 * expected) and table == "trtllm 1.3.0rc20"
     assert t > 2 * 1e3 * rows[rows.kernel_source == "moe_torch_flow_min_latency"].latency.mean()
+
+
+def _ep_rows(ep: int, tp: int) -> dict[int, float]:
+    """TensorRT-LLM 1.3.0rc20's B200 CUTLASS NVFP4 MoE rows of DeepSeek's experts at one expert split, balanced routing:
+    num_tokens -> the monotone envelope (the least mean latency at that many tokens or more), in us."""
+    frame = measured.read_table("b200_sxm", "moe", "moe_perf", "trtllm", "1.3.0rc20")
+    rows = frame[(frame.moe_dtype == "nvfp4") & (frame.distribution == "balanced") & (frame.moe_ep_size == ep)
+                 & (frame.moe_tp_size == tp) & (frame.hidden_size == 7168) & (frame.inter_size == 2048)
+                 & (frame.topk == 8) & (frame.num_experts == 256) & (frame.kernel_source == "moe_torch_flow_cutlass")]
+    by_n = rows.groupby("num_tokens").latency.mean()
+    return {int(n): 1e3 * by_n[by_n.index >= n].min() for n in by_n.index}
+
+
+def test_trtllms_expert_parallel_rows_time_the_busiest_rank():
+    """Under EP TensorRT-LLM's rows time one rank holding the mean rank's experts at num_tokens balanced tokens: one
+    token at EP4 x TP2 is the one-token row, a busiest rank with twice the mean's experts the two-token row, and 1.5x
+    lies between them by log-tokens."""
+    rows = _ep_rows(4, 2)
+    trtllm = measured.MeasuredKernels("b200_sxm", "trtllm", "1.3.0rc20")
+    shape = MoE(1, 7168, 2048, 8, 256, 2, "fp4", ep=4)
+    assert trtllm.answer(shape) == (pytest.approx(rows[1]), "trtllm 1.3.0rc20")
+    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 2, "fp4", 1 / 3, ep=4)) == pytest.approx(rows[1] / 3)
+    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 2, "fp4", ep=4, busiest=2.0)) == pytest.approx(rows[2])
+    w = math.log(1.5) / math.log(2)
+    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 2, "fp4", ep=4, busiest=1.5)) == pytest.approx(
+        rows[1] + w * (rows[2] - rows[1]))
+    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 4, "fp4", ep=2)) == pytest.approx(_ep_rows(2, 4)[1])
+    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 2, "fp4", ep=4)) != trtllm.time_us(
+        MoE(1, 7168, 2048, 8, 256, 8, "fp4"))  # the TP8 rows are another slice
+
+
+def test_other_engines_expert_parallel_rows_are_not_read():
+    """SGLang's H200 tables hold moe_ep_size rows too; their collector's rank and routing are not read here, so an EP
+    shape is not covered (the roofline times it), while the same experts under TP are."""
+    frame = measured.read_table("h200_sxm", "moe", "moe_perf", "sglang", None)
+    assert ((frame.moe_ep_size == 8) & (frame.hidden_size == 7168) & (frame.num_experts == 256)
+            & (frame.moe_dtype == "fp8_block")).any()
+    sglang = measured.MeasuredKernels("h200_sxm")
+    assert sglang.time_us(MoE(1, 7168, 2048, 8, 256, 1, "fp8", ep=8)) is None
+    assert sglang.time_us(MoE(1, 7168, 2048, 8, 256, 8, "fp8")) is not None
 
 
 def test_an_op_the_engine_did_not_measure_is_sglangs_and_says_so():

@@ -34,10 +34,13 @@ What we take from which table:
   from mla_bmm_perf.
 - MoE: moe_perf, the fused expert block (router and all-to-all excluded), `balanced` routing (uniform, as the
   simulator's routing model), at the token count that touches as many distinct experts as the pass does. Under
-  expert parallelism the roofline times the experts: the moe_ep_size rows (DeepSeek-V3, H200, fp8_block, EP8) fit
-  no one meaning of num_tokens: 92 us at 1 token is more than one rank's share of the experts 8 tokens touch, and
-  114 us at 4 tokens less than reading the ~20 experts per rank that 32 uniformly routed tokens touch allows at the
-  HBM's peak bandwidth.
+  expert parallelism (ep > 1) TensorRT-LLM's rows only (EP_TABLES): its collector (aiconfigurator
+  collector/trtllm/collect_moe.py run_moe_torch) times one rank, rank 0 of a Mapping with that moe_ep_size /
+  moe_tp_size, over num_tokens tokens routed by helper.balanced_logits (token t's i-th expert t x stride / n +
+  i x stride, stride E / k), so below E / k tokens rank 0 holds n x k / ep distinct experts, one token each: the mean
+  rank's load at n uniformly routed tokens. The busiest rank holds `busiest` x the mean's distinct experts, so the
+  rows are read at tokens x busiest. Other engines' moe_ep_size rows take the roofline: their collectors' rank and
+  routing are not read here.
 """
 from __future__ import annotations
 
@@ -59,6 +62,8 @@ WEIGHT_ONLY = {"int8_wo": 1.0, "int4_wo": 0.5}  # per-channel weight-only tables
 MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block",), "int4": ("int4_wo",),
               "fp4": ("nvfp4",)}
 KV_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
+# engines whose moe_perf rows under expert parallelism are read (their collector's rank and routing: module doc)
+EP_TABLES = ("trtllm",)
 
 
 class MeasuredKernels:
@@ -184,15 +189,16 @@ class MeasuredKernels:
                                                  engine, version)
 
     def _moe(self, s: MoE, engine: str, version: str | None) -> tuple[float, str] | None:
-        if s.ep > 1:  # the roofline times it: the tables' moe_ep_size rows fit no one token semantics (module doc)
+        if s.ep > 1 and engine not in EP_TABLES:  # the roofline times it (module doc)
             return None
         for dtype in MOE_DTYPES.get(s.dtype, ()):
             where = (("moe_dtype", dtype), ("hidden_size", s.hidden), ("inter_size", s.inter), ("topk", s.topk),
-                     ("num_experts", s.experts), ("moe_tp_size", s.tp), ("moe_ep_size", 1),
+                     ("num_experts", s.experts), ("moe_tp_size", s.tp), ("moe_ep_size", s.ep),
                      ("distribution", "balanced"))
             grid = _lane_grid(self.system, "moe", "moe_perf", where, ("num_tokens",), (True,), 0, engine, version)
             if grid is not None:
-                t = grid((max(1.0, s.tokens),))
+                # a row's rank holds the mean rank's experts at num_tokens; the busiest rank `busiest` x as many
+                t = grid((max(1.0, s.tokens * s.busiest),))
                 return None if t is None else (t * s.share, _label(self.system, "moe", "moe_perf", engine, version))
         return None
 
