@@ -12,7 +12,8 @@ from dataclasses import replace
 from ..compiled import dataclass
 from ..config import Scenario
 from ..config.typical import mean_length
-from ..timing.stepspec import expected_emitted, speculative_host_us, speculative_passes, step_overhead_us
+from ..timing.stepspec import (StepSpec, behind_draft_graph, expected_emitted, exposed_behind_drafts_us,
+                               speculative_host_us, speculative_passes, step_overhead_us, tree_mask_bytes)
 from ..timing.machine import Machine, context_anchors
 from ..model.cost import PassShape
 from ..speculation.acceptance import positional_table
@@ -137,8 +138,13 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
     def cost(tree: Tree, graph: bool) -> StepCost:
         main, drafts = speculative_passes(drafter, tree, batch, spec.runtime, graph)
         verify = _pass_us(machine, "target", main.shape, main.graph, seed, contexts)
-        draft = drafter.host_us(tree, batch) + sum(
-            _pass_us(machine, d.part, d.shape, d.graph, seed, contexts) for d in drafts)
+        passes = [(_pass_us(machine, d.part, d.shape, d.graph, seed, contexts), d.graph) for d in drafts]
+        graphed = sum(us for us, graphed in passes if graphed)
+        around = StepSpec(main, drafts, behind_drafts=behind_draft_graph(host, spec.runtime),
+                          mask_bytes=tree_mask_bytes(spec.runtime, tree, batch)) if drafts else None
+        draft = drafter.host_us(tree, batch) + sum(us for us, _ in passes) + (
+            float(exposed_behind_drafts_us(around, graphed, sum(contexts) / len(contexts), machine.gpu))
+            if around is not None else 0.0)
         emitted = expected_emitted(acceptance, tree, config)
         other = step_overhead_us(host, spec.runtime, True, batch) + speculative_host_us(
             host, spec.runtime, batch, tree, emitted, spec.workload.stop_strings)

@@ -23,7 +23,8 @@ from ..speculation.trees import Tree
 from .admission import Admission
 from .batch_view import BatchView
 from ..timing.costs import FastStepCosts
-from ..timing.stepspec import (PassSpec, StepSpec, expected_emitted, hidden_scheduler_us, speculative_host_us,
+from ..timing.stepspec import (PassSpec, StepSpec, behind_draft_graph, expected_emitted, hidden_scheduler_us,
+                               speculative_host_us, tree_mask_bytes,
                                speculative_passes, step_overhead_us)
 from ..timing.machine import Machine
 from .records import (KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FACTS, STEP_FIELDS,  # noqa: F401  (re-exported)
@@ -155,7 +156,7 @@ class Server:
         return StepSpec(verify, drafts, drafted,
                         other_spec + speculative_host_us(self._host, rt, batch, tree, emitted,
                                                                self.workload.stop_strings),
-                        hidden_verify)
+                        hidden_verify, behind_draft_graph(self._host, rt), tree_mask_bytes(rt, tree, batch))
 
     def _timed_cost(self, spec: StepSpec, context: int):
         """Generator: a prefill step's time passes; returns its StepCost for the log (fast

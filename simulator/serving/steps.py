@@ -16,7 +16,7 @@ from ..timing.costs import FastStepCosts
 from ..timing.machine import Machine
 from ..timing.passbook import BookedCost, PassBook
 from ..timing.costtable import STEP_COST, CostTable, StepCost
-from ..timing.stepspec import PassSpec, StepSpec
+from ..timing.stepspec import PassSpec, StepSpec, exposed_behind_drafts_us
 from ..timing.timeline import DURATION_ONLY, finish_pass
 from .drafting import OwnGPUDrafter
 from .overlap import check_two_batch_overlap, overlapped_result, split_plan
@@ -49,8 +49,14 @@ class Drafter:
         start = env.now
         if step.draft_host_us > 0:
             yield env.timeout(step.draft_host_us)
+        graphed = 0.0
         for spec in step.drafts:
-            yield from run_pass(self, spec, context, main=False)
+            result = yield from run_pass(self, spec, context, main=False)
+            graphed += result["duration"] if spec.graph else 0.0
+        if step.drafts and (step.behind_drafts[0] or step.mask_bytes != (0.0, 0.0)):
+            around = float(exposed_behind_drafts_us(step, graphed, context, self.machine.gpu))
+            if around > 0:
+                yield env.timeout(around)
         return env.now - start
 
 

@@ -17,7 +17,7 @@ from ..cache import current, key_of
 from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors, context_anchors_many
 from .costtable import STEP_COST, CostTable, StepCost, StepCosts
 from .sampling import FAST_SAMPLES, rows_at_hand
-from .stepspec import StepSpec
+from .stepspec import StepSpec, exposed_behind_drafts_us
 
 INDEX_BLOCK = 1 << 14
 _new = tuple.__new__  # step() builds its StepCost without NamedTuple's keyword wrapper: half the cost (hot path)
@@ -91,8 +91,14 @@ class FastStepCosts:
             return draft
         entropy = int.from_bytes(hashlib.sha1(repr(step).encode()).digest()[:8], "little")
         perm_rng = np.random.default_rng([self.seed, entropy])
+        graphed = np.zeros(n)
         for d in step.drafts:
-            draft += durations(d.part, d.shape.at(context), d.graph, self.seed)[perm_rng.permutation(n)]
+            pass_us = durations(d.part, d.shape.at(context), d.graph, self.seed)[perm_rng.permutation(n)]
+            draft += pass_us
+            if d.graph:
+                graphed += pass_us
+        if step.behind_drafts[0] or step.mask_bytes != (0.0, 0.0):
+            draft += exposed_behind_drafts_us(step, graphed, context, self.machine.gpu)
         return draft
 
     def _durations(self, step: StepSpec, context: int) -> list:

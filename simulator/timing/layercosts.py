@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .costs import FastStepCosts
-from .stepspec import PassSpec, StepSpec
+from .stepspec import PassSpec, StepSpec, exposed_behind_drafts_us
 from .linkpass import LinkPass
 from .machine import Machine
 from .passbook import BookedCost, PassBook
@@ -57,9 +57,16 @@ class LayerStepCosts:
         draft = step.draft_host_us
         if step.draft_host_us > 0:
             yield env.timeout(step.draft_host_us)
+        graphed = 0.0
         for d in step.drafts:
             result = yield from self._run(env, d, context, main=False)
             draft += result["duration"]
+            graphed += result["duration"] if d.graph else 0.0
+        if step.drafts and (step.behind_drafts[0] or step.mask_bytes != (0.0, 0.0)):
+            around = float(exposed_behind_drafts_us(step, graphed, context, self.machine.gpu))
+            if around > 0:
+                yield env.timeout(around)
+            draft += around
         r = yield from self._run(env, step.main, context)
         if step.other_us > 0:
             yield env.timeout(step.other_us)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import field, replace
 
+import numpy as np
+
 from ..compiled import dataclass
 from ..model.cost import PassShape
 
@@ -58,6 +60,36 @@ def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1
     ops_per_request = (extra.eager_ops_per_draft_token * drafts
                        + extra.eager_ops_per_accepted_token * max(emitted - 1.0, 0.0))
     return (ops + ops_per_request * batch) * host.eager_launch_us + syncs * host.sync_us + per_request * batch
+
+
+def behind_draft_graph(host, runtime) -> tuple[int, float]:
+    """The eager ops the engine issues while its draft graph runs on the GPU (runtime.speculative_host: between the
+    draft graph's replay and the step's next sync) and their host time at host.eager_launch_us, as (ops, us)."""
+    ops = runtime.speculative_host.eager_ops_behind_draft_graph
+    return (ops, ops * host.eager_launch_us)
+
+
+def tree_mask_bytes(runtime, tree, batch: int) -> tuple[float, float]:
+    """Device bytes the verify's tree mask moves a step, as (per context token of a request, fixed): each request's
+    mask holds draft tokens x (context + draft tokens) booleans, each moved tree_mask_bytes_per_entry times by the
+    kernels that fill, pack and copy it (runtime.speculative_host); none without a tree (tree None)."""
+    per_entry = runtime.speculative_host.tree_mask_bytes_per_entry
+    if tree is None or not per_entry:
+        return (0.0, 0.0)
+    tokens = tree.size
+    return (per_entry * tokens * batch, per_entry * tokens * tokens * batch)
+
+
+def exposed_behind_drafts_us(step, graphed_us, context: int, gpu):
+    """What the step adds past its graphed draft passes' GPU time (`graphed_us`, a float or an array of samples):
+    the ops issued behind the draft graph run on the GPU after it, each at least the kernel floor, and the last can
+    start no sooner than the host has issued it (ops launched at host time L each: max(n L + floor - graphed,
+    n floor)); and the tree mask's bytes at the device's achievable bandwidth (serial on the GPU stream: built behind
+    the draft graph, packed and copied after a sync; its kernels' floors are among the ops)."""
+    ops, host_us = step.behind_drafts
+    per_context, fixed = step.mask_bytes
+    behind = np.maximum(host_us + gpu.floor_us - graphed_us, ops * gpu.floor_us) if ops else 0.0
+    return behind + (per_context * context + fixed) / gpu.bytes_per_us
 
 
 def expected_emitted(acceptance, tree, config) -> float:
@@ -134,10 +166,14 @@ class StepSpec:
     # scheduler work the overlap scheduler runs beside the GPU (not in other_us); left out of the repr, which seeds
     # the fast fidelity's draft pairings (costs._draft_us)
     hidden_us: float = field(default=0.0, repr=False)
+    # ops issued while the graphed drafts run (and their host time) and the tree mask's device bytes (per context
+    # token, fixed): exposed_behind_drafts_us; out of the repr too
+    behind_drafts: tuple[int, float] = field(default=(0, 0.0), repr=False)  # (ops, their host us)
+    mask_bytes: tuple[float, float] = field(default=(0.0, 0.0), repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash((self.main, self.drafts, self.draft_host_us, self.other_us,
-                                                self.hidden_us)))
+                                                self.hidden_us, self.behind_drafts, self.mask_bytes)))
 
     def __hash__(self) -> int:
         return self._hash
