@@ -168,3 +168,20 @@ def test_sglangs_default_tables_standing_in_for_another_sglang_release_are_named
     assert old.answer(shape) == measured.MeasuredKernels("h100_sxm").answer(shape)
     assert old.filled_from(shape) == "sglang 0.5.14 (sglang 0.1.0's tables lack that shape on this GPU)"
     assert measured.MeasuredKernels("h100_sxm").filled_from(shape) is None
+
+
+def test_the_blog_cases_ep4_experts_take_trtllms_rows_not_the_roofline():
+    """TensorRT-LLM blog 1's case (8 x B200, TP8 attention, EP4 x TP2 experts, NVFP4): a decode pass's routed experts
+    are timed by the engine's own EP4 x TP2 rows, read at one token x the busiest rank's factor, not by the roofline."""
+    from simulator.timing.stepspec import PassShape
+
+    case = str(ROOT / "scenarios" / "validation" / "cases" / "b200_deepseek_r1_mtp.yaml")
+    machine = Machine(load_scenario(case, ["model.weights.experts=fp4", "speculation.method=none"]))
+    layout = machine.layout("target", PassShape(1, 1, 1024), machine.split)
+    experts = [k for seg in layout.segments for k in seg.kernels if k.name == "experts_gate_up"][0]
+    assert (experts.shape.ep, experts.shape.tp) == (4, 2) and experts.shape.busiest > 1.5
+    t = machine.kernels.kernel_us(experts)[0]
+    rows = _ep_rows(4, 2)
+    w = math.log(experts.shape.busiest) / math.log(2)
+    assert t == pytest.approx(experts.shape.share * (rows[1] + w * (rows[2] - rows[1])))
+    assert t != pytest.approx(machine.kernels.roofline.time_us(experts.shape))
