@@ -74,3 +74,15 @@ def test_the_70b_tree_hides_its_ops_behind_the_draft_graph(tmp_path, fidelity):
         extra = float(b["draft_us"]) - float(a["draft_us"])
         assert extra == pytest.approx(44 * floor if a["kind"] == "speculative" else 0.0, abs=0.011)
         assert float(b["other_us"]) == float(a["other_us"])
+
+
+def test_the_fixed_host_time_is_charged_once_a_step_whatever_the_batch():
+    """step_host_us (an attention plan's Python beyond its ops) is one time a step: not per request, draft or op."""
+    from simulator.config.scenario import SpeculativeHost
+    from simulator.speculation.trees import Tree
+    from simulator.timing.stepspec import speculative_host_us
+
+    host = SimpleNamespace(eager_launch_us=10.0, sync_us=20.0)
+    runtime = SimpleNamespace(speculative_host=SpeculativeHost(eager_ops=2, syncs=1, step_host_us=85.0))
+    for batch in (1, 7, 64):
+        assert speculative_host_us(host, runtime, batch, Tree.chain(3)) == pytest.approx(2 * 10 + 20 + 85.0, rel=1e-12)

@@ -114,7 +114,8 @@ def test_the_engine_steps_use_the_case_runtime():
                    + (emitted + 1) * value["stop_check_us"])  # the case's requests carry one stop string
     ops = value["eager_ops"] + 2 * value["eager_ops_per_draft_step"]  # draft steps after the first of three
     assert spec.other_us == pytest.approx(host.sync_us + host.step_overhead_us + ops * host.eager_launch_us
-                                          + value["syncs"] * host.sync_us + per_request * 10, rel=1e-9)
+                                          + value["syncs"] * host.sync_us + value["step_host_us"] + per_request * 10,
+                                          rel=1e-9)
 
 
 def test_the_host_path_grows_with_batch_depth_drafts_and_emitted_tokens():

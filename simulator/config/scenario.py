@@ -44,6 +44,9 @@ class SpeculativeHost(Strict):
     syncs_per_draft_step: NonNegativeInt = Field(0, description=(
         "Further syncs per draft step after the first (a draft step's attention plan copied to the host), each at "
         "host.sync_us"))
+    step_host_us: float = Field(0.0, ge=0, le=1e4, description=(
+        "Host time a speculative step spends beyond its ops' launches and syncs in code whose work does not grow with "
+        "the batch (an attention library's plan: its Python and CPU-tensor work)"))
     per_request_us: float = Field(0.0, ge=0, le=1e4, description="Host (Python) time per running request per speculative step: result processing, stop checks, streaming")
     per_draft_token_us: float = Field(0.0, ge=0, le=1e3, description=(
         "Host time per draft token of each request (the verify's per-token tensors turned into Python lists)"))

@@ -46,7 +46,7 @@ def hidden_scheduler_us(host, runtime, speculating: bool, batch: int = 1) -> flo
 def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1.0, stop_strings: int = 0) -> float:
     """The engine's exposed host work in a speculative step beyond the scheduler's (runtime.speculative_host), serial
     with the GPU: eager ops launched with the GPU idle and device syncs (each a fixed number and more per draft step
-    of the tree's depth after the first), and Python loops over the `batch` requests, their draft tokens (the
+    of the tree's depth after the first), fixed host code beyond those ops (step_host_us), and Python loops over the `batch` requests, their draft tokens (the
     tree's; eager ops per draft token too) and the `emitted` tokens each request gets a step on average (bonus
     included; eager ops per accepted draft token, bonus excluded),
     with a stop-string finish check per emitted token and per request where the requests carry stop strings. tree
@@ -59,7 +59,8 @@ def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1
                    + (extra.stop_check_us * (emitted + 1.0) if stop_strings else 0.0))
     ops_per_request = (extra.eager_ops_per_draft_token * drafts
                        + extra.eager_ops_per_accepted_token * max(emitted - 1.0, 0.0))
-    return (ops + ops_per_request * batch) * host.eager_launch_us + syncs * host.sync_us + per_request * batch
+    return ((ops + ops_per_request * batch) * host.eager_launch_us + syncs * host.sync_us + extra.step_host_us
+            + per_request * batch)
 
 
 def behind_draft_graph(host, runtime) -> tuple[int, float]:
