@@ -1,4 +1,4 @@
-"""An MTP module's eh_proj (model.cost.eh_proj_segment): its bytes and collective by hand, where it sits in the MTP
+"""An MTP module's eh_proj (model.draft_cards.eh_proj_segment): its bytes and collective by hand, where it sits in the MTP
 pass and nowhere else, the engine profile that shards it (TensorRT-LLM 1.0.0, PR #5689) and the memory it holds."""
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import pytest
 
 from conftest import scenario_path
 from simulator.config import load_scenario
-from simulator.model.cost import EH_PROJ_SMALL_KERNELS, PassShape, eh_proj_bytes, mtp_card
+from simulator.model.cost import PassShape
+from simulator.model.draft_cards import EH_PROJ_SMALL_KERNELS, eh_proj_bytes, mtp_card
 from simulator.timing.machine import Machine
 
 SGLANG_MTP = scenario_path("validation/cases/h200_deepseek_v3_mtp_tp8.yaml")

@@ -204,7 +204,7 @@ def blog1_recipe(mtp: str | None) -> ModelCard:
 
 
 def test_mtp_module_inherits_the_targets_weights_by_default():
-    from simulator.model.cost import mtp_card
+    from simulator.model.draft_cards import mtp_card
 
     target = blog1_recipe(None)
     assert mtp_card(target).weights == target.weights
@@ -215,7 +215,7 @@ def test_mtp_pass_reads_bf16_expert_weights_at_32_9ths_of_nvfp4():
     """One drafted token at TP8: the MTP layer's 8 routed experts and its shared expert, each split over 8 ranks,
     read at 2 bytes a weight instead of 0.5625 (32/9 as many bytes); attention, router and lm_head are bf16 in both,
     activations the same, so the pass's bytes differ by exactly the experts' weights at the two precisions."""
-    from simulator.model.cost import mtp_card
+    from simulator.model.draft_cards import mtp_card
 
     per_rank = (DS_ACTIVE + DS_SHARED) * 3 * DS_HIDDEN * DS_MOE_INTER / 8  # expert weights one rank reads
     assert per_rank == 49_545_216
@@ -232,7 +232,7 @@ def test_mtp_pass_reads_bf16_expert_weights_at_32_9ths_of_nvfp4():
 def test_mtp_module_held_at_bf16():
     """The memory budget holds all 256 routed experts and the shared one of the MTP layer: 1.4375 bytes a weight
     more at bf16 than NVFP4 (2.03 GB more per GPU at TP8)."""
-    from simulator.model.cost import mtp_card
+    from simulator.model.draft_cards import mtp_card
 
     held = (DS_EXPERTS + DS_SHARED) * 3 * DS_HIDDEN * DS_MOE_INTER / 8 * (BF16 - NVFP4)
     assert held == pytest.approx(2.0338e9, rel=1e-4)
@@ -244,7 +244,7 @@ def test_mtp_module_holds_no_embedding_or_lm_head_of_its_own():
     """DeepSeek-V3's MTP module shares the target's embedding and output head (DeepSeek-V3 technical report, 2.2;
     SGLang's EAGLE worker hands it the target's tensors, set_embed_and_head): the budget leaves out 129,280 x 7,168
     bf16 values of each, 1/8 of them a rank at TP8 (2 x 231,669,760 B)."""
-    from simulator.model.cost import mtp_card
+    from simulator.model.draft_cards import mtp_card
 
     per_rank = 129_280 * 7_168 // 8 * BF16
     assert per_rank == 231_669_760

@@ -16,7 +16,7 @@ from simulator.timing.machine import Machine, memory_budget
 from simulator.timing.placement import check_memory, place, stage_layers, weight_bytes_per_gpu
 from simulator.model.cards import attention_params, bytes_per_param
 from simulator.model.cards import weight_bytes_per_gpu as weight_bytes_per_gpu_of
-from simulator.model.cost import draft_head_card
+from simulator.model.draft_cards import draft_head_card
 
 EAGLE3 = scenario_path("pcie8_eagle3.yaml")  # Kimi-K2.5 on the 8-GPU PCIe machine
 LLAMA = scenario_path("nvlink8_h100_llama8b_eagle3.yaml")
@@ -188,7 +188,7 @@ def _one_more_layer(card):
 def test_mtp_module_weighs_one_decoder_layer_under_tp():
     """TP8: the MTP module adds one decoder layer's weights and its eh_proj, replicated (SGLang), and no second
     embedding or lm_head (model.cost.mtp_card)."""
-    from simulator.model.cost import mtp_card
+    from simulator.model.draft_cards import mtp_card
 
     loaded = load_scenario(DSV3_MTP)
     card, tp = loaded.model, 8

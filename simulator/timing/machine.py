@@ -24,7 +24,8 @@ from ..hardware.gpu import GPU, Host
 from ..hardware.interconnect import Fabric
 from ..hardware.multinode import make_allreduce
 from ..kernels.timer import KernelTimer
-from ..model.cost import PassShape, draft_head_card, mtp_card, pass_layout
+from ..model.cost import PassShape, pass_layout
+from ..model.draft_cards import draft_head_card, mtp_card
 from ..model.heads import head_cards
 from ..model.split_layout import Split
 from .placement import (DRAFT_PART, held_draft_parts, replicates_shared_experts, require_simulated,
@@ -78,7 +79,7 @@ def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
     drafters the scenario runs (placement.held_draft_parts): the others are planned, never loaded (analysis.breakeven
     costs a drafter the scenario does not run)."""
     from ..model.cards import kv_bytes_per_token_layer, weight_bytes_per_gpu
-    from ..model.cost import eh_proj_bytes
+    from ..model.draft_cards import eh_proj_bytes
 
     held = held_draft_parts(scenario)
     cards = {name: card for name, card in cards.items() if name not in DRAFT_PART.values() or name in held}
@@ -89,7 +90,7 @@ def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
     gpu = scenario.topology.gpu
     usable = gpu.memory_GB * 1e9 * scenario.spec.runtime.memory_fraction
     # an MTP module uses the target's embedding and lm_head (model.cost.mtp_card): held once, with the target
-    # and its eh_proj beside its decoder layer (model.cost.eh_proj_bytes)
+    # and its eh_proj beside its decoder layer (model.draft_cards.eh_proj_bytes)
     eh_proj = scenario.spec.runtime.mtp_eh_proj
     vocab_parallel = scenario.spec.runtime.vocab_parallel
     whole = scenario.spec.runtime.replicated_embedding

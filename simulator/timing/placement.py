@@ -16,7 +16,7 @@ from ..config import Scenario
 from ..config.errors import ConfigError
 from ..config.mirror import Parallelism
 from ..model.cards import attention_params, bytes_per_param
-from ..model.cost import draft_head_card, eh_proj_bytes, mtp_card
+from ..model.draft_cards import draft_head_card, eh_proj_bytes, mtp_card
 from ..model.split_layout import stage_layers
 
 
