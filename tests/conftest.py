@@ -38,6 +38,16 @@ def topology_path(name: str) -> str:
     return os.path.join(TOPOLOGIES, name)
 
 
+def monotone_fit(by_size, size) -> float:
+    """The non-decreasing least-squares fit to a table's mean times by size (a pandas Series indexed by the sizes
+    measured), at one measured size, by the min-max formula of isotonic regression: the largest, over runs starting at
+    or below it, of the least mean of a run from there to a size at or above it (written apart from the
+    pool-adjacent-violators loop of kernels/grid.py that it checks)."""
+    values = by_size.sort_index().to_numpy(dtype=float)
+    i = list(by_size.sort_index().index).index(size)
+    return max(min(values[a:b + 1].mean() for b in range(i, len(values))) for a in range(i + 1))
+
+
 def load_tool(name: str):
     """A script in tools/ (no package) loaded as a module, without running its main; what it imports at its top
     (not PyTorch, which the tools import only inside their runs) is imported with it."""

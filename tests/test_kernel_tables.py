@@ -35,10 +35,10 @@ def test_a_table_is_read_at_the_version_asked_else_the_newest_below_it():
     assert _folder("a100_sxm", "gemm", "gemm_perf") == "0.5.10"  # SGLang's default 0.5.14: the newest below
 
 
-def _envelope_us(frame, m: int) -> float:
-    """The least mean latency at m rows or more (a GEMM runs a larger measured m padded), in us."""
-    by_m = frame.groupby("m").latency.mean()
-    return 1e3 * by_m[by_m.index >= m].min()
+def _fitted_us(frame, m: int) -> float:
+    """The rows' mean latency by m fitted non-decreasing in m (conftest.monotone_fit), at m, in us."""
+    from conftest import monotone_fit
+    return 1e3 * monotone_fit(frame.groupby("m").latency.mean(), m)
 
 
 def test_the_engine_table_times_a_gemm_and_names_itself():
@@ -49,8 +49,8 @@ def test_the_engine_table_times_a_gemm_and_names_itself():
     for engine, version in (("vllm", "0.24.0"), ("sglang", None)):
         frame = measured.read_table("h100_sxm", "gemm", "gemm_perf", engine, version)
         rows[engine] = frame[(frame.gemm_dtype == "bfloat16") & (frame.n == 4096) & (frame.k == 4096)]
-    assert vllm.answer(shape) == (pytest.approx(_envelope_us(rows["vllm"], 4)), "vllm 0.24.0")
-    assert sglang.answer(shape) == (pytest.approx(_envelope_us(rows["sglang"], 4)), "sglang 0.5.14")
+    assert vllm.answer(shape) == (pytest.approx(_fitted_us(rows["vllm"], 4)), "vllm 0.24.0")
+    assert sglang.answer(shape) == (pytest.approx(_fitted_us(rows["sglang"], 4)), "sglang 0.5.14")
     assert vllm.time_us(shape) != sglang.time_us(shape)
     assert vllm.filled_from(shape) is None
 
@@ -69,7 +69,9 @@ def test_the_moe_reads_the_engines_own_kernel_lane():
                    & (frame.hidden_size == 7168) & (frame.inter_size == 2048) & (frame.topk == 8)
                    & (frame.num_experts == 256) & (frame.moe_tp_size == 8)
                    & (frame.kernel_source == "moe_torch_flow_cutlass")]
-    expected = min(cutlass.latency.mean(), padded.groupby("num_tokens").latency.mean().min())  # monotone envelope
+    from conftest import monotone_fit
+    assert cutlass.latency.mean() == padded[padded.num_tokens == 1].latency.mean()
+    expected = monotone_fit(padded.groupby("num_tokens").latency.mean(), 1)  # fitted non-decreasing in tokens
     trtllm = measured.MeasuredKernels("b200_sxm", "trtllm", "1.3.0rc20")
     t, table = trtllm.answer(MoE(1, 7168, 2048, 8, 256, 8, "fp4"))
     assert t == pytest.approx(1e3 * expected) and table == "trtllm 1.3.0rc20"
@@ -185,3 +187,38 @@ def test_the_blog_cases_ep4_experts_take_trtllms_rows_not_the_roofline():
     w = math.log(experts.shape.busiest) / math.log(2)
     assert t == pytest.approx(experts.shape.share * (rows[1] + w * (rows[2] - rows[1])))
     assert t != pytest.approx(machine.kernels.roofline.time_us(experts.shape))
+
+
+def test_the_fit_in_m_predicts_another_collection_closer_than_the_least_at_m_or_above():
+    """Four collections of the H100's bf16 F.linear (cuBLAS under SGLang 0.5.14's and 0.5.6.post2's, vLLM 0.24.0's and
+    TensorRT-LLM 1.3.0rc20's PyTorch): each one's grid, fitted non-decreasing in m, against each other's rows as
+    measured at m <= 64, the decode and verify sizes. The least time at m or above (the envelope the fit replaced)
+    reads low by the fastest of the noise; the fit misses by less and is not biased."""
+    import numpy as np
+
+    lanes = {"vllm": (("kernel_source", "torch.nn.functional.linear"),)}
+    grids, rows = {}, {}
+    for engine, version in (("sglang", "0.5.14"), ("sglang", "0.5.6.post2"), ("vllm", "0.24.0"),
+                            ("trtllm", "1.3.0rc20")):
+        where = lanes.get(engine, ()) + (("gemm_dtype", "bfloat16"),)
+        grids[version] = measured.grid_of_table("h100_sxm", "gemm", "gemm_perf", where, ("m", "n", "k"),
+                                                (True, False, False), 0, engine, version)
+        frame = measured.read_table("h100_sxm", "gemm", "gemm_perf", engine, version)
+        for column, value in where:
+            frame = frame[frame[column] == value]
+        rows[version] = frame.groupby(["m", "n", "k"]).latency.mean()
+    fit, envelope = [], []
+    for x in grids:
+        by_line = rows[x].unstack(0).sort_index(axis=1)
+        least = by_line.iloc[:, ::-1].cummin(axis=1).iloc[:, ::-1].stack()  # the least at m or above, per (n, k)
+        for y in grids:
+            if y == x:
+                continue
+            for (m, n, k), other in rows[y].items():
+                if m <= 64 and (n, k, m) in least.index:
+                    fit.append(np.log(grids[x]((m, n, k)) / other))
+                    envelope.append(np.log(least[(n, k, m)] / other))
+    fit, envelope = np.array(fit), np.array(envelope)
+    assert len(fit) > 50_000  # 84,876 points: mean |log ratio| 6.77% against 7.13%, median +0.37% against -2.12%
+    assert np.abs(fit).mean() < np.abs(envelope).mean()
+    assert np.median(envelope) < -0.01 and abs(np.median(fit)) < abs(np.median(envelope)) / 2

@@ -22,9 +22,10 @@ class Grid:
     @classmethod
     def from_frame(cls, frame, columns: list[str], log_axes: tuple[bool, ...], value: str = "latency",
                    padded_axis: int | None = None) -> "Grid":
-        """Duplicate measurements of one point are averaged. padded_axis: an axis along which a kernel can always
-        run a larger measured size with padding (GEMM rows, MoE tokens), so its time there is taken as the least
-        of the measurements at this size or above (a monotone envelope through the data's noise)."""
+        """Duplicate measurements of one point are averaged. padded_axis: an axis along which a kernel's time does not
+        fall as the size grows (GEMM rows, MoE tokens) but through the data's noise: each line along it is fitted by
+        the closest non-decreasing sequence (`monotone`), which averages a point measured slower than larger sizes with
+        them, where the least at this size or above took the fastest of the noise."""
         means = frame.groupby(columns, sort=True)[value].mean()
         axes = [np.unique(means.index.get_level_values(i).to_numpy(dtype=float)) for i in range(len(columns))]
         values = np.full([len(a) for a in axes], np.nan)
@@ -32,9 +33,8 @@ class Grid:
                       for i in range(len(columns)))
         values[index] = means.to_numpy()
         if padded_axis is not None:
-            flipped = np.flip(values, axis=padded_axis)
-            envelope = np.flip(np.fmin.accumulate(flipped, axis=padded_axis), axis=padded_axis)
-            values = np.where(np.isnan(values), np.nan, envelope)
+            lines = np.moveaxis(values, padded_axis, 0)  # a view: the fit is written into values
+            lines[:] = np.apply_along_axis(monotone, 0, lines)
         return cls(axes, values, log_axes)
 
     def __call__(self, point: tuple[float, ...]) -> float | None:
@@ -60,3 +60,19 @@ class Grid:
                 return None
             total += weight * v
         return total
+
+
+def monotone(line: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence closest in squared error to the measured points of `line` (pool adjacent
+    violators: a run that falls is replaced by its mean); holes (NaN) stay holes and are skipped."""
+    out = line.copy()
+    where = np.flatnonzero(~np.isnan(line))
+    blocks: list[list[float]] = []  # [sum, count] per pooled run, left to right
+    for x in line[where]:
+        blocks.append([float(x), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    out[where] = np.repeat([total / count for total, count in blocks], [int(count) for _, count in blocks])
+    return out
