@@ -60,7 +60,7 @@ def steps(tmp_path, name: str, host_path: str, fidelity: str) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-@pytest.mark.parametrize("fidelity", ["fast", "layer"])
+@pytest.mark.parametrize("fidelity", ["fast", "layer", "event"])
 def test_the_70b_tree_hides_its_ops_behind_the_draft_graph(tmp_path, fidelity):
     """Llama-70B's 7 graphed draft steps (~1.6 ms) outlast 44 ops' launches (566 us): each speculative step's
     drafting grows by the 44 kernels at the H100's floor, not by their host time; other steps not at all."""

@@ -75,6 +75,15 @@ CASES = [
                                                                  "cuda_graph_max_bs": 8}), [],
      ["engine", "cuda_graph_max_bs", "unknown key"]),
     ("bad --set syntax", None, ["--set", "speculation.draft_tokens"], ["--set", "dotted.path=value"]),
+    # runtime.speculative_host's inputs of the EAGLE tree path (engines/sglang/0.4.4.post2.yaml)
+    ("tree mask bytes above the bound", None, ["--set", "runtime.speculative_host.tree_mask_bytes_per_entry=100"],
+     ["pcie8_eagle3.yaml", "runtime.speculative_host.tree_mask_bytes_per_entry", "less than or equal to 64",
+      "allowed: <= 64"]),
+    ("negative step host time", None, ["--set", "runtime.speculative_host.step_host_us=-1"],
+     ["runtime.speculative_host.step_host_us", "greater than or equal to 0", "allowed: >= 0"]),
+    ("fractional ops behind the draft graph", None,
+     ["--set", "runtime.speculative_host.eager_ops_behind_draft_graph=2.5"],
+     ["runtime.speculative_host.eager_ops_behind_draft_graph", "valid integer", "allowed: int"]),
     ("zero point on fp4", None, ["--set", "model.weights.experts=fp4", "--set", "model.weights.quant_zero_point=true"],
      ["kimi_k2_5.yaml", "weights", "quant_zero_point is for int4 groups", "allowed: false"]),
 ]
