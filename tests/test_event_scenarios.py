@@ -194,3 +194,19 @@ def test_the_own_gpu_drafter_needs_gpus_and_the_event_fidelity():
         simulator.run(OWN, baseline=False, fidelity="fast")
     with pytest.raises(ConfigError, match="needs 8 GPUs of its own"):
         simulator.run(OWN, baseline=False, parallelism__tp=8)
+
+
+def test_a_drafter_on_its_own_gpus_pays_the_ops_behind_its_draft_graph():
+    """The drafter on its own GPUs runs the same round as on the target's (serving.steps.draft_round): the ops issued
+    behind its graphed drafts (runtime.speculative_host.eager_ops_behind_draft_graph) still run after them, at the
+    kernel floor each where the graph outlasts their launches. None accepted: every step redrafts after the verify,
+    so each step's drafting grows by them."""
+    kw = {"speculation__acceptance": {"kind": "positional", "probs": [0.0, 0.0, 0.0]}, "workload__output_tokens": 48}
+    floor = simulator.load_scenario(OWN).topology.gpu.kernel_floor_us
+    none = simulator.run(OWN, baseline=False, **kw)
+    some = simulator.run(OWN, baseline=False, runtime__speculative_host__eager_ops_behind_draft_graph=3, **kw)
+    assert some.tokens == none.tokens
+    # the 3 draft passes' graph (~0.5 ms) outlasts 3 launches: 3 kernels at the H100's floor a step, exactly
+    for stat in ("mean", "p50"):
+        extra_ms = getattr(some.step_ms["draft"], stat) - getattr(none.step_ms["draft"], stat)
+        assert extra_ms == pytest.approx(3 * floor / 1000.0, abs=1e-9)

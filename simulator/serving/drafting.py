@@ -55,12 +55,11 @@ class OwnGPUDrafter:
         self.redrafts = 0  # steps whose ahead drafts were discarded
 
     def _draft(self, step, context: int):
-        from .steps import run_pass  # the same pass as on the target's ranks
+        """Generator: the same round as on the target's ranks (steps.draft_round: host proposals, passes, the ops
+        behind the draft graph), on the drafter's own ranks and host."""
+        from .steps import draft_round
 
-        start = self.env.now
-        for spec in step.drafts:
-            yield from run_pass(self, spec, context, main=False)
-        return self.env.now - start
+        return (yield from draft_round(self, step, context))
 
     def transfer(self, hops, nbytes: float):
         """Generator: nbytes per rank over the hops (flows on the shared links, or alone)."""

@@ -45,19 +45,26 @@ class Drafter:
 
     def propose(self, step: StepSpec, context: int):
         """SimPy process: one round of drafts for the batch; returns its time."""
-        env = self.env
-        start = env.now
-        if step.draft_host_us > 0:
-            yield env.timeout(step.draft_host_us)
-        graphed = 0.0
-        for spec in step.drafts:
-            result = yield from run_pass(self, spec, context, main=False)
-            graphed += result["duration"] if spec.graph else 0.0
-        if step.drafts and (step.behind_drafts[0] or step.mask_bytes != (0.0, 0.0)):
-            around = float(exposed_behind_drafts_us(step, graphed, context, self.machine.gpu))
-            if around > 0:
-                yield env.timeout(around)
-        return env.now - start
+        return (yield from draft_round(self, step, context))
+
+
+def draft_round(owner, step: StepSpec, context: int):
+    """Generator: one round of drafts on the owner's ranks (the target's, or the drafter's own: serving.drafting),
+    returning its time: the host-side proposals, the draft passes, then what the ops issued behind the graphed drafts
+    and the tree mask add past them (timing.stepspec.exposed_behind_drafts_us)."""
+    env = owner.env
+    start = env.now
+    if step.draft_host_us > 0:
+        yield env.timeout(step.draft_host_us)
+    graphed = 0.0
+    for spec in step.drafts:
+        result = yield from run_pass(owner, spec, context, main=False)
+        graphed += result["duration"] if spec.graph else 0.0
+    if step.drafts and (step.behind_drafts[0] or step.mask_bytes != (0.0, 0.0)):
+        around = float(exposed_behind_drafts_us(step, graphed, context, owner.machine.gpu))
+        if around > 0:
+            yield env.timeout(around)
+    return env.now - start
 
 
 def run_pass(owner, spec: PassSpec, context: int, main: bool = True, after_us: float = 0.0, book=None):
