@@ -254,3 +254,16 @@ def test_vllm_worker_messages_follow_the_ranks_that_reply(version):
     expected = base + ipc["broadcast_us"] + ipc["rank0_reply_us"] + others * ipc["other_reply_us"]
     assert eight.spec.runtime.scheduler_step_us == pytest.approx(expected)
     assert ipc["replies"] == {"0.8.4": "all", "0.8.5": "rank0"}[version]
+
+
+TRTLLM_MTP_CASE = os.path.join(SCENARIOS, "validation", "cases", "b200_deepseek_r1_mtp.yaml")
+
+
+def test_trtllms_moe_backend_is_the_profiles_default_unless_the_flag_sets_it():
+    """TensorRT-LLM 1.0.0's MoeConfig.backend defaults to CUTLASS; the engine flag moe_config.backend sets the
+    runtime's moe_backend in its own name, and the runtime key names it among those the profile gave."""
+    base = simulator.load_scenario(TRTLLM_MTP_CASE)
+    assert base.spec.runtime.moe_backend == "CUTLASS" and "moe_backend" in base.engine.keys
+    flagged = simulator.load_scenario(TRTLLM_MTP_CASE, [("engine.moe_config", {"backend": "TRTLLM"})])
+    assert flagged.spec.runtime.moe_backend == "TRTLLM"
+    assert simulator.load_scenario(EAGLE3).spec.runtime.moe_backend is None  # SGLang's profile has no such input

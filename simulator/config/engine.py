@@ -13,7 +13,7 @@ from pydantic import Field, PositiveInt
 
 from .base import Strict
 
-from .names import DEFAULT_ENGINE, ENGINE_NAMES  # noqa: F401  (re-exported)
+from .names import DEFAULT_ENGINE, ENGINE_NAMES, MOE_BACKENDS  # noqa: F401  (re-exported)
 # Spec-Bench's evaluation scripts (hemingkx/Spec-Bench evaluation/inference_*.py), each a method's reference code
 SPEC_BENCH_SCRIPTS = ("inference_eagle", "inference_eagle2", "inference_eagle3", "inference_medusa", "inference_hydra",
                       "inference_lookahead", "inference_pld", "inference_sps")
@@ -61,6 +61,12 @@ class TRTLLMCudaGraphConfig(Strict):
     enable_padding: Optional[bool] = Field(None, description="cuda_graph_config.enable_padding")
 
 
+class TRTLLMMoeConfig(Strict):
+    backend: Optional[Literal[MOE_BACKENDS]] = Field(None, description=(  # type: ignore[valid-type]
+        "moe_config.backend: the fused-MoE backend (CUTLASS, TRTLLM, DEEPGEMM; the release's CUTEDSL, WIDEEP and "
+        "VANILLA have no measured rows and are not taken)"))
+
+
 class TRTLLMEngine(_EngineBase):
     """TensorRT-LLM's LLM API options (tensorrt_llm/llmapi/llm_args.py, the PyTorch backend)."""
 
@@ -69,6 +75,7 @@ class TRTLLMEngine(_EngineBase):
     cuda_graph_config: Optional[TRTLLMCudaGraphConfig] = Field(None, description="cuda_graph_config (null: no graphs)")
     free_gpu_memory_fraction: Optional[float] = Field(None, gt=0, le=1,
                                                       description="kv_cache_config.free_gpu_memory_fraction")
+    moe_config: Optional[TRTLLMMoeConfig] = Field(None, description="moe_config (its backend)")
 
 
 class TransformersEngine(_EngineBase):

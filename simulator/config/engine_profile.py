@@ -195,6 +195,8 @@ def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method
         out["mtp_eh_proj"] = profile.mtp_eh_proj.value
     if profile.vocab_parallel is not None:
         out["vocab_parallel"] = profile.vocab_parallel.value
+    if profile.moe_backend is not None:
+        out["moe_backend"] = (flags.get("moe_config") or {}).get("backend") or profile.moe_backend.value
     if profile.mtp_draft_gather is not None:
         out["mtp_draft_gather"] = profile.mtp_draft_gather.value
     if profile.replicated_embedding is not None:

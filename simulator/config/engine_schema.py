@@ -12,7 +12,7 @@ from .scenario import DecoderKernels, KernelDatabase, KernelFamily, PiecewiseHos
 from .topology import Dtype
 
 T = TypeVar("T")
-from .names import SOURCE_KINDS
+from .names import MOE_BACKENDS, SOURCE_KINDS
 
 
 class Sourced(Strict, Generic[T]):
@@ -198,6 +198,9 @@ class EngineProfile(EngineProfileSurface, Strict):
         "every tp rank, with no all-reduce after it, while the lm_head stays split by vocabulary; absent: none"))
     separate_gate_up: Optional[Sourced[list[Dtype]]] = Field(None, description=(
         "weight dtypes whose MLP gate and up projections are two GEMMs; absent: one fused gate_up GEMM"))
+    moe_backend: Optional[Sourced[Literal[MOE_BACKENDS]]] = Field(None, description=(  # type: ignore[valid-type]
+        "the fused-MoE backend by the engine's own name when its flag is not set (TensorRT-LLM's moe_config.backend); "
+        "absent: the engine's default lanes"))
     max_draft_tokens: Optional[Sourced[int]] = Field(None, description=(
         "the most draft tokens a request's step verifies (a scenario's speculation.draft_tokens above it runs at it); "
         "absent: no cap"))

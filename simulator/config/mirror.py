@@ -37,6 +37,12 @@ class TRTLLMCudaGraphConfig(Plain):
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine', 'TRTLLMCudaGraphConfig')
 
+class TRTLLMMoeConfig(Plain):
+    __slots__ = ('backend',)
+    _fields = ('backend',)
+    model_fields = dict.fromkeys(_fields)
+    _pydantic = ('simulator.config.engine', 'TRTLLMMoeConfig')
+
 class _EngineBase(Plain):
     __slots__ = ('version',)
     _fields = ('version',)
@@ -62,8 +68,8 @@ class SGLangEngine(_EngineBase):
     _pydantic = ('simulator.config.engine', 'SGLangEngine')
 
 class TRTLLMEngine(_EngineBase):
-    __slots__ = ('name', 'disable_overlap_scheduler', 'cuda_graph_config', 'free_gpu_memory_fraction')
-    _fields = ('version', 'name', 'disable_overlap_scheduler', 'cuda_graph_config', 'free_gpu_memory_fraction')
+    __slots__ = ('name', 'disable_overlap_scheduler', 'cuda_graph_config', 'free_gpu_memory_fraction', 'moe_config')
+    _fields = ('version', 'name', 'disable_overlap_scheduler', 'cuda_graph_config', 'free_gpu_memory_fraction', 'moe_config')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine', 'TRTLLMEngine')
 
@@ -104,8 +110,8 @@ class CustomAllReduce(Plain):
     _pydantic = ('simulator.config.engine_schema', 'CustomAllReduce')
 
 class EngineProfile(EngineProfileSurface, Plain):
-    __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_capture_unit', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'unmeasured_kernels', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'max_draft_tokens')
-    _fields = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_capture_unit', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'unmeasured_kernels', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'max_draft_tokens')
+    __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_capture_unit', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'unmeasured_kernels', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'moe_backend', 'max_draft_tokens')
+    _fields = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_capture_unit', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'unmeasured_kernels', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'moe_backend', 'max_draft_tokens')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'EngineProfile')
 
@@ -180,6 +186,12 @@ class Sourced_KernelDatabase(Sourced):
     _fields = ('value', 'kind', 'source')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'Sourced[KernelDatabase]')
+
+class Sourced_Literal_CUTLASS_TRTLLM_DEEPGEMM(Sourced):
+    __slots__ = ()
+    _fields = ('value', 'kind', 'source')
+    model_fields = dict.fromkeys(_fields)
+    _pydantic = ('simulator.config.engine_schema', "Sourced[Literal['CUTLASS', 'TRTLLM', 'DEEPGEMM']]")
 
 class Sourced_Literal_fixed_proposed(Sourced):
     __slots__ = ()
@@ -476,8 +488,8 @@ class PiecewiseHost(Plain):
     _pydantic = ('simulator.config.scenario', 'PiecewiseHost')
 
 class Runtime(Plain):
-    __slots__ = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'unmeasured_kernels', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
-    _fields = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'unmeasured_kernels', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
+    __slots__ = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'moe_backend', 'unmeasured_kernels', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
+    _fields = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'moe_backend', 'unmeasured_kernels', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'Runtime')
 
@@ -674,6 +686,7 @@ NS = {
     'ClusterNetwork': ClusterNetwork,
     'Deployment': Deployment,
     'TRTLLMCudaGraphConfig': TRTLLMCudaGraphConfig,
+    'TRTLLMMoeConfig': TRTLLMMoeConfig,
     '_EngineBase': _EngineBase,
     'GptFastEngine': GptFastEngine,
     'MagicDecEngine': MagicDecEngine,
@@ -698,6 +711,7 @@ NS = {
     'Sourced_CompiledEntry': Sourced_CompiledEntry,
     'Sourced_ExecutorIpc': Sourced_ExecutorIpc,
     'Sourced_KernelDatabase': Sourced_KernelDatabase,
+    'Sourced_Literal_CUTLASS_TRTLLM_DEEPGEMM': Sourced_Literal_CUTLASS_TRTLLM_DEEPGEMM,
     'Sourced_Literal_fixed_proposed': Sourced_Literal_fixed_proposed,
     'Sourced_Literal_logits_top1': Sourced_Literal_logits_top1,
     'Sourced_Literal_replicated_row_parallel': Sourced_Literal_replicated_row_parallel,
@@ -822,6 +836,11 @@ TRTLLMCudaGraphConfig._checks = (
 )
 TRTLLMCudaGraphConfig._rules = ()
 TRTLLMCudaGraphConfig._before = None
+TRTLLMMoeConfig._checks = (
+    ('backend', Either(Lit('CUTLASS', 'TRTLLM', 'DEEPGEMM'), NoneOnly()), None, None),
+)
+TRTLLMMoeConfig._rules = ()
+TRTLLMMoeConfig._before = None
 _EngineBase._checks = (
     ('version', Str(pattern='^[0-9A-Za-z][0-9A-Za-z.+_-]{0,40}$'), _MISSING, None),
 )
@@ -860,6 +879,7 @@ TRTLLMEngine._checks = (
     ('disable_overlap_scheduler', Either(Bool(), NoneOnly()), None, None),
     ('cuda_graph_config', Either(Model('TRTLLMCudaGraphConfig', NS), NoneOnly()), None, None),
     ('free_gpu_memory_fraction', Either(NoneOnly(), Float(gt=0, le=1)), None, None),
+    ('moe_config', Either(Model('TRTLLMMoeConfig', NS), NoneOnly()), None, None),
 )
 TRTLLMEngine._rules = ()
 TRTLLMEngine._before = None
@@ -944,6 +964,7 @@ EngineProfile._checks = (
     ('mtp_draft_gather', Either(Model('Sourced_Literal_logits_top1', NS), NoneOnly()), None, None),
     ('replicated_embedding', Either(Model('Sourced_list_str', NS), NoneOnly()), None, None),
     ('separate_gate_up', Either(Model('Sourced_list_Literal_fp32_bf16_fp16_fp8_int8_int4_fp4', NS), NoneOnly()), None, None),
+    ('moe_backend', Either(Model('Sourced_Literal_CUTLASS_TRTLLM_DEEPGEMM', NS), NoneOnly()), None, None),
     ('max_draft_tokens', Either(Model('Sourced_int', NS), NoneOnly()), None, None),
 )
 EngineProfile._rules = (rules.engine_profile_default, )
@@ -1039,6 +1060,13 @@ Sourced_KernelDatabase._checks = (
 )
 Sourced_KernelDatabase._rules = ()
 Sourced_KernelDatabase._before = None
+Sourced_Literal_CUTLASS_TRTLLM_DEEPGEMM._checks = (
+    ('value', Lit('CUTLASS', 'TRTLLM', 'DEEPGEMM'), _MISSING, None),
+    ('kind', Lit('counted', 'measured', 'fitted', 'estimated'), _MISSING, None),
+    ('source', Str(min_length=8), _MISSING, None),
+)
+Sourced_Literal_CUTLASS_TRTLLM_DEEPGEMM._rules = ()
+Sourced_Literal_CUTLASS_TRTLLM_DEEPGEMM._before = None
 Sourced_Literal_fixed_proposed._checks = (
     ('value', Lit('fixed', 'proposed'), _MISSING, None),
     ('kind', Lit('counted', 'measured', 'fitted', 'estimated'), _MISSING, None),
@@ -1464,6 +1492,7 @@ Runtime._checks = (
     ('mtp_draft_gather', Lit('logits', 'top1'), 'logits', None),
     ('replicated_embedding', List(Str()), _MISSING, lambda: []),
     ('separate_gate_up', List(Lit('fp32', 'bf16', 'fp16', 'fp8', 'int8', 'int4', 'fp4')), _MISSING, lambda: []),
+    ('moe_backend', Either(Lit('CUTLASS', 'TRTLLM', 'DEEPGEMM'), NoneOnly()), None, None),
     ('unmeasured_kernels', Dict(Lit('gemm', 'attention', 'mla', 'mla_bmm', 'moe'), Str()), _MISSING, lambda: {}),
     ('memory_fraction', Float(gt=0, le=1), 0.9, None),
     ('draft_on_own_gpus', Bool(), False, None),
@@ -1480,7 +1509,7 @@ ScenarioSpec._checks = (
     ('parallelism', Model('Parallelism', NS), _MISSING, None),
     ('engine', Either(Tagged('name', {'sglang': 'SGLangEngine', 'vllm': 'VLLMEngine', 'trtllm': 'TRTLLMEngine', 'transformers': 'TransformersEngine', 'gpt_fast': 'GptFastEngine', 'magicdec': 'MagicDecEngine'}, NS), NoneOnly()), None, None),
     ('deployment', Model('Deployment', NS), Deployment._make({'router': 'round_robin', 'prefill_instances': 0}, []), None),
-    ('runtime', Model('Runtime', NS), Runtime._make({'cuda_graph_decode': True, 'cuda_graph_verify': False, 'cuda_graph_draft': True, 'cuda_graph_draft_extend': None, 'speculative_graph_batch_sizes': None, 'speculative_graph_pads': 'requests', 'allreduce': 'auto', 'fuse_allreduce_rmsnorm': False, 'overlap_schedule': True, 'scheduler_step_us': None, 'scheduler_per_request_us': 0.0, 'overlap_schedule_speculative': False, 'step_eager_ops': 0, 'eager_launch_us': None, 'eager_kernels': None, 'piecewise_host': None, 'weight_only_gemv': None, 'speculative_host': SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_draft_token': 0, 'eager_ops_per_accepted_token': 0, 'eager_ops_behind_draft_graph': 0, 'tree_mask_bytes_per_entry': 0.0, 'syncs': 0, 'syncs_per_draft_step': 0, 'step_host_us': 0.0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), 'verify_tokens': 'fixed', 'kernel_database': None, 'kernels': 'measured', 'ep_backend': 'auto', 'mtp_eh_proj': 'replicated', 'vocab_parallel': True, 'mtp_draft_gather': 'logits', 'replicated_embedding': [], 'separate_gate_up': [], 'unmeasured_kernels': {}, 'memory_fraction': 0.9, 'draft_on_own_gpus': False, 'two_batch_overlap': False, 'host_slowdown': None}, []), None),
+    ('runtime', Model('Runtime', NS), Runtime._make({'cuda_graph_decode': True, 'cuda_graph_verify': False, 'cuda_graph_draft': True, 'cuda_graph_draft_extend': None, 'speculative_graph_batch_sizes': None, 'speculative_graph_pads': 'requests', 'allreduce': 'auto', 'fuse_allreduce_rmsnorm': False, 'overlap_schedule': True, 'scheduler_step_us': None, 'scheduler_per_request_us': 0.0, 'overlap_schedule_speculative': False, 'step_eager_ops': 0, 'eager_launch_us': None, 'eager_kernels': None, 'piecewise_host': None, 'weight_only_gemv': None, 'speculative_host': SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_draft_token': 0, 'eager_ops_per_accepted_token': 0, 'eager_ops_behind_draft_graph': 0, 'tree_mask_bytes_per_entry': 0.0, 'syncs': 0, 'syncs_per_draft_step': 0, 'step_host_us': 0.0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), 'verify_tokens': 'fixed', 'kernel_database': None, 'kernels': 'measured', 'ep_backend': 'auto', 'mtp_eh_proj': 'replicated', 'vocab_parallel': True, 'mtp_draft_gather': 'logits', 'replicated_embedding': [], 'separate_gate_up': [], 'moe_backend': None, 'unmeasured_kernels': {}, 'memory_fraction': 0.9, 'draft_on_own_gpus': False, 'two_batch_overlap': False, 'host_slowdown': None}, []), None),
     ('workload', Model('Workload', NS), Workload._make({'requests': 1, 'arrival': AllAtOnce._make({'kind': 'all_at_once'}, ['kind']), 'prompt_tokens': 1000, 'output_tokens': 2048, 'max_running_requests': 1, 'max_concurrency': None, 'turns': 1, 'stop_strings': 0, 'max_prefill_tokens': 8192, 'kv_overflow': 'queue', 'target': LatencyTarget._make({'ttft_ms': 2000.0, 'tpot_ms': 100.0, 'percentile': 90.0}, []), 'seed_offset': 0, 'corpus': None, 'corpus_stream': 0}, []), None),
     ('speculation', Model('Speculation', NS), Speculation._make({'method': 'none', 'draft_tokens': 3, 'verify': 'chain', 'tree': TreeShape._make({'kind': 'optimal', 'k': 2, 'depth': None, 'parents': None}, []), 'acceptance': None, 'ngram': NgramDrafter._make({'host_us_per_step': 400.0, 'host_us_per_request': 150.0, 'host_us_per_node': 0.05, 'algorithm': 'sglang_trie', 'branch_length': 18, 'min_match_window': 1, 'max_match_window': 12, 'min_bfs_breadth': 1, 'max_bfs_breadth': 10, 'prompt_lookup_min': 2, 'prompt_lookup_max': 5}, []), 'suffix': SuffixDrafter._make({'max_tree_depth': 24, 'max_spec_factor': 1.0, 'max_spec_offset': 0.0, 'min_token_prob': 0.1, 'cache_requests': True, 'host_us_per_step': 100.0, 'host_us_per_request': 20.0, 'host_us_per_node': 0.05}, []), 'draft_model': None, 'heads': HeadsConfig._make({'num_heads': 4, 'num_layers': 1}, []), 'lookahead': LookaheadConfig._make({'window': 7, 'ngram': 5, 'guesses': 7, 'host_us_per_step': 100.0, 'host_us_per_request': 20.0}, []), 'dynamic_tree': DynamicTreeConfig._make({'eagle_topk': 4, 'num_steps': 5, 'num_draft_tokens': 8}, []), 'sparse_kv': SparseKVConfig._make({'kv_budget_tokens': 512}, [])}, []), None),
     ('policy', Tagged('kind', {'static': 'StaticPolicy', 'hybrid': 'HybridPolicy', 'adaptive_length': 'AdaptiveLengthPolicy', 'multi_drafter': 'MultiDrafterPolicy', 'batch_threshold': 'BatchThresholdPolicy', 'batch_table': 'BatchTablePolicy', 'goodput': 'GoodputPolicy', 'dynamic_length': 'DynamicLengthPolicy', 'assistant_heuristic': 'AssistantHeuristicPolicy'}, NS), StaticPolicy._make({'kind': 'static'}, ['kind']), None),

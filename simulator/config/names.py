@@ -4,6 +4,9 @@ run imports them without the models (the models build their Literal types from t
 ROUTERS = ("round_robin", "least_loaded")
 ALLREDUCE_CHOICES = ("auto", "nccl", "nccl_ring", "nccl_tree", "nvls", "one_shot", "two_shot")
 EP_BACKENDS = ("auto", "deepep_low_latency", "deepep_normal", "nccl")
+# TensorRT-LLM's moe_config.backend values with a measured lane (kernels/tables.py MOE_BACKEND_LANES); its others
+# (CUTEDSL, WIDEEP, VANILLA) have none
+MOE_BACKENDS = ("CUTLASS", "TRTLLM", "DEEPGEMM")
 ENGINE_NAMES = ("sglang", "vllm", "trtllm", "transformers", "gpt_fast", "magicdec")
 DEFAULT_ENGINE = {"name": "sglang", "version": "0.5.9"}  # the newest SGLang profile shipped; the reference's version
 SOURCE_KINDS = ("counted", "measured", "fitted", "estimated")

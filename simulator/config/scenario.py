@@ -13,7 +13,7 @@ from .speculation import Speculation
 from .topology import Dtype
 from .workload import Workload
 
-from .names import ALLREDUCE_CHOICES, EP_BACKENDS
+from .names import ALLREDUCE_CHOICES, EP_BACKENDS, MOE_BACKENDS
 
 
 class SpeculativeHost(Strict):
@@ -196,6 +196,9 @@ class Runtime(Strict):
     separate_gate_up: list[Dtype] = Field([], description=(
         "Weight dtypes whose MLP gate and up projections run as two GEMMs of the intermediate width each, not one "
         "fused GEMM of twice it (the engine profile's; gpt-fast's int4 w1 and w3 are two tinygemm calls)"))
+    moe_backend: Optional[Literal[MOE_BACKENDS]] = Field(None, description=(  # type: ignore[valid-type]
+        "The engine's fused-MoE backend by its own name (TensorRT-LLM's moe_config.backend): whose measured rows time "
+        "the routed experts (the engine profile's, or the engine flag; default none: the engine's default lanes)"))
     unmeasured_kernels: dict[KernelFamily, str] = Field({}, description=(
         "Kernel families the engine runs with kernels of its own that no measured table holds (family -> its kernel): "
         "the roofline times them, not the measured tables' kernel (the engine profile's; gpt-fast's attention is "

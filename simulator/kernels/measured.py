@@ -43,18 +43,20 @@ What we take from which table:
   i x stride, stride E / k), so below E / k tokens rank 0 holds n x k / ep distinct experts, one token each: the mean
   rank's load at n uniformly routed tokens. The busiest rank holds `busiest` x the mean's distinct experts, so the
   rows are read at tokens x busiest. Other engines' moe_ep_size rows take the roofline: their collectors' rank and
-  routing are not read here.
+  routing are not read here. The engine's MoE backend flag (runtime.moe_backend) picks the lanes
+  (tables.MOE_BACKEND_LANES); TensorRT-LLM's TRTLLM backend reads the min-latency rows, routed by DeepSeek's grouped
+  top-k, at the count whose rank 0 holds the busiest rank's distinct experts (moe_rows.min_latency_tokens).
 """
 from __future__ import annotations
 
 import math
 
 from ..cache import stored
-from . import gridcache
+from . import gridcache, moe_rows
 from .grid import Grid
 from .shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
-from .tables import (ENGINE, ENGINE_VERSION, FILL_ENGINES, LANES, PACKAGE, _version_key, covered_systems,  # noqa: F401
-                     data_root, package_version, read_table, table_path)
+from .tables import (ENGINE, ENGINE_VERSION, FILL_ENGINES, LANES, MIN_LATENCY_LANE, MOE_BACKEND_LANES,  # noqa: F401
+                     PACKAGE, _version_key, covered_systems, data_root, package_version, read_table, table_path)
 
 PACKED_QUERY_MAX = 16  # verify / draft passes up to this many tokens per request use the packed decode kernel
 VERIFY_QUERY_MAX = 256  # the widest verify the configuration allows (draft_tokens <= 255, plus the root): _tiled
@@ -73,11 +75,16 @@ class MeasuredKernels:
     """Kernel times (us) on one measured GPU from one engine's tables (SGLang 0.5.14's where they lack a shape);
     `time_us(shape)` is None where no table covers the shape."""
 
-    def __init__(self, system: str, engine: str = ENGINE, version: str = ENGINE_VERSION):
+    def __init__(self, system: str, engine: str = ENGINE, version: str = ENGINE_VERSION, moe_backend: str | None = None):
+        """moe_backend: the engine's MoE backend flag (runtime.moe_backend), whose lanes time the engine's MoE
+        (tables.MOE_BACKEND_LANES); None or one without lanes of its own: the engine's default lanes."""
         self.system, self.engine, self.version = system, engine, version
         default = (ENGINE, ENGINE_VERSION)
         self.tables = ((engine, version),) + (() if (engine, version) == default else (default,))
+        self.moe_lanes = MOE_BACKEND_LANES.get(engine, {}).get(moe_backend)
+        own = self.moe_lanes is not None and self.moe_lanes != LANES.get(engine, {}).get("moe")
         self.label = f"aiconfigurator-core {package_version()}, {system}, {engine} {version}" + \
+            (f" (MoE backend {moe_backend})" if own else "") + \
             ("" if (engine, version) == default else f", else {ENGINE} {ENGINE_VERSION}")
 
     def time_us(self, shape: KernelShape) -> float | None:
@@ -194,14 +201,22 @@ class MeasuredKernels:
     def _moe(self, s: MoE, engine: str, version: str | None) -> tuple[float, str] | None:
         if s.ep > 1 and engine not in EP_TABLES:  # the roofline times it (module doc)
             return None
+        lanes = self.moe_lanes if engine == self.engine and self.moe_lanes is not None else \
+            LANES.get(engine, {}).get("moe", (None,))
         for dtype in MOE_DTYPES.get(s.dtype, ()):
             where = (("moe_dtype", dtype), ("hidden_size", s.hidden), ("inter_size", s.inter), ("topk", s.topk),
                      ("num_experts", s.experts), ("moe_tp_size", s.tp), ("moe_ep_size", s.ep),
                      ("distribution", "balanced"))
-            grid = _lane_grid(self.system, "moe", "moe_perf", where, ("num_tokens",), (True,), 0, engine, version)
-            if grid is not None:
-                # a row's rank holds the mean rank's experts at num_tokens; the busiest rank `busiest` x as many
-                t = grid((max(1.0, s.tokens * s.busiest),))
+            for lane in lanes:
+                grid = _grid(self.system, "moe", "moe_perf", ((("kernel_source", lane),) if lane else ()) + where,
+                             ("num_tokens",), (True,), 0, engine, version)
+                if grid is None:
+                    continue
+                if lane == MIN_LATENCY_LANE:  # rank 0's experts under the collector's grouped routing (moe_rows)
+                    n = moe_rows.min_latency_tokens(s.tokens * s.topk / s.ep * s.busiest, s.experts, s.topk, s.ep)
+                else:  # a row's rank holds the mean rank's experts at num_tokens; the busiest rank `busiest` x as many
+                    n = max(1.0, s.tokens * s.busiest)
+                t = None if n is None else grid((n,))
                 return None if t is None else (t * s.share, _label(self.system, "moe", "moe_perf", engine, version))
         return None
 

@@ -56,6 +56,18 @@ LANES = {
     "trtllm": {"attention": ("torch_flow", "torch_flow_flashinfer"),
                "moe": ("moe_torch_flow", "moe_torch_flow_cutlass", "deepgemm")},
 }
+# The MoE lanes an engine's own backend flag selects (runtime.moe_backend; absent: LANES). TensorRT-LLM's
+# moe_config.backend (_torch/modules/fused_moe/create_moe.py get_moe_cls): CUTLASS its CutlassFusedMoE, the default
+# lanes; TRTLLM its TRTLLMGenFusedMoE, whose decode-time kernel the tables measure as moe_torch_flow_min_latency
+# (min_latency_mode: nvfp4 on SM100, <= 256 experts), else the default lanes (get_moe_cls falls back to CUTLASS for
+# weights the TRTLLM kernels do not take, bf16 among them; for fp8_block they stand in); DEEPGEMM its
+# DeepGemmFusedMoE, the deepgemm rows first. moe_rows.py says how the min-latency rows are read.
+MOE_BACKEND_LANES = {
+    "trtllm": {"CUTLASS": LANES["trtllm"]["moe"],
+               "TRTLLM": ("moe_torch_flow_min_latency",) + LANES["trtllm"]["moe"],
+               "DEEPGEMM": ("deepgemm", "moe_torch_flow", "moe_torch_flow_cutlass")},
+}
+MIN_LATENCY_LANE = "moe_torch_flow_min_latency"
 
 
 def data_root() -> pathlib.Path | None:

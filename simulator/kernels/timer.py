@@ -35,17 +35,17 @@ class KernelTimer:
     """Kernel times on one GPU for one scenario: measured, or the roofline, per kernel."""
 
     def __init__(self, gpu: GPU, choice: str = "roofline", measured_gpu: GPU | None = None, weight_only_gemv=None,
-                 tables=None, unmeasured=None):
+                 tables=None, unmeasured=None, moe_backend=None):
         """measured_gpu: the GPU the measured data are of, where `gpu` is a what-if of it (a physical field set away
         from the topology file's): each measured time is scaled by the roofline's ratio between the two GPUs.
         weight_only_gemv: the engine's own weight-only GEMV (runtime.weight_only_gemv), or None. tables: whose
         measured tables (runtime.kernel_database: engine, version), or None for SGLang 0.5.14's. unmeasured: family ->
         the engine's own kernel for it that the tables do not measure (runtime.unmeasured_kernels): the roofline times
-        that family."""
+        that family. moe_backend: the engine's MoE backend flag (runtime.moe_backend): its lanes time the MoE."""
         self.gpu = gpu
         self.weight_only_gemv = weight_only_gemv
         self.unmeasured = dict(unmeasured or {})
-        self.source, self.note = kernel_source(choice, gpu.spec, tables)
+        self.source, self.note = kernel_source(choice, gpu.spec, tables, moe_backend)
         # with fitted efficiencies, shaped kernels take the shape-aware roofline; without, the datasheet roofline
         self.roofline = ShapeRoofline(gpu.spec) if gpu.spec.roofline else None
         # what a kernel's time is computed from besides the kernel, by value (the run's store keys them by it)

@@ -160,7 +160,7 @@ class Machine:
         loaded = scenario.gpu_as_loaded  # a what-if GPU: measured kernel times scaled by the roofline (KernelTimer)
         self.kernels = KernelTimer(self.gpu, spec.runtime.kernels, GPU(loaded) if loaded is not None else None,
                                    spec.runtime.weight_only_gemv, spec.runtime.kernel_database,
-                                   spec.runtime.unmeasured_kernels)
+                                   spec.runtime.unmeasured_kernels, spec.runtime.moe_backend)
         # every value the machine's figures depend on, as JSON (pydantic's serialiser: fields in their declared order)
         heads = head_cards(self.card, spec.speculation)  # Medusa / Hydra heads (model.heads)
         cards = [self.card.model_dump_json(), scenario.draft_model.model_dump_json() if scenario.draft_model else "",

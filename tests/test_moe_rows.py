@@ -1,0 +1,89 @@
+"""Which experts the collector's rank 0 holds in TensorRT-LLM's min-latency moe_perf rows (kernels/moe_rows.py), each
+expected value counted by hand from helper.balanced_logits and DeepSeek's grouped top-k with ties to the smaller
+index, and the rows read at the busiest rank's distinct experts when the engine flag selects the TRTLLM backend."""
+from __future__ import annotations
+
+import pytest
+
+from simulator.kernels import measured, moe_rows
+from simulator.kernels.shapes import MoE
+
+
+def test_balanced_logits_experts_as_the_collector_writes_them():
+    """Below 32 tokens token t's experts are floor(32 t / n) + 32 i; from 32 on (t + 32 i) mod 256."""
+    assert moe_rows.balanced_experts(1, 256, 8).tolist() == [[32 * i for i in range(8)]]
+    assert moe_rows.balanced_experts(3, 256, 8)[1].tolist() == [10 + 32 * i for i in range(8)]  # 32 / 3 = 10.67
+    assert moe_rows.balanced_experts(3, 256, 8)[2].tolist() == [21 + 32 * i for i in range(8)]  # 64 / 3 = 21.33
+    assert moe_rows.balanced_experts(40, 256, 8)[33].tolist() == [33, 65, 97, 129, 161, 193, 225, 1]  # 257 mod 256
+
+
+def test_grouped_routing_keeps_groups_0_to_3_and_the_lowest_index_fills():
+    """Every group holds one high expert, so all tie: groups 0-3, their 4 highs and the 4 lowest other indices."""
+    one = moe_rows.grouped_route(moe_rows.balanced_experts(1, 256, 8), 256, 8)
+    assert sorted(one[0].tolist()) == [0, 1, 2, 3, 4, 32, 64, 96]
+    two = moe_rows.grouped_route(moe_rows.balanced_experts(2, 256, 8), 256, 8)
+    assert sorted(two[1].tolist()) == [0, 1, 2, 3, 16, 48, 80, 112]
+
+
+@pytest.mark.parametrize("ep, held", [(1, 8), (2, 8), (4, 6), (8, 5), (32, 5), (64, 4), (128, 2), (256, 1)])
+def test_rank0_holds_at_one_token(ep, held):
+    """Rank 0 holds [0, 256 / ep): of {0-4, 32, 64, 96} at EP4 0-4 and 32, at EP64 0-3, at EP128 0-1."""
+    assert moe_rows.rank0_experts(1, 256, 8, ep) == held
+
+
+def test_rank0_at_two_tokens_and_the_read_count():
+    """Two tokens at EP2: highs 0, 16, 32, ..., 112 and fills 1-4 (0 is token 0's high): 12. The busiest rank's
+    distinct experts map back linearly between counts; fewer than one token's 8 read the one-token row; at EP1 no row
+    holds more than groups 0-3's 128 experts."""
+    assert moe_rows.rank0_experts(2, 256, 8, 2) == 12
+    assert moe_rows.rank0_experts(3, 256, 8, 2) == 16
+    assert moe_rows.min_latency_tokens(5.4, 256, 8, 2) == 1.0
+    assert moe_rows.min_latency_tokens(10, 256, 8, 2) == pytest.approx(1.5)
+    assert moe_rows.min_latency_tokens(14, 256, 8, 2) == pytest.approx(2.5)
+    assert moe_rows.min_latency_tokens(128, 256, 8, 2) is not None
+    assert moe_rows.min_latency_tokens(129, 256, 8, 1) is None
+
+
+needs_tables = pytest.mark.skipif(measured.data_root() is None, reason="aiconfigurator-core is not installed")
+
+
+def _rows(lane: str, ep: int, tp: int):
+    frame = measured.read_table("b200_sxm", "moe", "moe_perf", "trtllm", "1.3.0rc20")
+    rows = frame[(frame.moe_dtype == "nvfp4") & (frame.distribution == "balanced") & (frame.moe_ep_size == ep)
+                 & (frame.moe_tp_size == tp) & (frame.hidden_size == 7168) & (frame.inter_size == 2048)
+                 & (frame.topk == 8) & (frame.num_experts == 256) & (frame.kernel_source == lane)]
+    return rows.groupby("num_tokens").latency.mean() * 1e3
+
+
+@needs_tables
+def test_the_rows_read_as_the_rule_says():
+    """Where the rule puts every expert of EP1's rank on EP2's rank 0 (1-8 tokens) the min-latency rows agree within
+    4%; the CUTLASS rows, whose rank 0 holds half of EP1's, do not (EP2 0.55-0.65 of EP1)."""
+    one, two = _rows("moe_torch_flow_min_latency", 1, 1), _rows("moe_torch_flow_min_latency", 2, 1)
+    for n in (1, 2, 4, 8):
+        assert moe_rows.rank0_experts(n, 256, 8, 2) == moe_rows.rank0_experts(n, 256, 8, 1)
+        assert two[n] == pytest.approx(one[n], rel=0.04)
+    cut1, cut2 = _rows("moe_torch_flow_cutlass", 1, 1), _rows("moe_torch_flow_cutlass", 2, 1)
+    assert all(0.5 < cut2[n] / cut1[n] < 0.7 for n in (1, 2, 4, 8))
+
+
+@needs_tables
+def test_the_trtllm_backend_reads_the_min_latency_rows_at_the_busiest_ranks_experts():
+    """The flag selects the lane: CUTLASS (the default) the CUTLASS row at tokens x busiest, TRTLLM the min-latency
+    row at the count whose rank 0 holds tokens x 8 / ep x busiest distinct experts (EP2: 1 token's 8 -> the one-token
+    row, 10 -> 1.5 tokens, log-interpolated between the 1- and 2-token rows); bf16 experts (no min-latency rows) fall
+    back to the default lanes."""
+    import math
+    cutlass = measured.MeasuredKernels("b200_sxm", "trtllm", "1.3.0rc20", "CUTLASS")
+    trtllm = measured.MeasuredKernels("b200_sxm", "trtllm", "1.3.0rc20", "TRTLLM")
+    fast, cut = _rows("moe_torch_flow_min_latency", 2, 4), _rows("moe_torch_flow_cutlass", 2, 4)
+    one = MoE(1, 7168, 2048, 8, 256, 4, "fp4", ep=2, busiest=1.35)
+    assert trtllm.time_us(one) == pytest.approx(fast[1])
+    assert cutlass.time_us(MoE(1, 7168, 2048, 8, 256, 4, "fp4", ep=2)) == pytest.approx(min(cut[cut.index >= 1]))
+    w = math.log(1.5) / math.log(2)
+    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 4, "fp4", ep=2, busiest=2.5)) == pytest.approx(
+        fast[1] + w * (fast[2] - fast[1]))
+    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 4, "fp4", 1 / 3, ep=2, busiest=1.35)) == pytest.approx(fast[1] / 3)
+    bf16 = MoE(1, 6144, 2048, 8, 256, 8, "bf16")
+    assert trtllm.time_us(bf16) == cutlass.time_us(bf16)
+    assert "MoE backend TRTLLM" in trtllm.label and "MoE backend" not in cutlass.label
