@@ -25,9 +25,9 @@ tokens against EP1's 48.3 / 61.2 / 89.7 / 142.3, as both ranks would hold the sa
 from __future__ import annotations
 
 import math
-from functools import lru_cache
-
 import numpy as np
+
+from ..cache import stored
 
 N_GROUP, TOPK_GROUP = 8, 4  # run_moe_torch's min-latency routing: "all use deepseek setting for now"
 
@@ -59,7 +59,7 @@ def grouped_route(high: np.ndarray, experts: int, k: int, groups: int = N_GROUP,
     return np.argsort(-masked, axis=1, kind="stable")[:, :k]
 
 
-@lru_cache(maxsize=None)
+@stored
 def rank0_experts(tokens: int, experts: int, k: int, ep: int) -> int:
     """Distinct experts rank 0 ([0, E / ep)) computes in a min-latency row of `tokens` tokens."""
     routed = grouped_route(balanced_experts(tokens, experts, k), experts, k)
