@@ -46,11 +46,11 @@ def hidden_scheduler_us(host, runtime, speculating: bool, batch: int = 1) -> flo
 def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1.0, stop_strings: int = 0) -> float:
     """The engine's exposed host work in a speculative step beyond the scheduler's (runtime.speculative_host), serial
     with the GPU: eager ops launched with the GPU idle and device syncs (each a fixed number and more per draft step
-    of the tree's depth after the first), fixed host code beyond those ops (step_host_us), and Python loops over the `batch` requests, their draft tokens (the
-    tree's; eager ops per draft token too) and the `emitted` tokens each request gets a step on average (bonus
-    included; eager ops per accepted draft token, bonus excluded),
-    with a stop-string finish check per emitted token and per request where the requests carry stop strings. tree
-    None: a chain of one."""
+    of the tree's depth after the first), fixed host code beyond those ops (step_host_us), and Python loops over the
+    `batch` requests, their draft tokens (the tree's; eager ops per draft token too) and the `emitted` tokens each
+    request gets a step on average (bonus included; eager ops per accepted draft token, bonus excluded), with a
+    stop-string finish check per emitted token and per request where the requests carry stop strings. The ops issued
+    behind the draft graph are not here (exposed_behind_drafts_us). tree None: a chain of one."""
     extra = runtime.speculative_host
     depth, drafts = (tree.depth, tree.num_drafts) if tree is not None else (1, 1)
     ops = extra.eager_ops + extra.eager_ops_per_draft_step * max(depth - 1, 0)
