@@ -60,6 +60,38 @@ def test_the_smallest_size_is_held_out_where_a_sign_test_finds_it_slower_beyond_
     assert grid.values[0].tolist() == [2.5] * 65 + [1.0] * 35  # 3.0 pooled with 2.0
 
 
+def test_a_collection_is_kept_as_measured_where_others_repeat_its_scatter_about_the_fit():
+    """The rule (grid.repeats), exact on hand-made residuals: the slope of the others' residuals on ours, 3 standard
+    errors above 1/2. x alternates +-1; y = 0.6 x + c e, e orthogonal to x: slope 0.6, standard error c / sqrt(3)
+    (4 c^2 / 3 / 4, square-rooted), kept for c < 0.1 / sqrt(3) = 0.0577."""
+    from simulator.kernels.grid import repeats
+    x = np.array([1.0, -1.0, 1.0, -1.0])
+    e = np.array([1.0, 1.0, -1.0, -1.0])
+    assert repeats(x, [0.6 * x + 0.05 * e]) and not repeats(x, [0.6 * x + 0.06 * e])
+    assert not repeats(x, [0.5 * x]) and repeats(x, [0.51 * x])  # no noise: the slope alone
+    assert not repeats(x, [np.full(4, np.nan)]) and not repeats(x, []) and not repeats(np.zeros(4), [x])
+    # pooled over witnesses: slopes 1.0 and 0.0 pool to 0.5 (not above it); 1.0 and 0.6 to 0.8, each point 0.2 off:
+    # standard error sqrt(8 x 0.04 / 7 / 8) = 0.076, 0.8 - 3 x 0.076 = 0.57
+    assert not repeats(x, [x, np.zeros(4)]) and repeats(x, [x, 0.6 * x])
+
+
+def test_a_grid_keeps_its_rows_where_a_witness_repeats_their_dip_and_fits_them_where_none_does():
+    """Four lines at m = 1, 2, 4 measured 10, 8, 12 (the fit pools m = 1 and 2 to 9). A witness measuring the same dip
+    on lines 0-1 (and a line of its own, 7: not ours, not counted) repeats our residuals exactly: kept as measured.
+    A witness monotone there (8, 10, 12: residuals 0) does not: the fit. Each point off its fit by log(10/9), log(8/9)."""
+    import pandas as pd
+    def table(lines, first, second):
+        return pd.DataFrame([(m, n, t) for n in lines for m, t in ((1, first), (2, second), (4, 12.0))],
+                            columns=["m", "line", "latency"])
+    own = table([0, 1, 2, 3], 10.0, 8.0)
+    kept = Grid.from_frame(own, ["m", "line"], (True, False), padded_axis=0, witnesses=(table([0, 1, 7], 10.0, 8.0),))
+    assert kept.values[:, 0].tolist() == [10.0, 8.0, 12.0] and kept.values[:, 3].tolist() == [10.0, 8.0, 12.0]
+    fit = Grid.from_frame(own, ["m", "line"], (True, False), padded_axis=0, witnesses=(table([0, 1, 7], 8.0, 10.0),))
+    assert fit.values[:, 0].tolist() == [9.0, 9.0, 12.0]
+    alone = Grid.from_frame(own, ["m", "line"], (True, False), padded_axis=0)
+    assert alone.values.tolist() == fit.values.tolist()
+
+
 def _frame(values: np.ndarray):
     """A table of values[m index, line] at m = 1, 2, 4."""
     import pandas as pd

@@ -2,7 +2,9 @@
 
 Each axis is interpolated linearly in its value or in log(value) (token counts, batch and KV length: kernel time
 is close to piecewise linear in log-space between their power-of-two grid points). A point outside an axis's range,
-or one whose surrounding cell lacks a measured corner, is not covered (None): the caller falls back.
+or one whose surrounding cell lacks a measured corner, is not covered (None): the caller falls back. Along a padded
+axis (GEMM rows, MoE tokens) the points are fitted non-decreasing, unless another collection of the same op on the
+same GPU repeats their scatter about the fit (`repeats`): then they are kept as measured.
 """
 from __future__ import annotations
 
@@ -21,22 +23,21 @@ class Grid:
 
     @classmethod
     def from_frame(cls, frame, columns: list[str], log_axes: tuple[bool, ...], value: str = "latency",
-                   padded_axis: int | None = None) -> "Grid":
+                   padded_axis: int | None = None, witnesses: tuple = ()) -> "Grid":
         """Duplicate measurements of one point are averaged. padded_axis: an axis along which a kernel's time does not
         fall as the size grows (GEMM rows, MoE tokens) but through the data's noise: each line along it is fitted by
-        the closest non-decreasing sequence (`monotone`), which averages a point measured slower than larger sizes with
-        them, where the least at this size or above took the fastest of the noise. The smallest size stays as measured
-        where it is slower than the next on too many lines for noise (`held_out`): the kernel's own excess there."""
-        means = frame.groupby(columns, sort=True)[value].mean()
-        axes = [np.unique(means.index.get_level_values(i).to_numpy(dtype=float)) for i in range(len(columns))]
-        values = np.full([len(a) for a in axes], np.nan)
-        index = tuple(np.searchsorted(axes[i], means.index.get_level_values(i).to_numpy(dtype=float))
-                      for i in range(len(columns)))
-        values[index] = means.to_numpy()
+        the closest non-decreasing sequence (`fitted`). witnesses: other collections of the same op on the same GPU
+        (frames with the same columns); where this one's deviations from its fit repeat in theirs (`repeats`), the
+        rows are kept as measured: the scatter is the kernel's (a kernel choice per shape), not noise."""
+        axes, measured = means(frame, columns, value)
+        values = measured
         if padded_axis is not None:
-            lines = np.moveaxis(values, padded_axis, 0)  # a view: the fit is written into values
-            start = 1 if held_out(lines) else 0
-            lines[start:] = np.apply_along_axis(monotone, 0, lines[start:])
+            values = fitted(measured, padded_axis)
+            if witnesses:
+                own = np.log(measured / values)
+                others = [aligned(axes, *_residual(w, columns, value, padded_axis)) for w in witnesses]
+                if repeats(own, others):
+                    values = measured
         return cls(axes, values, log_axes)
 
     def __call__(self, point: tuple[float, ...]) -> float | None:
@@ -62,6 +63,62 @@ class Grid:
                 return None
             total += weight * v
         return total
+
+
+def means(frame, columns: list[str], value: str = "latency") -> tuple[list[np.ndarray], np.ndarray]:
+    """The mean of each point's measurements on the product grid of the values measured per column (NaN: a hole)."""
+    by_point = frame.groupby(columns, sort=True)[value].mean()
+    axes = [np.unique(by_point.index.get_level_values(i).to_numpy(dtype=float)) for i in range(len(columns))]
+    values = np.full([len(a) for a in axes], np.nan)
+    index = tuple(np.searchsorted(axes[i], by_point.index.get_level_values(i).to_numpy(dtype=float))
+                  for i in range(len(columns)))
+    values[index] = by_point.to_numpy()
+    return axes, values
+
+
+def fitted(measured: np.ndarray, padded_axis: int) -> np.ndarray:
+    """Each line along padded_axis fitted non-decreasing (`monotone`), the smallest size left as measured where it
+    is slower than the next on too many lines for noise (`held_out`): the kernel's own excess there."""
+    values = measured.copy()
+    lines = np.moveaxis(values, padded_axis, 0)  # a view: the fit is written into values
+    start = 1 if held_out(lines) else 0
+    lines[start:] = np.apply_along_axis(monotone, 0, lines[start:])
+    return values
+
+
+def _residual(frame, columns: list[str], value: str, padded_axis: int) -> tuple[list[np.ndarray], np.ndarray]:
+    axes, measured = means(frame, columns, value)
+    return axes, np.log(measured / fitted(measured, padded_axis))
+
+
+def aligned(axes: list[np.ndarray], other_axes: list[np.ndarray], other: np.ndarray) -> np.ndarray:
+    """`other` (a grid over other_axes) at the points of the grid over `axes`; NaN where it was not measured."""
+    picks, found = [], np.ones([len(a) for a in axes], dtype=bool)
+    for i, (axis, theirs) in enumerate(zip(axes, other_axes)):
+        at = np.clip(np.searchsorted(theirs, axis), 0, len(theirs) - 1)
+        picks.append(at)
+        found &= (theirs[at] == axis).reshape([-1 if j == i else 1 for j in range(len(axes))])
+    out = other[np.ix_(*picks)].astype(float)
+    out[~found] = np.nan
+    return out
+
+
+def repeats(own: np.ndarray, others: list[np.ndarray]) -> bool:
+    """Whether this collection's deviations from its fit (log residuals, `own`) repeat in other collections' (`others`,
+    on the same points, NaN where not measured): the least-squares slope b of theirs on ours, pooled over the points
+    both measured, above 1/2 by more than 3 standard errors. A residual r = s + e (s shared by the kernel, e the
+    collection's noise) predicts another's s + e' better than the fit (0) in squared error exactly when
+    var(s) > var(e), i.e. b = var(s) / (var(s) + var(e)) > 1/2. Assumed: points independent, noise alike in both."""
+    x = np.concatenate([own.ravel()] * len(others)) if others else np.zeros(0)
+    y = np.concatenate([o.ravel() for o in others]) if others else np.zeros(0)
+    both = np.isfinite(x) & np.isfinite(y)
+    x, y = x[both], y[both]
+    xx = float(x @ x)
+    if len(x) < 3 or xx == 0.0:
+        return False
+    b = float(x @ y) / xx
+    se = math.sqrt(float((y - b * x) @ (y - b * x)) / (len(x) - 1) / xx)
+    return b - 3 * se > 0.5
 
 
 def held_out(lines: np.ndarray) -> bool:

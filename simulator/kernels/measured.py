@@ -56,7 +56,8 @@ from . import gridcache, moe_rows
 from .grid import Grid
 from .shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
 from .tables import (ENGINE, ENGINE_VERSION, FILL_ENGINES, LANES, MIN_LATENCY_LANE, MOE_BACKEND_LANES,  # noqa: F401
-                     PACKAGE, _version_key, covered_systems, data_root, package_version, read_table, table_path)
+                     PACKAGE, _version_key, covered_systems, data_root, package_version, read_table, table_path,
+                     witnesses)
 
 PACKED_QUERY_MAX = 16  # verify / draft passes up to this many tokens per request use the packed decode kernel
 VERIFY_QUERY_MAX = 256  # the widest verify the configuration allows (draft_tokens <= 255, plus the root): _tiled
@@ -340,4 +341,6 @@ def grid_of_table(system: str, family: str, table: str, where: tuple, axes: tupl
     rows = frame[mask] if mask is not None else frame
     if rows.empty:
         return None
-    return Grid.from_frame(rows, list(axes), log_axes, padded_axis=padded_axis)
+    others = witnesses(system, family, table, where, table_path(system, family, table, engine, version)) \
+        if family == "gemm" and padded_axis is not None else ()
+    return Grid.from_frame(rows, list(axes), log_axes, padded_axis=padded_axis, witnesses=others)

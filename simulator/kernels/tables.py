@@ -145,3 +145,27 @@ def covered_systems() -> tuple[str, ...]:
     if root is None:
         return ()
     return tuple(sorted(p.name for p in root.iterdir() if table_path(p.name, "gemm", "gemm_perf") is not None))
+
+
+def witnesses(system: str, family: str, table: str, where: tuple, own: pathlib.Path) -> tuple:
+    """The other collections of a slice's op on this GPU (kernels/grid.py `repeats`): the rows matching `where` but
+    its kernel lane, per kernel_source, of every engine's and release's `table` for this GPU but the slice's own
+    (the file `own`, in its lane; every lane of it where `where` names none)."""
+    root = data_root()
+    if root is None:
+        return ()
+    lane = dict(where).get("kernel_source")
+    rest = tuple((column, value) for column, value in where if column != "kernel_source")
+    found = []
+    for path in sorted((root / system / family).glob(f"*/*/{table}.parquet")):
+        frame = read_table(system, family, table, path.parent.parent.name, path.parent.name)
+        if frame is None or any(column not in frame for column, _ in rest):
+            continue
+        mask = frame.index == frame.index
+        for column, value in rest:
+            mask &= (frame[column] == value).to_numpy()
+        rows = frame[mask]
+        groups = rows.groupby("kernel_source") if "kernel_source" in rows else ((None, rows),)
+        found += [group for source, group in groups
+                  if len(group) and not (path == own and (lane is None or source == lane))]
+    return tuple(found)
