@@ -78,15 +78,17 @@ def test_a_collection_is_kept_as_measured_where_others_repeat_its_scatter_about_
 def test_a_grid_keeps_its_rows_where_a_witness_repeats_their_dip_and_fits_them_where_none_does():
     """Four lines at m = 1, 2, 4 measured 10, 8, 12 (the fit pools m = 1 and 2 to 9). A witness measuring the same dip
     on lines 0-1 (and a line of its own, 7: not ours, not counted) repeats our residuals exactly: kept as measured.
-    A witness monotone there (8, 10, 12: residuals 0) does not: the fit. Each point off its fit by log(10/9), log(8/9)."""
+    A witness monotone there (8, 10, 12: residuals 0) does not: the fit. Residuals log(10/9), log(8/9), 0."""
     import pandas as pd
     def table(lines, first, second):
         return pd.DataFrame([(m, n, t) for n in lines for m, t in ((1, first), (2, second), (4, 12.0))],
                             columns=["m", "line", "latency"])
     own = table([0, 1, 2, 3], 10.0, 8.0)
-    kept = Grid.from_frame(own, ["m", "line"], (True, False), padded_axis=0, witnesses=(table([0, 1, 7], 10.0, 8.0),))
+    same_dip = (table([0, 1, 7], 10.0, 8.0),)
+    kept = Grid.from_frame(own, ["m", "line"], (True, False), padded_axis=0, witnesses=same_dip)
     assert kept.values[:, 0].tolist() == [10.0, 8.0, 12.0] and kept.values[:, 3].tolist() == [10.0, 8.0, 12.0]
-    fit = Grid.from_frame(own, ["m", "line"], (True, False), padded_axis=0, witnesses=(table([0, 1, 7], 8.0, 10.0),))
+    no_dip = (table([0, 1, 7], 8.0, 10.0),)
+    fit = Grid.from_frame(own, ["m", "line"], (True, False), padded_axis=0, witnesses=no_dip)
     assert fit.values[:, 0].tolist() == [9.0, 9.0, 12.0]
     alone = Grid.from_frame(own, ["m", "line"], (True, False), padded_axis=0)
     assert alone.values.tolist() == fit.values.tolist()

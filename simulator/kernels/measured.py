@@ -8,8 +8,10 @@ N and K (a GEMV's time is bilinear in N x K). Along GEMM rows and MoE tokens the
 non-decreasing (grid.py): at the few rows of a decode or a verify a GEMM streams its weights whatever m is. Fitted
 so, each of four collections of the H100's bf16 F.linear (SGLang 0.5.14 and 0.5.6.post2, vLLM 0.24.0, TensorRT-LLM
 1.3.0rc20) predicts the others' rows at m <= 64 to 6.8% (mean |log ratio|, median +0.4%), where the least time at m
-or above missed by 7.1%, low by 2.1%, and the rows as measured by 7.3% (tests/test_kernel_tables.py; on the B200,
-L40S and A100 the rows as measured do better than the fit: part of their scatter repeats across collections).
+or above missed by 7.1%, low by 2.1%, and the rows as measured by 7.3% (tests/test_kernel_tables.py). A slice
+whose scatter about the fit repeats in the GPU's other collections of the op (the kernel's own choice per shape:
+grid.py `repeats`; the A100's and L40S's bf16, most Blackwell F.linear) is kept as measured; one with no second
+collection is fitted.
 A shape outside a table is not covered: the roofline.
 
 Whose tables: the engine profile's `kernel_database` (engine, version), at that version or the newest below it, one
