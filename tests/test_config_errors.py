@@ -251,3 +251,24 @@ def test_a_stated_read_bandwidth_scales_the_data_sheet_figure_once_however_it_co
     assert quarter.topology.gpu.memory_bandwidth_GBps == loaded.memory_bandwidth_GBps / 4
     both = load_scenario(path, [read, ("topology.gpu.memory_bandwidth_GBps", 1000)])
     assert both.topology.gpu.memory_bandwidth_GBps == 1000
+
+
+def test_an_engine_profiles_host_input_out_of_bounds_is_one_line_naming_the_profile(tmp_path, capsys, monkeypatch):
+    """An engine profile's speculative_host value outside what the runtime allows (tree_mask_bytes_per_entry <= 64)
+    is the profile file's mistake: one line naming that file and the key, exit 2 (not an internal error)."""
+    import simulator.config.engine_profile as engine_profile
+
+    shipped = engine_profile.profile_path("sglang", "0.4.4.post2")
+    with open(shipped, encoding="utf-8") as handle:
+        text = handle.read()
+    assert text.count("      value: 2.375\n") == 1
+    broken = tmp_path / "0.4.4.post2.yaml"
+    broken.write_text(text.replace("      value: 2.375\n", "      value: 100\n"))
+    original = engine_profile.profile_path
+    monkeypatch.setattr(engine_profile, "profile_path", lambda name, version: str(broken) if (
+        name, version) == ("sglang", "0.4.4.post2") else original(name, version))
+    case = scenario_path("validation/cases/h100x8_llama70b_sglang_mtbench.yaml")
+    code, out, err = run_cli(capsys, case, "--set", "workload.requests=1")
+    assert code == 2 and out == ""
+    assert_one_line(err, str(broken), "speculative_host.default.tree_mask_bytes_per_entry", "less than or equal to 64",
+                    "allowed: <= 64")

@@ -84,8 +84,9 @@ def known_versions(name: str) -> list[str]:
 
 
 def load_profile(name: str, version: str, referrer: str = "<scenario>") -> tuple:
-    """The profile of an engine release and its file; a version without one is a one-line error naming those there."""
-    from .mirror import EngineProfile
+    """The profile of an engine release and its file; a version without one is a one-line error naming those there,
+    and so is a speculative_host value outside what the runtime's SpeculativeHost allows (naming the profile)."""
+    from .mirror import EngineProfile, SpeculativeHost
     from .yaml_files import read_yaml
 
     path = profile_path(name, version)
@@ -96,6 +97,9 @@ def load_profile(name: str, version: str, referrer: str = "<scenario>") -> tuple
     profile = validate(EngineProfile, read_yaml(path), path)
     if (profile.engine, profile.version) != (name, version):
         raise ConfigError(path, "engine", f"the file holds {profile.engine} {profile.version}, not {name} {version}")
+    for code, work in profile.speculative_host.items():  # each code's host work within what the runtime allows
+        validate(SpeculativeHost, {field: item.value for field, item in work.sourced().items()}, path,
+                 f"speculative_host.{code}")
     return profile, path
 
 
