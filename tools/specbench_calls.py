@@ -9,7 +9,8 @@ reshapes and module calls are part of each call's host time"). The models run in
 gpt-fast's run is bf16) so the casts a GPU run makes are made here.
 
   gptfast   pytorch-labs/gpt-fast (commit 3bcaaaf) generate.py decode_n_tokens with model.py's Transformer (tiny
-            random weights, top_k 200, temperature 0.8): the calibration run's 1,593 a token (35 + 14 a layer, 25)
+            random weights, top_k 200, temperature 0.8): 1,561 a token (34 + 14 a layer, 25), the calibration run's
+            count (its hand count was 1,593: 35 + 14, the no-op contiguous a layer counted)
   methods   Spec-Bench's loops (hemingkx/Spec-Bench fd2c1cd, transformers 4.37.1) through tools/specbench_runners.py,
             weights marked CUDA by tools/specbench_syncs.py's mode (so `device.type == "cuda"` paths are taken),
             every draft accepted (--accept) or none
