@@ -42,6 +42,20 @@ def test_another_version_or_table_file_is_another_entry(tmp_path, monkeypatch):
     assert gridcache.entry("0.12.0", copy, GEMM) != first
 
 
+def test_a_gemm_grid_is_another_entry_when_another_collection_changes(tmp_path, monkeypatch):
+    """A GEMM slice's grid depends on the GPU's other collections (grid.repeats): reinstalling one is a new entry."""
+    monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path / "cache"))
+    other = tmp_path / "other_gemm_perf.parquet"
+    other.write_bytes(b"x")
+    monkeypatch.setattr(measured, "collection_files", lambda *a: (other,))
+    measured._grid.__wrapped__(*GEMM)
+    measured._grid.__wrapped__(*GEMM)
+    assert len(list((tmp_path / "cache").rglob("*.npz"))) == 1
+    other.write_bytes(b"xy")  # the other collection, reinstalled
+    measured._grid.__wrapped__(*GEMM)
+    assert len(list((tmp_path / "cache").rglob("*.npz"))) == 2
+
+
 def test_an_unwritable_folder_computes_the_grid(tmp_path, monkeypatch):
     blocker = tmp_path / "a_file"
     blocker.write_text("")

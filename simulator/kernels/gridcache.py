@@ -4,7 +4,8 @@ importing pandas and pyarrow and reading the Parquet tables (~1 s of CPU and ~18
 
 Built once per installed version: the folder is named by aiconfigurator-core's version and a digest of the code
 that turns a table into a grid (measured.py, tables.py, grid.py), and each entry's key holds its table file's size and
-modification time, so a reinstalled database or a changed reader never reads a stale grid. The folder is
+modification time (and those of the other collections a GEMM grid is tested against), so a reinstalled database or
+a changed reader never reads a stale grid. The folder is
 $SPECSIM_CACHE_DIR, else $XDG_CACHE_HOME/specsim, else ~/.cache/specsim; where it cannot be written the grid is
 computed every time, as before.
 """
@@ -36,10 +37,13 @@ def folder(package_version: str) -> pathlib.Path:
     return cache_root() / "kernel-grids" / f"aiconfigurator-core-{package_version}-{code.hexdigest()[:12]}"
 
 
-def entry(package_version: str, table: pathlib.Path | None, key: tuple) -> pathlib.Path:
-    """The file of one grid: its arguments and its table file's size and modification time."""
-    stat = table.stat() if table is not None else None
-    text = repr((key, str(table), stat and (stat.st_size, stat.st_mtime_ns)))
+def entry(package_version: str, table: pathlib.Path | None, key: tuple, also: tuple = ()) -> pathlib.Path:
+    """The file of one grid: its arguments and the size and modification time of its table file and of the other
+    files it reads (`also`: the other collections a GEMM slice is tested against, kernels/tables.py witnesses)."""
+    def stamp(path):
+        stat = path.stat() if path is not None else None
+        return str(path), stat and (stat.st_size, stat.st_mtime_ns)
+    text = repr((key, stamp(table), tuple(stamp(p) for p in also)))
     return folder(package_version) / f"{hashlib.sha256(text.encode()).hexdigest()[:24]}.npz"
 
 

@@ -58,8 +58,8 @@ from . import gridcache, moe_rows
 from .grid import Grid
 from .shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
 from .tables import (ENGINE, ENGINE_VERSION, FILL_ENGINES, LANES, MIN_LATENCY_LANE, MOE_BACKEND_LANES,  # noqa: F401
-                     PACKAGE, _version_key, covered_systems, data_root, package_version, read_table, table_path,
-                     witnesses)
+                     PACKAGE, _version_key, collection_files, covered_systems, data_root, package_version, read_table,
+                     table_path, witnesses)
 
 PACKED_QUERY_MAX = 16  # verify / draft passes up to this many tokens per request use the packed decode kernel
 VERIFY_QUERY_MAX = 256  # the widest verify the configuration allows (draft_tokens <= 255, plus the root): _tiled
@@ -319,13 +319,19 @@ def _grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_a
     path = table_path(system, family, table, engine, version)
     if path is None:
         return None
+    also = collection_files(system, family, table) if _tested(family, padded_axis) else ()
     entry = gridcache.entry(package_version(), path, (system, family, table, where, axes, log_axes, padded_axis,
-                                                      engine, version))
+                                                      engine, version), also)
     grid = gridcache.load(entry)
     if grid is gridcache.MISSING:
         grid = grid_of_table(system, family, table, where, axes, log_axes, padded_axis, engine, version)
         gridcache.save(entry, grid)
     return grid
+
+
+def _tested(family: str, padded_axis: int | None) -> bool:
+    """Whether a grid's slice is tested against the GPU's other collections (a GEMM table along m: grid.repeats)."""
+    return family == "gemm" and padded_axis is not None
 
 
 def grid_of_table(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple,
@@ -344,5 +350,5 @@ def grid_of_table(system: str, family: str, table: str, where: tuple, axes: tupl
     if rows.empty:
         return None
     others = witnesses(system, family, table, where, table_path(system, family, table, engine, version)) \
-        if family == "gemm" and padded_axis is not None else ()
+        if _tested(family, padded_axis) else ()
     return Grid.from_frame(rows, list(axes), log_axes, padded_axis=padded_axis, witnesses=others)

@@ -147,17 +147,20 @@ def covered_systems() -> tuple[str, ...]:
     return tuple(sorted(p.name for p in root.iterdir() if table_path(p.name, "gemm", "gemm_perf") is not None))
 
 
+def collection_files(system: str, family: str, table: str) -> tuple:
+    """Every engine's and release's `table` file for this GPU: the collections `witnesses` reads."""
+    root = data_root()
+    return () if root is None else tuple(sorted((root / system / family).glob(f"*/*/{table}.parquet")))
+
+
 def witnesses(system: str, family: str, table: str, where: tuple, own: pathlib.Path) -> tuple:
     """The other collections of a slice's op on this GPU (kernels/grid.py `repeats`): the rows matching `where` but
     its kernel lane, per kernel_source, of every engine's and release's `table` for this GPU but the slice's own
     (the file `own`, in its lane; every lane of it where `where` names none)."""
-    root = data_root()
-    if root is None:
-        return ()
     lane = dict(where).get("kernel_source")
     rest = tuple((column, value) for column, value in where if column != "kernel_source")
     found = []
-    for path in sorted((root / system / family).glob(f"*/*/{table}.parquet")):
+    for path in collection_files(system, family, table):
         frame = read_table(system, family, table, path.parent.parent.name, path.parent.name)
         if frame is None or any(column not in frame for column, _ in rest):
             continue
