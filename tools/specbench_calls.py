@@ -164,23 +164,17 @@ def split(low: dict, high: dict, la: int, lb: int, names: bool) -> dict:
 
 
 def main():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import specbench_runners
+    import torch
     parser = argparse.ArgumentParser()
+    specbench_runners.add_flags(parser, 10, "gptfast,baseline,pld,sps,eagle2,eagle3,eagle,medusa,hydra,lookahead")
     parser.add_argument("--gptfast", default="/tmp/gptfast")
-    parser.add_argument("--specbench", default="/tmp/specbench")
-    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--layers", default="1,2", help="two target depths")
-    parser.add_argument("--vocab", type=int, default=1000)
-    parser.add_argument("--hidden", type=int, default=16)
-    parser.add_argument("--methods", default="gptfast,baseline,pld,sps,eagle2,eagle3,eagle,medusa,hydra,lookahead")
     parser.add_argument("--accept", action="store_true", help="every draft accepted (else random weights: none)")
     parser.add_argument("--names", action="store_true", help="the counts by call name")
     args = parser.parse_args()
-    sys.path.insert(0, args.specbench)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import torch
-    torch.set_num_threads(1)
-    import specbench_runners
-    specbench_runners.VOCAB, specbench_runners.HIDDEN = args.vocab, args.hidden
+    specbench_runners.configure(args)
     la, lb = (int(x) for x in args.layers.split(","))
     for name in args.methods.split(","):
         counts = {}

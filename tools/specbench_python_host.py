@@ -171,26 +171,20 @@ def measure(name: str, args) -> dict:
 
 
 def main():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import specbench_runners
+    import torch
     parser = argparse.ArgumentParser()
-    parser.add_argument("--specbench", default="/tmp/specbench")
-    parser.add_argument("--steps", type=int, default=30)
+    specbench_runners.add_flags(parser, 30, "baseline,pld,sps,eagle2,eagle2_30,eagle,medusa")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--rate", type=int, default=400, help="py-spy's samples a second")
     parser.add_argument("--layers", type=int, default=2, help="the target's layers (the draft models keep theirs)")
-    parser.add_argument("--vocab", type=int, default=1000)
-    parser.add_argument("--hidden", type=int, default=16)
-    parser.add_argument("--methods", default="baseline,pld,sps,eagle2,eagle2_30,eagle,medusa")
     parser.add_argument("--py-spy", default=os.path.join(os.path.dirname(sys.executable), "py-spy"))
     parser.add_argument("--raw-dir", help="keep py-spy's raw samples here, one file a method")
     parser.add_argument("--worker")
     args = parser.parse_args()
-    sys.path.insert(0, args.specbench)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import torch
-    torch.set_num_threads(1)
+    specbench_runners.configure(args, args.layers)
     torch.manual_seed(0)
-    import specbench_runners
-    specbench_runners.LAYERS, specbench_runners.VOCAB, specbench_runners.HIDDEN = args.layers, args.vocab, args.hidden
     if args.worker:
         return worker(args.worker, args.steps, args.repeats)
     rows = {name: measure(name, args) for name in args.methods.split(",")}

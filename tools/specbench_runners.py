@@ -5,11 +5,32 @@ the tool is given (sys.path), never copied here.
 """
 from __future__ import annotations
 
+import sys
 import types
 
 import torch
 
 LAYERS, VOCAB, HIDDEN = 2, 32000, 64  # the target's layers, the vocabulary, the width (the tool's flags)
+
+
+def add_flags(parser, steps: int, methods: str) -> None:
+    """The flags the Spec-Bench tools share: Spec-Bench's folder, the steps run, the tiny models' vocabulary and width,
+    the methods."""
+    parser.add_argument("--specbench", default="/tmp/specbench")
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--vocab", type=int, default=1000)
+    parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--methods", default=methods)
+
+
+def configure(args, layers: int | None = None) -> None:
+    """Spec-Bench's folder on the path, one torch thread, the tiny models' sizes as the tool's flags say."""
+    global LAYERS, VOCAB, HIDDEN
+    sys.path.insert(0, args.specbench)
+    torch.set_num_threads(1)
+    VOCAB, HIDDEN = args.vocab, args.hidden
+    if layers is not None:
+        LAYERS = layers
 
 
 def eos() -> int:

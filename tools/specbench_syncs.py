@@ -288,23 +288,17 @@ def worker(name: str, steps: int, roots, with_sites: bool, accept: bool) -> dict
 
 
 def main():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import specbench_runners
+    import torch
+    import transformers
     parser = argparse.ArgumentParser()
-    parser.add_argument("--specbench", default="/tmp/specbench")
-    parser.add_argument("--steps", type=int, default=20)
+    specbench_runners.add_flags(parser, 20, "baseline,pld,sps,eagle2,eagle2_30,eagle3,eagle,medusa,hydra,lookahead")
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--vocab", type=int, default=1000)
-    parser.add_argument("--hidden", type=int, default=16)
-    parser.add_argument("--methods", default="baseline,pld,sps,eagle2,eagle2_30,eagle3,eagle,medusa,hydra,lookahead")
     parser.add_argument("--sites", action="store_true", help="each line's syncs a step")
     parser.add_argument("--accept", action="store_true", help="every draft accepted (else random weights: none)")
     args = parser.parse_args()
-    sys.path.insert(0, args.specbench)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import torch
-    import transformers
-    torch.set_num_threads(1)
-    import specbench_runners
-    specbench_runners.LAYERS, specbench_runners.VOCAB, specbench_runners.HIDDEN = args.layers, args.vocab, args.hidden
+    specbench_runners.configure(args, args.layers)
     roots = [(os.path.abspath(args.specbench) + os.sep, "Spec-Bench/"),
              (os.path.dirname(os.path.abspath(transformers.__file__)) + os.sep, "transformers/")]
     for name in args.methods.split(","):
