@@ -80,13 +80,18 @@ def test_the_moe_reads_the_engines_own_kernel_lane():
 
 def _ep_rows(ep: int, tp: int) -> dict[int, float]:
     """TensorRT-LLM 1.3.0rc20's B200 CUTLASS NVFP4 MoE rows of DeepSeek's experts at one expert split, balanced routing:
-    num_tokens -> the monotone envelope (the least mean latency at that many tokens or more), in us."""
+    num_tokens -> what measured.py reads there, the closest non-decreasing sequence (least squares, each count's mean
+    latency weighted alike) to the counts' mean latencies, in us. Counted here by the min-max formula of isotonic
+    regression, fit(i) = max over j <= i of min over l >= i of mean(y[j..l]), not by the code's pool-adjacent-violators."""
     frame = measured.read_table("b200_sxm", "moe", "moe_perf", "trtllm", "1.3.0rc20")
     rows = frame[(frame.moe_dtype == "nvfp4") & (frame.distribution == "balanced") & (frame.moe_ep_size == ep)
                  & (frame.moe_tp_size == tp) & (frame.hidden_size == 7168) & (frame.inter_size == 2048)
                  & (frame.topk == 8) & (frame.num_experts == 256) & (frame.kernel_source == "moe_torch_flow_cutlass")]
     by_n = rows.groupby("num_tokens").latency.mean()
-    return {int(n): 1e3 * by_n[by_n.index >= n].min() for n in by_n.index}
+    y = list(by_n.to_numpy())
+    fit = [max(min(sum(y[j:l + 1]) / (l + 1 - j) for l in range(i, len(y))) for j in range(i + 1))
+           for i in range(len(y))]
+    return {int(n): 1e3 * v for n, v in zip(by_n.index, fit)}
 
 
 def test_trtllms_expert_parallel_rows_time_the_busiest_rank():
@@ -105,6 +110,26 @@ def test_trtllms_expert_parallel_rows_time_the_busiest_rank():
     assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 4, "fp4", ep=2)) == pytest.approx(_ep_rows(2, 4)[1])
     assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 2, "fp4", ep=4)) != trtllm.time_us(
         MoE(1, 7168, 2048, 8, 256, 8, "fp4"))  # the TP8 rows are another slice
+
+
+def test_from_e_over_k_rows_the_busiest_ranks_excess_is_in_its_routed_tokens():
+    """From 32 rows (E / k) the collector's rank 0 holds all 64 of its EP4 experts, n / 32 tokens each, so a busiest
+    rank with 1.5x the mean's routed tokens at 64 tokens is the 96-token row (not 64 x its distinct-expert factor);
+    below, tokens x busiest (16 x 1.5: 24, between 16 and 32 by log-tokens); past 32 by the distinct experts, the
+    row count at least 32; under EP16 (16 does not divide k = 8) rank 0's rows above 32 are not the mean rank's: not
+    read."""
+    rows = _ep_rows(4, 2)
+    trtllm = measured.MeasuredKernels("b200_sxm", "trtllm", "1.3.0rc20")
+    ep4 = lambda n, busiest, routed: trtllm.time_us(MoE(n, 7168, 2048, 8, 256, 2, "fp4", ep=4, busiest=busiest,  # noqa: E731
+                                                        busiest_routed=routed))
+    assert ep4(64, 1.1, 1.5) == pytest.approx(rows[96])
+    assert ep4(64, 1.0, 1.0) == pytest.approx(rows[64])
+    w = math.log(24 / 16) / math.log(2)
+    assert ep4(16, 1.5, 1.2) == pytest.approx(rows[16] + w * (rows[32] - rows[16]))
+    assert ep4(30, 1.2, 1.0) == pytest.approx(rows[32])
+    ep16 = lambda n: trtllm.time_us(MoE(n, 7168, 2048, 8, 256, 1, "fp4", ep=16, busiest=1.2,  # noqa: E731
+                                        busiest_routed=1.2))
+    assert ep16(16) is not None and ep16(64) is None
 
 
 def test_other_engines_expert_parallel_rows_are_not_read():

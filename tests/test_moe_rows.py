@@ -44,6 +44,31 @@ def test_rank0_at_two_tokens_and_the_read_count():
     assert moe_rows.min_latency_tokens(129, 256, 8, 1) is None
 
 
+def test_from_e_over_k_rows_rank_0_holds_all_its_experts_and_the_mean_ranks_tokens():
+    """From 32 tokens token t's experts are (t + 32 i) mod 256, the 8 of residue t mod 32: rank 0 of EP4 ([0, 64))
+    holds 2 of each token's (residues r and r + 32), all 64 experts, 2 tokens each at 64 tokens and 2 or 1 at 48
+    (residues 0-15 twice): 96 = 48 x 8 / 4 routed tokens. Under EP16 ([0, 16), residues 0-15) rank 0 takes 32 at 48
+    tokens, not the mean's 24; below 32 tokens its share is the mean's (at 6 tokens the 3 whose 32 t / 6 is below 16)."""
+    def rank0(tokens, ep):
+        held = {}
+        for t in range(tokens):
+            for i in range(8):
+                e = (t + 32 * i) % 256 if tokens >= 32 else int((t * 32 / tokens + 32 * i) % 256)
+                if e < 256 // ep:
+                    held[e] = held.get(e, 0) + 1
+        return held
+    assert rank0(64, 4) == {e: 2 for e in range(64)}
+    assert sorted(rank0(48, 4).values()) == [1] * 32 + [2] * 32 and sum(rank0(48, 4).values()) == 96
+    assert len(rank0(48, 16)) == 16 and sum(rank0(48, 16).values()) == 32
+    assert rank0(6, 16) == {0: 1, 5: 1, 10: 1}  # 32 t / 6 = 0, 5.3, 10.7 below 16: one token each, 6 x 8 / 16 = 3
+    assert moe_rows.plain_topk_tokens(64, 1.1, 1.5, 256, 8, 4) == pytest.approx(96)
+    assert moe_rows.plain_topk_tokens(30, 1.2, 1.0, 256, 8, 4) == 32
+    assert moe_rows.plain_topk_tokens(16, 1.5, 1.2, 256, 8, 4) == pytest.approx(24)
+    assert moe_rows.plain_topk_tokens(64, 1.2, 1.2, 256, 8, 16) is None
+    assert moe_rows.plain_topk_tokens(20, 1.2, 1.2, 256, 8, 16) == pytest.approx(24)
+    assert moe_rows.plain_topk_tokens(100, 1.0, 1.0, 256, 8, 1) == 100
+
+
 needs_tables = pytest.mark.skipif(measured.data_root() is None, reason="aiconfigurator-core is not installed")
 
 

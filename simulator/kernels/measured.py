@@ -43,11 +43,13 @@ What we take from which table:
   collector/trtllm/collect_moe.py run_moe_torch) times one rank, rank 0 of a Mapping with that moe_ep_size /
   moe_tp_size, over num_tokens tokens routed by helper.balanced_logits (token t's i-th expert t x stride / n +
   i x stride, stride E / k), so below E / k tokens rank 0 holds n x k / ep distinct experts, one token each: the mean
-  rank's load at n uniformly routed tokens. The busiest rank holds `busiest` x the mean's distinct experts, so the
-  rows are read at tokens x busiest. Other engines' moe_ep_size rows take the roofline: their collectors' rank and
-  routing are not read here. The engine's MoE backend flag (runtime.moe_backend) picks the lanes
+  rank's load at n uniformly routed tokens, read at tokens x busiest (the busiest rank's distinct experts). From E / k
+  on rank 0 holds all its E / ep experts and, where ep divides k, n x k / ep routed tokens: read at tokens x
+  busiest_routed (its tokens per expert), another EP split not at all (moe_rows.plain_topk_tokens). Other engines'
+  moe_ep_size rows take the roofline: their collectors' rank and routing are not read here. The engine's MoE backend flag (runtime.moe_backend) picks the lanes
   (tables.MOE_BACKEND_LANES); TensorRT-LLM's TRTLLM backend reads the min-latency rows, routed by DeepSeek's grouped
-  top-k, at the count whose rank 0 holds the busiest rank's distinct experts (moe_rows.min_latency_tokens).
+  top-k, at the count whose rank 0 holds the busiest rank's distinct experts (moe_rows.min_latency_tokens), at
+  most E / k rows (from there on the rows' experts repeat).
 """
 from __future__ import annotations
 
@@ -217,8 +219,8 @@ class MeasuredKernels:
                     continue
                 if lane == MIN_LATENCY_LANE:  # rank 0's experts under the collector's grouped routing (moe_rows)
                     n = moe_rows.min_latency_tokens(s.tokens * s.topk / s.ep * s.busiest, s.experts, s.topk, s.ep)
-                else:  # a row's rank holds the mean rank's experts at num_tokens; the busiest rank `busiest` x as many
-                    n = max(1.0, s.tokens * s.busiest)
+                else:  # a row's rank 0 holds the mean rank's load at num_tokens; the busiest rank's count (moe_rows)
+                    n = moe_rows.plain_topk_tokens(s.tokens, s.busiest, s.busiest_routed, s.experts, s.topk, s.ep)
                 t = None if n is None else grid((n,))
                 return None if t is None else (t * s.share, _label(self.system, "moe", "moe_perf", engine, version))
         return None

@@ -6,9 +6,10 @@ moe_ep_size / moe_tp_size, which holds experts [0, E / ep), over num_tokens toke
 helper.balanced_logits(n, E, k): token t's k experts are floor(t x s / n) + i x s (s = ceil(E / k), i < k) below s
 tokens and (t + i x s) mod E from s on, its logits the softmax of that one-hot map (k equal high values, the rest
 equal low ones). Then, per lane:
-- CUTLASS rows (moe_torch_flow_cutlass; RenormalizeMoeRoutingMethod, plain top-k): each token gets those k experts,
-  so below s tokens rank 0 holds n x k / ep distinct experts, one token each: the mean rank's (measured._moe reads
-  them at tokens x busiest).
+- CUTLASS rows (and every lane but min-latency: RenormalizeMoeRoutingMethod, plain top-k): each token gets those k
+  experts, so below s tokens rank 0 holds n x k / ep distinct experts, one token each, and from s on all its E / ep
+  experts, n x k / E tokens each where ep divides k: either way the mean rank's n x k / ep routed tokens
+  (`plain_topk_tokens` gives the count whose rank 0 holds the busiest rank's load).
 - min-latency rows (moe_torch_flow_min_latency: min_latency_mode, the TRTLLM backend's trtllm-gen kernel, routed by
   DeepseekV3Gate(n_group 8, topk_group 4) inside the kernel, RoutingDeepSeek.cu routingMainKernel): each group of
   E / 8 contiguous experts holds exactly one of a token's high experts, so every group scores alike (its best two:
@@ -80,3 +81,20 @@ def min_latency_tokens(distinct: float, experts: int, k: int, ep: int) -> float 
         if held > held_below:
             below, held_below = n, held
     return None
+
+
+def plain_topk_tokens(tokens: float, busiest: float, busiest_routed: float, experts: int, k: int,
+                      ep: int) -> float | None:
+    """The plain top-k row count whose rank 0 holds the busiest rank's load, the row at `tokens` holding the mean
+    rank's. Below s = ceil(E / k) rows rank 0 holds n k / ep distinct experts, one token each: tokens x busiest (the
+    busiest rank's distinct experts). From s on it holds all E / ep of its experts, and, where ep divides k and E =
+    k s (rank 0 holds k / ep of each residue's experts), n k / ep routed tokens: the busiest rank's excess is then
+    in its tokens per expert, tokens x busiest_routed, at least s (its distinct experts, at most E / ep, read as all).
+    None from s on under another EP split: rank 0's routed tokens there are not the mean rank's (not read)."""
+    stride = math.ceil(experts / k)
+    n = max(1.0, tokens * busiest)
+    if n <= stride:
+        return n
+    if ep > 1 and (k % ep or experts != k * stride):
+        return None
+    return max(float(stride), tokens * busiest_routed)
