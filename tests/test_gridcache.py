@@ -3,7 +3,7 @@ for float; the folder follows the installed version; an unwritable folder only c
 import numpy as np
 import pytest
 
-from simulator.kernels import gridcache, measured
+from simulator.kernels import gridcache, measured, slicegrid
 
 if measured.data_root() is None:
     pytest.skip("aiconfigurator-core is not installed (the measured extra)", allow_module_level=True)
@@ -14,10 +14,10 @@ NOTHING = ("h100_sxm", "gemm", "gemm_perf", (("gemm_dtype", "no_such_dtype"),), 
 
 def test_a_grid_read_back_is_the_computed_one(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path))
-    computed = measured._grid.__wrapped__(*GEMM)
+    computed = slicegrid._grid.__wrapped__(*GEMM)
     assert len(list(tmp_path.rglob("*.npz"))) == 1
-    monkeypatch.setattr(measured, "grid_of_table", lambda *a: pytest.fail("read the table again"))
-    stored = measured._grid.__wrapped__(*GEMM)
+    monkeypatch.setattr(slicegrid, "grid_of_table", lambda *a: pytest.fail("read the table again"))
+    stored = slicegrid._grid.__wrapped__(*GEMM)
     assert stored is not computed and stored.log_axes == computed.log_axes
     assert all(np.array_equal(a, b) for a, b in zip(stored.axes, computed.axes))
     assert np.array_equal(stored.values, computed.values, equal_nan=True)
@@ -27,9 +27,9 @@ def test_a_grid_read_back_is_the_computed_one(tmp_path, monkeypatch):
 
 def test_a_table_that_covers_nothing_is_stored_as_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path))
-    assert measured._grid.__wrapped__(*NOTHING) is None
-    monkeypatch.setattr(measured, "grid_of_table", lambda *a: pytest.fail("read the table again"))
-    assert measured._grid.__wrapped__(*NOTHING) is None
+    assert slicegrid._grid.__wrapped__(*NOTHING) is None
+    monkeypatch.setattr(slicegrid, "grid_of_table", lambda *a: pytest.fail("read the table again"))
+    assert slicegrid._grid.__wrapped__(*NOTHING) is None
 
 
 def test_another_version_or_table_file_is_another_entry(tmp_path, monkeypatch):
@@ -47,12 +47,12 @@ def test_a_gemm_grid_is_another_entry_when_another_collection_changes(tmp_path, 
     monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path / "cache"))
     other = tmp_path / "other_gemm_perf.parquet"
     other.write_bytes(b"x")
-    monkeypatch.setattr(measured, "collection_files", lambda *a: (other,))
-    measured._grid.__wrapped__(*GEMM)
-    measured._grid.__wrapped__(*GEMM)
+    monkeypatch.setattr(slicegrid, "collection_files", lambda *a: (other,))
+    slicegrid._grid.__wrapped__(*GEMM)
+    slicegrid._grid.__wrapped__(*GEMM)
     assert len(list((tmp_path / "cache").rglob("*.npz"))) == 1
     other.write_bytes(b"xy")  # the other collection, reinstalled
-    measured._grid.__wrapped__(*GEMM)
+    slicegrid._grid.__wrapped__(*GEMM)
     assert len(list((tmp_path / "cache").rglob("*.npz"))) == 2
 
 
@@ -60,15 +60,15 @@ def test_an_unwritable_folder_computes_the_grid(tmp_path, monkeypatch):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     monkeypatch.setenv("SPECSIM_CACHE_DIR", str(blocker))
-    assert measured._grid.__wrapped__(*GEMM) is not None
+    assert slicegrid._grid.__wrapped__(*GEMM) is not None
     assert not list(tmp_path.rglob("*.npz"))
 
 
 def test_a_damaged_entry_is_computed_again(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path))
-    computed = measured._grid.__wrapped__(*GEMM)
+    computed = slicegrid._grid.__wrapped__(*GEMM)
     [stored] = tmp_path.rglob("*.npz")
     stored.write_bytes(stored.read_bytes()[:50])
-    again = measured._grid.__wrapped__(*GEMM)
+    again = slicegrid._grid.__wrapped__(*GEMM)
     assert np.array_equal(again.values, computed.values, equal_nan=True)
     assert gridcache.load(stored) is not gridcache.MISSING  # written whole again

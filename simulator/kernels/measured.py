@@ -55,10 +55,10 @@ from __future__ import annotations
 
 import math
 
-from ..cache import stored
-from . import gridcache, moe_rows
+from . import moe_rows
 from .grid import Grid
 from .shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
+from .slicegrid import _grid, grid_of_table  # noqa: F401
 from .tables import (ENGINE, ENGINE_VERSION, FILL_ENGINES, LANES, MIN_LATENCY_LANE, MOE_BACKEND_LANES,  # noqa: F401
                      PACKAGE, _version_key, collection_files, covered_systems, data_root, package_version, read_table,
                      table_path, witnesses)
@@ -310,47 +310,3 @@ def _chunk(full, cached: int, new: int) -> float | None:
     if whole is None or before is None:
         return None
     return max(whole - before, fresh)
-
-
-@stored
-def _grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple,
-          padded_axis: int | None = None, engine: str = ENGINE, version: str | None = None) -> Grid | None:
-    """The measured points of `table` matching `where` (column, value pairs) as a grid over `axes` (in the run's
-    store, and kept on disk per installed version: kernels/gridcache.py, keyed by the engine, the version asked and
-    the file read)."""
-    path = table_path(system, family, table, engine, version)
-    if path is None:
-        return None
-    also = collection_files(system, family, table) if _tested(family, padded_axis) else ()
-    entry = gridcache.entry(package_version(), path, (system, family, table, where, axes, log_axes, padded_axis,
-                                                      engine, version), also)
-    grid = gridcache.load(entry)
-    if grid is gridcache.MISSING:
-        grid = grid_of_table(system, family, table, where, axes, log_axes, padded_axis, engine, version)
-        gridcache.save(entry, grid)
-    return grid
-
-
-def _tested(family: str, padded_axis: int | None) -> bool:
-    """Whether a grid's slice is tested against the GPU's other collections (a GEMM table along m: grid.repeats)."""
-    return family == "gemm" and padded_axis is not None
-
-
-def grid_of_table(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple,
-                  padded_axis: int | None = None, engine: str = ENGINE, version: str | None = None) -> Grid | None:
-    """_grid read from the table itself."""
-    frame = read_table(system, family, table, engine, version)
-    if frame is None:
-        return None
-    mask = None
-    for column, value in where:
-        if column not in frame:
-            return None
-        hit = frame[column] == value
-        mask = hit if mask is None else mask & hit
-    rows = frame[mask] if mask is not None else frame
-    if rows.empty:
-        return None
-    others = witnesses(system, family, table, where, table_path(system, family, table, engine, version)) \
-        if _tested(family, padded_axis) else ()
-    return Grid.from_frame(rows, list(axes), log_axes, padded_axis=padded_axis, witnesses=others)
