@@ -1,5 +1,5 @@
-"""An MTP module's eh_proj (model.draft_cards.eh_proj_segment): its bytes and collective by hand, where it sits in the MTP
-pass and nowhere else, the engine profile that shards it (TensorRT-LLM 1.0.0, PR #5689) and the memory it holds."""
+"""An MTP module's eh_proj (model.draft_cards.eh_proj_segment): its bytes and collective by hand, where it sits in the
+MTP pass and nowhere else, the engine profile that shards it (TensorRT-LLM 1.0.0, PR #5689) and the memory it holds."""
 from __future__ import annotations
 
 import pytest

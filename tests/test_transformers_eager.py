@@ -44,7 +44,8 @@ def test_a_chain_verify_through_transformers_copies_the_query_once_a_layer():
     """transformers 4.37.1 LlamaSdpaAttention: a pass of more than one query token over the KV cache keeps a 4D mask
     (modeling_attn_mask_utils.py _prepare_4d_causal_attention_mask_for_sdpa), and with a mask the attention makes the
     query contiguous, a copy after apply_rotary_pos_emb, and the output's transpose().contiguous() copies at more than
-    one token: two launches more a layer in a chain verify (PLD's, SpS's; tools/specbench_calls.py), none in a decode step (mask None at one token) and none beyond tree_attention in a tree verify (Spec-Bench's own
+    one token: two launches more a layer in a chain verify (PLD's, SpS's; tools/specbench_calls.py), none in a decode
+    step (mask None at one token) and none beyond tree_attention in a tree verify (Spec-Bench's own
     modeling_llama_kv.py, matmul attention)."""
     from simulator.model.cost import PassShape
     from simulator.timing.machine import Machine
@@ -63,8 +64,8 @@ def test_a_chain_verify_through_transformers_copies_the_query_once_a_layer():
 def test_the_sps_loop_counts_the_assistants_two_token_forward():
     """Spec-Bench's SpS (transformers 4.37.1 assisted generation): each round the assistant's first forward takes two
     tokens (get_candidates crops its cache to new_cur_len - 2), so it builds the 4D mask (to_4d: 14 launches) and
-    copies the query and the output's transpose in each of Vicuna-68M's 2 layers (4), and reads the mask back (_unmask_unattended's
-    attention_mask.cpu()), as the target's chain verify does once more."""
+    copies the query and the output's transpose in each of Vicuna-68M's 2 layers (4), and reads the mask back
+    (_unmask_unattended's attention_mask.cpu()), as the target's chain verify does once more."""
     runtime = simulator.load_scenario(CASE, [("speculation.method", "draft_model"), (
         "speculation.draft_model", {"model": "../../models/vicuna_68m.yaml"})]).spec.runtime
     loop = 3 + 3 + 5 + 2 + 6 + 1 + 2 + 5  # the loop's own ops (get_candidates, setup, eos, mask, accept, ...)

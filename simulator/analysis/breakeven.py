@@ -143,8 +143,8 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
         around = StepSpec(main, drafts, behind_drafts=behind_draft_graph(host, spec.runtime),
                           mask_bytes=tree_mask_bytes(spec.runtime, tree, batch)) if drafts else None
         draft = drafter.host_us(tree, batch) + sum(us for us, _ in passes) + (
-            float(exposed_behind_drafts_us(around, graphed, sum(contexts) / len(contexts), machine.gpu))
-            if around is not None else 0.0)
+            sum(float(exposed_behind_drafts_us(around, graphed, c, machine.gpu)) for c in contexts) / len(contexts)
+            if around is not None else 0.0)  # at each context anchor, as the passes are (_pass_us)
         emitted = expected_emitted(acceptance, tree, config)
         other = step_overhead_us(host, spec.runtime, True, batch) + speculative_host_us(
             host, spec.runtime, batch, tree, emitted, spec.workload.stop_strings)
