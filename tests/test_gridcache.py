@@ -72,3 +72,18 @@ def test_a_damaged_entry_is_computed_again(tmp_path, monkeypatch):
     again = slicegrid._grid.__wrapped__(*GEMM)
     assert np.array_equal(again.values, computed.values, equal_nan=True)
     assert gridcache.load(stored) is not gridcache.MISSING  # written whole again
+
+
+def test_a_grid_read_for_a_stand_in_is_another_entry(tmp_path, monkeypatch):
+    """smooth (the tables standing in for another kernel: the fit alone) is part of the key: the A100's int4 GEMV,
+    whose m = 1 rows are held out unless smooth, is kept twice and each read back as computed."""
+    monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(slicegrid, "collection_files", lambda *a: ())  # the key alone tells them apart
+    int4 = ("a100_sxm", "gemm", "gemm_perf", (("gemm_dtype", "int4_wo"),), ("m", "n", "k"), (True, False, False), 0,
+            "trtllm", "1.0.0")
+    held, smooth = slicegrid._grid.__wrapped__(*int4), slicegrid._grid.__wrapped__(*int4, smooth=True)
+    assert len(list(tmp_path.rglob("*.npz"))) == 2
+    assert not np.array_equal(held.values, smooth.values, equal_nan=True)
+    monkeypatch.setattr(slicegrid, "grid_of_table", lambda *a: pytest.fail("read the table again"))
+    assert np.array_equal(slicegrid._grid.__wrapped__(*int4, smooth=True).values, smooth.values, equal_nan=True)
+    assert np.array_equal(slicegrid._grid.__wrapped__(*int4).values, held.values, equal_nan=True)

@@ -158,8 +158,9 @@ def test_the_profile_names_the_tables_and_the_report_and_keys_follow():
 
     sglang = load_scenario(H100_8B)
     vllm = load_scenario(H100_8B, ["engine.name=vllm", "engine.version=0.8.5"])
-    assert sglang.spec.runtime.kernel_database.model_dump() == {"engine": "sglang", "version": "0.5.14"}
-    assert vllm.spec.runtime.kernel_database.model_dump() == {"engine": "vllm", "version": "0.24.0"}
+    assert sglang.spec.runtime.kernel_database.model_dump() == {"engine": "sglang", "version": "0.5.14",
+                                                                "stands_in": False}
+    assert vllm.spec.runtime.kernel_database.model_dump() == {"engine": "vllm", "version": "0.24.0", "stands_in": False}
     timers = Machine(sglang).kernels, Machine(vllm).kernels
     assert timers[0].value_key != timers[1].value_key  # a kernel's stored time is keyed by whose table
     gemm = Kernel("g", 1.0, 1.0, "bf16", Gemm(4, 4096, 4096, "bf16"))
@@ -285,3 +286,4 @@ def test_rows_are_kept_as_measured_where_another_collection_repeats_their_scatte
     frame = measured.read_table("a100_sxm", "gemm", "gemm_perf", "trtllm", "1.0.0")
     _, rows = means(frame[frame.gemm_dtype == "int4_wo"], ["m", "n", "k"])
     assert not np.array_equal(int4.values, rows, equal_nan=True)  # fitted: some rows pooled
+

@@ -94,6 +94,27 @@ def test_a_grid_keeps_its_rows_where_a_witness_repeats_their_dip_and_fits_them_w
     assert alone.values.tolist() == fit.values.tolist()
 
 
+def test_a_table_standing_in_for_another_kernel_reads_the_fit_alone():
+    """smooth (runtime.kernel_database.stands_in): the m = 1 rows a sign test holds out (66 of 100 lines slower at
+    m = 1) are pooled like the rest, 3.0 with m = 2's 2.0 to 2.5; a witness repeating the dip (10, 8, 12) is not asked:
+    m = 1 and 2 pooled to 9, the grid with no witness."""
+    import pandas as pd
+    slower = np.vstack([np.array([3.0] * 66 + [1.0] * 34), np.full(100, 2.0), np.full(100, 4.0)])
+    smooth = Grid.from_frame(_frame(slower), ["m", "line"], (True, False), padded_axis=0, smooth=True)
+    assert smooth.values[0].tolist() == [2.5] * 66 + [1.0] * 34 and smooth.values[1].tolist() == [2.5] * 66 + [2.0] * 34
+    held = Grid.from_frame(_frame(slower), ["m", "line"], (True, False), padded_axis=0)
+    assert held.values[0].tolist() == slower[0].tolist()  # without the flag: held out, as measured
+    def table(lines, first, second):
+        return pd.DataFrame([(m, n, t) for n in lines for m, t in ((1, first), (2, second), (4, 12.0))],
+                            columns=["m", "line", "latency"])
+    same_dip = (table([0, 1, 7], 10.0, 8.0),)
+    own = table([0, 1, 2, 3], 10.0, 8.0)
+    smooth = Grid.from_frame(own, ["m", "line"], (True, False), padded_axis=0, witnesses=same_dip, smooth=True)
+    assert smooth.values[:, 0].tolist() == [9.0, 9.0, 12.0] and smooth.values[:, 3].tolist() == [9.0, 9.0, 12.0]
+    kept = Grid.from_frame(own, ["m", "line"], (True, False), padded_axis=0, witnesses=same_dip)
+    assert kept.values[:, 0].tolist() == [10.0, 8.0, 12.0]
+
+
 def _frame(values: np.ndarray):
     """A table of values[m index, line] at m = 1, 2, 4."""
     import pandas as pd

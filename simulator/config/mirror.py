@@ -476,8 +476,8 @@ class EngineKernels(Plain):
     _pydantic = ('simulator.config.scenario', 'EngineKernels')
 
 class KernelDatabase(Plain):
-    __slots__ = ('engine', 'version')
-    _fields = ('engine', 'version')
+    __slots__ = ('engine', 'version', 'stands_in')
+    _fields = ('engine', 'version', 'stands_in')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'KernelDatabase')
 
@@ -1451,6 +1451,7 @@ EngineKernels._before = None
 KernelDatabase._checks = (
     ('engine', Lit('sglang', 'vllm', 'trtllm'), _MISSING, None),
     ('version', Str(min_length=1, max_length=32), _MISSING, None),
+    ('stands_in', Bool(), False, None),
 )
 KernelDatabase._rules = ()
 KernelDatabase._before = None

@@ -94,6 +94,10 @@ class KernelDatabase(Strict):
     engine: Literal["sglang", "vllm", "trtllm"] = Field(description="The engine whose tables (the database's folder)")
     version: str = Field(min_length=1, max_length=32, description=(
         "The version read where the GPU's tables hold it, else the newest below it"))
+    stands_in: bool = Field(False, description=(
+        "The tables measured kernels other than the engine's (another engine's GEMMs standing in): a GEMM table is read "
+        "at its non-decreasing fit in m alone, without the m = 1 rows held out or a slice kept as measured (the measured "
+        "kernel's own one-row dispatch and per-shape choices); false: the engine runs the kernels the tables measured"))
 
 
 class DecoderKernels(Strict):

@@ -4,7 +4,8 @@ Each axis is interpolated linearly in its value or in log(value) (token counts, 
 is close to piecewise linear in log-space between their power-of-two grid points). A point outside an axis's range,
 or one whose surrounding cell lacks a measured corner, is not covered (None): the caller falls back. Along a padded
 axis (GEMM rows, MoE tokens) the points are fitted non-decreasing, unless another collection of the same op on the
-same GPU repeats their scatter about the fit (`repeats`): then they are kept as measured.
+same GPU repeats their scatter about the fit (`repeats`): then they are kept as measured. A table standing in for
+another kernel (`smooth`) reads the fit alone: the held-out smallest size and the repeated scatter are its kernel's.
 """
 from __future__ import annotations
 
@@ -23,17 +24,19 @@ class Grid:
 
     @classmethod
     def from_frame(cls, frame, columns: list[str], log_axes: tuple[bool, ...], value: str = "latency",
-                   padded_axis: int | None = None, witnesses: tuple = ()) -> "Grid":
+                   padded_axis: int | None = None, witnesses: tuple = (), smooth: bool = False) -> "Grid":
         """Duplicate measurements of one point are averaged. padded_axis: an axis along which a kernel's time does not
         fall as the size grows (GEMM rows, MoE tokens) but through the data's noise: each line along it is fitted by
         the closest non-decreasing sequence (`fitted`). witnesses: other collections of the same op on the same GPU
         (frames with the same columns); where this one's deviations from its fit repeat in theirs (`repeats`), the
-        rows are kept as measured: the scatter is the kernel's (a kernel choice per shape), not noise."""
+        rows are kept as measured: the scatter is the kernel's (a kernel choice per shape), not noise. smooth: the
+        table stands in for a kernel that is not the one it measured (runtime.kernel_database.stands_in): the fit with
+        no size held out and no witnesses asked, as the measured kernel's own excess and choices do not carry over."""
         axes, measured = means(frame, columns, value)
         values = measured
         if padded_axis is not None:
-            values = fitted(measured, padded_axis)
-            if witnesses:
+            values = fitted(measured, padded_axis, hold=not smooth)
+            if witnesses and not smooth:
                 own = np.log(measured / values)
                 others = [aligned(axes, *_residual(w, columns, value, padded_axis)) for w in witnesses]
                 if repeats(own, others):
@@ -76,12 +79,13 @@ def means(frame, columns: list[str], value: str = "latency") -> tuple[list[np.nd
     return axes, values
 
 
-def fitted(measured: np.ndarray, padded_axis: int) -> np.ndarray:
+def fitted(measured: np.ndarray, padded_axis: int, hold: bool = True) -> np.ndarray:
     """Each line along padded_axis fitted non-decreasing (`monotone`), the smallest size left as measured where it
-    is slower than the next on too many lines for noise (`held_out`): the kernel's own excess there."""
+    is slower than the next on too many lines for noise (`held_out`): the kernel's own excess there (hold False:
+    never left out, every size fitted)."""
     values = measured.copy()
     lines = np.moveaxis(values, padded_axis, 0)  # a view: the fit is written into values
-    start = 1 if held_out(lines) else 0
+    start = 1 if hold and held_out(lines) else 0
     lines[start:] = np.apply_along_axis(monotone, 0, lines[start:])
     return values
 

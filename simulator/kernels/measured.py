@@ -80,17 +80,21 @@ class MeasuredKernels:
     """Kernel times (us) on one measured GPU from one engine's tables (SGLang 0.5.14's where they lack a shape);
     `time_us(shape)` is None where no table covers the shape."""
 
-    def __init__(self, system: str, engine: str = ENGINE, version: str = ENGINE_VERSION, moe_backend: str | None = None):
+    def __init__(self, system: str, engine: str = ENGINE, version: str = ENGINE_VERSION, moe_backend: str | None = None,
+                 stands_in: bool = False):
         """moe_backend: the engine's MoE backend flag (runtime.moe_backend), whose lanes time the engine's MoE
-        (tables.MOE_BACKEND_LANES); None or one without lanes of its own: the engine's default lanes."""
-        self.system, self.engine, self.version = system, engine, version
+        (tables.MOE_BACKEND_LANES); None or one without lanes of its own: the engine's default lanes. stands_in: the
+        tables time kernels other than the engine's (runtime.kernel_database.stands_in): GEMMs read the fit in m alone
+        (grid.Grid.from_frame smooth), without the measured kernel's held-out m = 1 or its kept per-shape scatter."""
+        self.system, self.engine, self.version, self.stands_in = system, engine, version, stands_in
         default = (ENGINE, ENGINE_VERSION)
         self.tables = ((engine, version),) + (() if (engine, version) == default else (default,))
         self.moe_lanes = MOE_BACKEND_LANES.get(engine, {}).get(moe_backend)
         own = self.moe_lanes is not None and self.moe_lanes != LANES.get(engine, {}).get("moe")
         self.label = f"aiconfigurator-core {package_version()}, {system}, {engine} {version}" + \
             (f" (MoE backend {moe_backend})" if own else "") + \
-            ("" if (engine, version) == default else f", else {ENGINE} {ENGINE_VERSION}")
+            ("" if (engine, version) == default else f", else {ENGINE} {ENGINE_VERSION}") + \
+            (", standing in (GEMMs read at the fit in m)" if stands_in else "")
 
     def time_us(self, shape: KernelShape) -> float | None:
         return self.answer(shape)[0]
@@ -129,7 +133,7 @@ class MeasuredKernels:
         equal pieces, split along that dimension, that fit the grid."""
         for dtype in GEMM_DTYPES.get(s.dtype, ()):
             grid = _lane_grid(self.system, "gemm", "gemm_perf", (("gemm_dtype", dtype),), ("m", "n", "k"),
-                              (True, False, False), 0, engine, version)
+                              (True, False, False), 0, engine, version, self.stands_in)
             if grid is None:
                 continue
             pieces_m = math.ceil(s.m / grid.axes[0][-1])
@@ -236,11 +240,11 @@ def _answer(t: float | None, system: str, family: str, table: str, engine: str, 
 
 
 def _lane_grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple, padded_axis: int,
-               engine: str, version: str | None) -> Grid | None:
+               engine: str, version: str | None, smooth: bool = False) -> Grid | None:
     """The grid of the engine's first lane (LANES) that holds the slice; every row where the op names no lanes."""
     for source in LANES.get(engine, {}).get(family, (None,)):
         lane = (("kernel_source", source),) if source else ()
-        grid = _grid(system, family, table, lane + where, axes, log_axes, padded_axis, engine, version)
+        grid = _grid(system, family, table, lane + where, axes, log_axes, padded_axis, engine, version, smooth)
         if grid is not None:
             return grid
     return None

@@ -10,19 +10,20 @@ from .tables import ENGINE, collection_files, package_version, read_table, table
 
 @stored
 def _grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple,
-          padded_axis: int | None = None, engine: str = ENGINE, version: str | None = None) -> Grid | None:
+          padded_axis: int | None = None, engine: str = ENGINE, version: str | None = None,
+          smooth: bool = False) -> Grid | None:
     """The measured points of `table` matching `where` (column, value pairs) as a grid over `axes` (in the run's
-    store, and kept on disk per installed version: kernels/gridcache.py, keyed by the engine, the version asked and
-    the file read)."""
+    store, and kept on disk per installed version: kernels/gridcache.py, keyed by the engine, the version asked, the
+    file read and `smooth`: the fit alone, for a table standing in for another kernel, Grid.from_frame)."""
     path = table_path(system, family, table, engine, version)
     if path is None:
         return None
-    also = collection_files(system, family, table) if _tested(family, padded_axis) else ()
-    entry = gridcache.entry(package_version(), path, (system, family, table, where, axes, log_axes, padded_axis,
-                                                      engine, version), also)
+    also = collection_files(system, family, table) if _tested(family, padded_axis) and not smooth else ()
+    key = (system, family, table, where, axes, log_axes, padded_axis, engine, version) + (("smooth",) if smooth else ())
+    entry = gridcache.entry(package_version(), path, key, also)
     grid = gridcache.load(entry)
     if grid is gridcache.MISSING:
-        grid = grid_of_table(system, family, table, where, axes, log_axes, padded_axis, engine, version)
+        grid = grid_of_table(system, family, table, where, axes, log_axes, padded_axis, engine, version, smooth)
         gridcache.save(entry, grid)
     return grid
 
@@ -33,8 +34,9 @@ def _tested(family: str, padded_axis: int | None) -> bool:
 
 
 def grid_of_table(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple,
-                  padded_axis: int | None = None, engine: str = ENGINE, version: str | None = None) -> Grid | None:
-    """_grid read from the table itself."""
+                  padded_axis: int | None = None, engine: str = ENGINE, version: str | None = None,
+                  smooth: bool = False) -> Grid | None:
+    """_grid read from the table itself (smooth: no other collection read, Grid.from_frame)."""
     frame = read_table(system, family, table, engine, version)
     if frame is None:
         return None
@@ -48,5 +50,5 @@ def grid_of_table(system: str, family: str, table: str, where: tuple, axes: tupl
     if rows.empty:
         return None
     others = witnesses(system, family, table, where, table_path(system, family, table, engine, version)) \
-        if _tested(family, padded_axis) else ()
-    return Grid.from_frame(rows, list(axes), log_axes, padded_axis=padded_axis, witnesses=others)
+        if _tested(family, padded_axis) and not smooth else ()
+    return Grid.from_frame(rows, list(axes), log_axes, padded_axis=padded_axis, witnesses=others, smooth=smooth)

@@ -36,7 +36,8 @@ def roofline_reason(choice: str, gpu_spec) -> str | None:
 
 def kernel_source(choice: str, gpu_spec, tables=None, moe_backend: str | None = None) -> tuple[KernelSource | None, str]:
     """(source, note): the measured source, or None and the reason the roofline times every kernel. tables: the
-    engine's kernel database (runtime.kernel_database: engine, version), default SGLang 0.5.14's; moe_backend: the
+    engine's kernel database (runtime.kernel_database: engine, version, whether its tables stand in for the engine's
+    kernels), default SGLang 0.5.14's; moe_backend: the
     engine's MoE backend flag (runtime.moe_backend), whose lanes time its MoE."""
     reason = roofline_reason(choice, gpu_spec)
     if reason is not None:
@@ -44,4 +45,5 @@ def kernel_source(choice: str, gpu_spec, tables=None, moe_backend: str | None = 
     from . import measured
     if tables is None:
         return measured.MeasuredKernels(gpu_spec.kernel_database), ""
-    return measured.MeasuredKernels(gpu_spec.kernel_database, tables.engine, tables.version, moe_backend), ""
+    return measured.MeasuredKernels(gpu_spec.kernel_database, tables.engine, tables.version, moe_backend,
+                                    tables.stands_in), ""
