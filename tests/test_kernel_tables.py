@@ -287,3 +287,31 @@ def test_rows_are_kept_as_measured_where_another_collection_repeats_their_scatte
     _, rows = means(frame[frame.gemm_dtype == "int4_wo"], ["m", "n", "k"])
     assert not np.array_equal(int4.values, rows, equal_nan=True)  # fitted: some rows pooled
 
+
+def test_an_engine_whose_tables_stand_in_reads_the_a100_int4_gemv_without_its_held_out_one_row():
+    """gpt-fast's profile says SGLang's tables stand in for its kernels (kernel_database.stands_in: its int4 is tinygemm,
+    16-row tiles, read from TensorRT-LLM 1.0.0's A100 weight-only GEMV): that table's m = 1 rows, held out as measured
+    (slower than m = 2 on 187 of 246 lines), are pooled into the non-decreasing fit; an engine without the flag
+    (SGLang's, transformers') keeps them as measured. The flag is part of the grid's key: two grids, not one."""
+    import numpy as np
+    from simulator.kernels import slicegrid
+    from simulator.kernels.grid import means
+    cases = ROOT / "scenarios" / "validation" / "cases"
+    assert load_scenario(str(cases / "a100_llama2_decode.yaml")).spec.runtime.kernel_database.stands_in
+    assert not load_scenario(str(cases / "a100_vicuna13b_specbench.yaml")).spec.runtime.kernel_database.stands_in
+    where = (("gemm_dtype", "int4_wo"),)
+    args = ("a100_sxm", "gemm", "gemm_perf", where, ("m", "n", "k"), (True, False, False), 0, "trtllm", "1.0.0")
+    held, smooth = slicegrid._grid(*args), slicegrid._grid(*args, smooth=True)
+    frame = measured.read_table("a100_sxm", "gemm", "gemm_perf", "trtllm", "1.0.0")
+    axes, rows = means(frame[frame.gemm_dtype == "int4_wo"], ["m", "n", "k"])
+    assert axes[0][0] == 1 and np.array_equal(held.values[0], rows[0], equal_nan=True)  # m = 1 as measured
+    steps = np.diff(smooth.values, axis=0)
+    assert (steps[np.isfinite(steps)] >= 0).all()  # the fit, m = 1 included
+    slower = rows[0] > rows[1]
+    assert slower.sum() > 150 and (smooth.values[0][slower] < rows[0][slower]).all()
+    n, k = axes[1][int(np.argwhere(slower)[0][0])], axes[2][int(np.argwhere(slower)[0][1])]
+    shape = Gemm(1, int(n), int(k), "int4")
+    stand_in = measured.MeasuredKernels("a100_sxm", stands_in=True).answer(shape)
+    own = measured.MeasuredKernels("a100_sxm").answer(shape)
+    assert stand_in[1] == own[1] == "trtllm 1.0.0 int4_wo" and stand_in[0] < own[0]
+    assert measured.MeasuredKernels("a100_sxm", stands_in=True).label.endswith("standing in (GEMMs read at the fit in m)")
