@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..cache import stored
 from . import gridcache
 from .grid import Grid
-from .tables import ENGINE, collection_files, package_version, read_table, table_path, witnesses
+from .tables import ENGINE, collection_files, matching, package_version, read_table, table_path, witnesses
 
 
 @stored
@@ -40,14 +40,8 @@ def grid_of_table(system: str, family: str, table: str, where: tuple, axes: tupl
     frame = read_table(system, family, table, engine, version)
     if frame is None:
         return None
-    mask = None
-    for column, value in where:
-        if column not in frame:
-            return None
-        hit = frame[column] == value
-        mask = hit if mask is None else mask & hit
-    rows = frame[mask] if mask is not None else frame
-    if rows.empty:
+    rows = matching(frame, where)
+    if rows is None or rows.empty:
         return None
     others = witnesses(system, family, table, where, table_path(system, family, table, engine, version)) \
         if _tested(family, padded_axis) and not smooth else ()

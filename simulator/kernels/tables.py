@@ -12,6 +12,8 @@ import importlib.util
 import pathlib
 import re
 
+import numpy as np
+
 from ..cache import stored
 
 ENGINE = "sglang"
@@ -147,6 +149,16 @@ def covered_systems() -> tuple[str, ...]:
     return tuple(sorted(p.name for p in root.iterdir() if table_path(p.name, "gemm", "gemm_perf") is not None))
 
 
+def matching(frame, where: tuple):
+    """The rows of `frame` whose columns hold `where`'s (column, value) pairs; None where a column is missing."""
+    mask = np.ones(len(frame), dtype=bool)
+    for column, value in where:
+        if column not in frame:
+            return None
+        mask &= (frame[column] == value).to_numpy()
+    return frame[mask]
+
+
 def collection_files(system: str, family: str, table: str) -> tuple:
     """Every engine's and release's `table` file for this GPU: the collections `witnesses` reads."""
     root = data_root()
@@ -162,12 +174,9 @@ def witnesses(system: str, family: str, table: str, where: tuple, own: pathlib.P
     found = []
     for path in collection_files(system, family, table):
         frame = read_table(system, family, table, path.parent.parent.name, path.parent.name)
-        if frame is None or any(column not in frame for column, _ in rest):
+        rows = None if frame is None else matching(frame, rest)
+        if rows is None:
             continue
-        mask = frame.index == frame.index
-        for column, value in rest:
-            mask &= (frame[column] == value).to_numpy()
-        rows = frame[mask]
         groups = rows.groupby("kernel_source") if "kernel_source" in rows else ((None, rows),)
         found += [group for source, group in groups
                   if len(group) and not (path == own and (lane is None or source == lane))]

@@ -53,7 +53,7 @@ def kv_bytes_per_token_layer(card: ModelCard, tp: int) -> float:
 def weight_bytes_per_gpu(card: ModelCard, tp: int, own_vocab: bool = True, vocab_parallel: bool = True,
                          whole_embedding: bool = False) -> float:
     """All weights one rank holds (every expert shard), for the memory budget; with own_vocab False, without the
-    embedding and lm_head (an MTP module's: it uses the target's, model.cost.mtp_card); with vocab_parallel False,
+    embedding and lm_head (an MTP module's: it uses the target's, model.draft_cards.mtp_card); with vocab_parallel False,
     both whole on every rank (runtime.vocab_parallel); whole_embedding: the embedding alone whole."""
     if card.num_layers == 0:  # prediction heads (model.heads)
         from .heads import heads_weight_bytes

@@ -16,7 +16,7 @@ from ..timing.costs import FastStepCosts
 from ..timing.machine import Machine
 from ..timing.passbook import BookedCost, PassBook
 from ..timing.costtable import STEP_COST, CostTable, StepCost
-from ..timing.stepspec import PassSpec, StepSpec, exposed_behind_drafts_us
+from ..timing.stepspec import PassSpec, StepSpec, adds_behind_drafts, exposed_behind_drafts_us
 from ..timing.timeline import DURATION_ONLY, finish_pass
 from .drafting import OwnGPUDrafter
 from .overlap import check_two_batch_overlap, overlapped_result, split_plan
@@ -60,7 +60,7 @@ def draft_round(owner, step: StepSpec, context: int):
     for spec in step.drafts:
         result = yield from run_pass(owner, spec, context, main=False)
         graphed += result["duration"] if spec.graph else 0.0
-    if step.drafts and (step.behind_drafts[0] or step.mask_bytes != (0.0, 0.0)):
+    if step.drafts and adds_behind_drafts(step):
         around = float(exposed_behind_drafts_us(step, graphed, context, owner.machine.gpu))
         if around > 0:
             yield env.timeout(around)

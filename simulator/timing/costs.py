@@ -17,7 +17,7 @@ from ..cache import current, key_of
 from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors, context_anchors_many
 from .costtable import STEP_COST, CostTable, StepCost, StepCosts
 from .sampling import FAST_SAMPLES, rows_at_hand
-from .stepspec import StepSpec, exposed_behind_drafts_us
+from .stepspec import StepSpec, adds_behind_drafts, exposed_behind_drafts_us
 
 INDEX_BLOCK = 1 << 14
 _new = tuple.__new__  # step() builds its StepCost without NamedTuple's keyword wrapper: half the cost (hot path)
@@ -97,7 +97,7 @@ class FastStepCosts:
             draft += pass_us
             if d.graph:
                 graphed += pass_us
-        if step.behind_drafts[0] or step.mask_bytes != (0.0, 0.0):
+        if adds_behind_drafts(step):
             draft += exposed_behind_drafts_us(step, graphed, context, self.machine.gpu)
         return draft
 

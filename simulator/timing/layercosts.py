@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .costs import FastStepCosts
-from .stepspec import PassSpec, StepSpec, exposed_behind_drafts_us
+from .stepspec import PassSpec, StepSpec, adds_behind_drafts, exposed_behind_drafts_us
 from .linkpass import LinkPass
 from .machine import Machine
 from .passbook import BookedCost, PassBook
@@ -62,7 +62,7 @@ class LayerStepCosts:
             result = yield from self._run(env, d, context, main=False)
             draft += result["duration"]
             graphed += result["duration"] if d.graph else 0.0
-        if step.drafts and (step.behind_drafts[0] or step.mask_bytes != (0.0, 0.0)):
+        if step.drafts and adds_behind_drafts(step):
             around = float(exposed_behind_drafts_us(step, graphed, context, self.machine.gpu))
             if around > 0:
                 yield env.timeout(around)

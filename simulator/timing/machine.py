@@ -89,7 +89,7 @@ def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
 
     gpu = scenario.topology.gpu
     usable = gpu.memory_GB * 1e9 * scenario.spec.runtime.memory_fraction
-    # an MTP module uses the target's embedding and lm_head (model.cost.mtp_card): held once, with the target
+    # an MTP module uses the target's embedding and lm_head (model.draft_cards.mtp_card): held once, with the target
     # and its eh_proj beside its decoder layer (model.draft_cards.eh_proj_bytes)
     eh_proj = scenario.spec.runtime.mtp_eh_proj
     vocab_parallel = scenario.spec.runtime.vocab_parallel

@@ -140,7 +140,7 @@ def weight_bytes_per_gpu(scenario: Scenario) -> list[float]:
     whole in layers (the MTP modules without an embedding or lm_head: they use the target's)."""
     card, par = scenario.model, scenario.spec.parallelism
     held = held_draft_parts(scenario)
-    # (card, holds its own embedding and lm_head): an MTP module uses the target's (model.cost.mtp_card)
+    # (card, holds its own embedding and lm_head): an MTP module uses the target's (model.draft_cards.mtp_card)
     drafts = ([(draft_head_card(card), True)] if card.draft_head is not None and "draft_head" in held else []) + \
              ([(mtp_card(card), False)] if card.mtp_layers and "mtp" in held else []) + \
              ([(scenario.draft_model, True)] if scenario.draft_model is not None and "draft_model" in held else [])

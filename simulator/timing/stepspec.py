@@ -81,6 +81,11 @@ def tree_mask_bytes(runtime, tree, batch: int) -> tuple[float, float]:
     return (per_entry * tokens * batch, per_entry * tokens * tokens * batch)
 
 
+def adds_behind_drafts(step) -> bool:
+    """Whether the step issues ops behind its draft graph or moves a tree mask (exposed_behind_drafts_us)."""
+    return bool(step.behind_drafts[0]) or step.mask_bytes != (0.0, 0.0)
+
+
 def exposed_behind_drafts_us(step, graphed_us, context: int, gpu):
     """What the step adds past its graphed draft passes' GPU time (`graphed_us`, a float or an array of samples):
     the ops issued behind the draft graph run on the GPU after it, each at least the kernel floor, and the last can
