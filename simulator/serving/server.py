@@ -10,26 +10,18 @@ walks its own tree with its own acceptance draws. KV memory bounds the admitted 
 """
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
-from ..cache import current
-from ..cache.keys import json_of
-
-from ..model.cost import PassShape
 from ..speculation.setup import build_speculation
-from ..speculation.trees import Tree
 from .admission import Admission
 from .batch_view import BatchView
 from ..timing.costs import FastStepCosts
-from ..timing.stepspec import (PassSpec, StepSpec, behind_draft_graph, expected_emitted, hidden_scheduler_us,
-                               speculative_host_us, tree_mask_bytes,
-                               speculative_passes, step_overhead_us)
+from ..timing.stepspec import StepSpec
 from ..timing.machine import Machine
 from .records import (KIND_DECODE, KIND_PREFILL, KIND_SPEC, STEP_FACTS, STEP_FIELDS,  # noqa: F401  (re-exported)
                       StepFacts, StepLog)
 from .requests import make_requests
+from .stepspecs import StepSpecs
 from .walking import Walks
 from .decoding import decode
 from ..timing.clock import delay_to
@@ -55,9 +47,7 @@ class Server:
         self.now = env.now  # the server's clock: SimPy's, or ahead of it between fast steps (see _advance)
         self.machine = machine
         self.fast = fidelity == "fast"
-        self.runtime = spec.runtime
         self.workload = spec.workload
-        host = scenario.host
         setup = build_speculation(scenario, speculate)
         self.slots = setup.slots
         self.policy = setup.policy
@@ -82,11 +72,8 @@ class Server:
 
             self.costs = LayerStepCosts(machine, jitter, on_pass, seed=seed, network=links)
         self.max_steps = max_steps  # stop early (traces record the first steps only)
-        # the scheduler's per-step host work overlaps the GPU in plain decode, not while speculating (SGLang)
-        self._host = host
-        self._acceptance_config = spec.speculation.acceptance
-        # what a step's spec is computed from besides its arguments, by value (the run's store keys them by it)
-        self._spec_value = (machine.key, hashlib.sha1(json_of(spec).encode()).hexdigest(), speculate)
+        self.specs = StepSpecs(machine, self.slots, speculate)  # what each step runs (serving.stepspecs)
+        self.step_spec, self.proposer = self.specs.step_spec, self.specs.proposer  # bound once: the decode loop's
         self.routed = routed
         self.on_prefilled = None  # a prefill instance's hand-off of prefilled requests (serving.disaggregation)
         self.kv_received: list[tuple[float, float]] = []  # a decode instance's KV transfers: (bytes per rank, us)
@@ -118,46 +105,6 @@ class Server:
         return self.admission.preemptions
 
     # -- step costs ----------------------------------------------------------------------------------------------
-    def step_spec(self, kind: int, decision, batch: int, tokens: int = 1, proposed: int | None = None) -> StepSpec:
-        """The passes and host costs of a step, in the run's store by value (the scenario's, the step's).
-        `proposed`: drafts a request the drafter proposed this step, where the engine verifies what was proposed
-        (runtime.verify_tokens: proposed)."""
-        return current().get(("server.step_spec", self._spec_value, kind, decision, batch, tokens, proposed),
-                             lambda: self._step_spec(kind, decision, batch, tokens, proposed))
-
-    def proposer(self, decision):
-        """The drafter's proposal length per request (TextAcceptance.proposed) where the engine verifies what it
-        proposed; None where the verify is the decision's tree (runtime.verify_tokens fixed, or a model drafter)."""
-        if not decision or self.runtime.verify_tokens != "proposed":
-            return None
-        return getattr(self.slots[decision.drafter].acceptance, "proposed", None)
-
-    def _step_spec(self, kind: int, decision, batch: int, tokens: int, proposed: int | None = None) -> StepSpec:
-        rt, host = self.runtime, self._host
-        # the scheduler's host work a step (of this batch) overlaps the GPU in plain decode, not while speculating
-        # (SGLang's overlap scheduler; the engine profile's)
-        other_spec, hidden_verify = step_overhead_us(host, rt, True, batch), hidden_scheduler_us(host, rt, True, batch)
-        if kind == KIND_PREFILL:
-            return StepSpec(PassSpec("target", PassShape(tokens, batch), False), other_us=other_spec,
-                            hidden_us=hidden_verify)
-        if kind == KIND_DECODE:
-            return StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode),
-                            other_us=step_overhead_us(host, rt, False, batch),
-                            hidden_us=hidden_scheduler_us(host, rt, False, batch))
-        slot, tree = self.slots[decision.drafter], decision.tree
-        drafter, emitted = slot.drafter, expected_emitted(slot.acceptance, tree, self._acceptance_config)
-        drafted = drafter.host_us(tree, batch)  # the drafter's work, bounded by its configured drafts
-        if proposed == 0:  # nothing proposed: the engine runs a plain decode pass (no verify metadata), the drafter ran
-            return StepSpec(PassSpec("target", PassShape(1, batch), rt.cuda_graph_decode), (), drafted,
-                            other_spec, hidden_verify)
-        if proposed is not None:
-            tree = Tree.chain(proposed)
-        verify, drafts = speculative_passes(drafter, tree, batch, rt, rt.cuda_graph_verify)
-        return StepSpec(verify, drafts, drafted,
-                        other_spec + speculative_host_us(self._host, rt, batch, tree, emitted,
-                                                               self.workload.stop_strings),
-                        hidden_verify, behind_draft_graph(self._host, rt), tree_mask_bytes(rt, tree, batch))
-
     def _timed_cost(self, spec: StepSpec, context: int):
         """Generator: a prefill step's time passes; returns its StepCost for the log (fast
         fidelity evaluates only the rows it draws, sparse_step; the decode loop, serving/decoding.py, draws its step
