@@ -71,3 +71,25 @@ def test_the_profiles_spec_bench_syncs_name_the_tool():
         assert host[key]["syncs"]["kind"] == "counted"
         assert "tools/specbench_syncs.py" in host[key]["syncs"]["source"]
     assert host["draft_model"]["syncs_per_draft_step"]["value"] > 0
+
+
+def test_gpt_fasts_model_module_does_not_hide_spec_benchs_model_package(tmp_path, monkeypatch):
+    """tools/specbench_calls.py runs gpt-fast (model.py) and Spec-Bench's methods (model/ package) in one process:
+    gpt-fast's modules are imported without staying in sys.modules, so `model.pld` still imports after it."""
+    import sys
+    gptfast, specbench = tmp_path / "gptfast", tmp_path / "specbench"
+    (specbench / "model").mkdir(parents=True)
+    gptfast.mkdir()
+    (gptfast / "model.py").write_text("WHOSE = 'gpt-fast'\n")
+    (gptfast / "tp.py").write_text("")
+    (gptfast / "generate.py").write_text("from model import WHOSE\nimport tp\n")
+    (specbench / "model" / "__init__.py").write_text("")
+    (specbench / "model" / "pld.py").write_text("WHOSE = 'spec-bench'\n")
+    monkeypatch.syspath_prepend(str(specbench))
+    for name in ("model", "model.pld", "generate", "tp"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    generate, model = load_tool("specbench_calls").gptfast_modules(str(gptfast))
+    assert generate.WHOSE == model.WHOSE == "gpt-fast"
+    import importlib
+    assert importlib.import_module("model.pld").WHOSE == "spec-bench"
+    assert str(gptfast) not in sys.path

@@ -86,12 +86,29 @@ def per_step(short: dict, long: dict, steps: int) -> dict:
             if long.get(k, 0) != short.get(k, 0)}
 
 
+GPTFAST_MODULES = ("model", "generate", "tp")  # gpt-fast's top-level modules generate.py imports
+
+
+def gptfast_modules(path: str):
+    """gpt-fast's generate and model modules, imported from `path` without leaving them in sys.modules: its model.py
+    and Spec-Bench's model/ package share the top-level name `model`, so a method run after gpt-fast (or before it)
+    imports its own."""
+    import importlib
+    saved = {name: sys.modules.pop(name) for name in GPTFAST_MODULES if name in sys.modules}
+    sys.path.insert(0, path)
+    try:
+        return importlib.import_module("generate"), importlib.import_module("model")
+    finally:
+        sys.path.remove(path)
+        for name in GPTFAST_MODULES:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved)
+
+
 def gptfast_counts(path: str, layers: int, steps: int) -> dict:
     """A decode token's calls in gpt-fast's eager loop (decode_n_tokens), tiny Llama-shaped model of `layers`."""
     import torch
-    sys.path.insert(0, path)
-    import generate
-    import model as gf
+    generate, gf = gptfast_modules(path)
     torch.manual_seed(0)
     args = gf.ModelArgs(block_size=512, n_layer=layers, n_head=4, dim=64, intermediate_size=128, vocab_size=1000)
     m = gf.Transformer(args).eval()
