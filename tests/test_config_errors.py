@@ -272,3 +272,29 @@ def test_an_engine_profiles_host_input_out_of_bounds_is_one_line_naming_the_prof
     assert code == 2 and out == ""
     assert_one_line(err, str(broken), "speculative_host.default.tree_mask_bytes_per_entry", "less than or equal to 64",
                     "allowed: <= 64")
+
+
+def test_an_engine_profiles_runtime_value_out_of_bounds_names_the_profile_not_the_scenario(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """Any runtime value the profile gives (here scheduler_step_us, >= 0) outside the runtime's bounds is the profile
+    file's mistake: one line naming that file, exit 2; a scenario's own runtime value stays the scenario's."""
+    import simulator.config.engine_profile as engine_profile
+
+    shipped = engine_profile.profile_path("sglang", "0.4.4.post2")
+    with open(shipped, encoding="utf-8") as handle:
+        text = handle.read()
+    old = "scheduler_step_us:\n  value: null\n"
+    assert text.count(old) == 1
+    broken = tmp_path / "0.4.4.post2.yaml"
+    broken.write_text(text.replace(old, "scheduler_step_us:\n  value: -5.0\n"))
+    original = engine_profile.profile_path
+    monkeypatch.setattr(engine_profile, "profile_path", lambda name, version: str(broken) if (
+        name, version) == ("sglang", "0.4.4.post2") else original(name, version))
+    case = scenario_path("validation/cases/h100x8_llama70b_sglang_mtbench.yaml")
+    code, out, err = run_cli(capsys, case, "--set", "workload.requests=1")
+    assert code == 2 and out == ""
+    assert_one_line(err, str(broken), "runtime.scheduler_step_us", "from this engine profile", "allowed: >= 0")
+    code, out, err = run_cli(capsys, case, "--set", "workload.requests=1", "--set", "runtime.step_eager_ops=-1")
+    assert code == 2 and out == ""
+    assert_one_line(err, case, "runtime.step_eager_ops")
+    assert str(broken) not in err

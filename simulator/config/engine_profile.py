@@ -248,7 +248,13 @@ def apply_engine(spec, topology, file: str, user_keys=None):
     user = set(spec.runtime.model_fields_set if user_keys is None else user_keys)
     taken = {key: value for key, value in defaults.items() if key not in user}
     own = spec.runtime.model_dump(mode="json", include=user)
-    runtime = validate(Runtime, {**own, **taken}, file, "runtime")
+    try:
+        runtime = validate(Runtime, {**own, **taken}, file, "runtime")
+    except ConfigError as error:  # a value the profile gave (the flags are checked to the runtime's bounds): its file's
+        key = error.path.split(".")[1] if error.path.startswith("runtime.") else None
+        if key not in taken:
+            raise
+        raise ConfigError(path, error.path, f"{error.problem}, from this engine profile", error.allowed) from None
     spec, ngram_keys = _with_ngram_host(spec.model_copy(update={"runtime": runtime}), profile)
     spec, policy_keys = _with_policy(spec, profile, flags_of(engine).get("script") or spec.speculation.method)
     spec, cap_keys = _with_draft_cap(spec, profile)
