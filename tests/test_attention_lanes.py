@@ -1,13 +1,13 @@
-"""Which measured attention kernel a lookup reads (kernels/tables.py LANES, measured._attention): the engine's lanes
-name every kernel_source label the package's attention tables hold but the two left out on purpose, the A100's
-SGLang tables (FlashAttentionBackend, `flash_attention`) answer, and decode and prefill each take the engine's first
-lane that holds them. Expected times are the Parquet rows themselves, read with pandas here."""
+"""Which measured attention kernel a lookup reads (kernels/tables.py LANES, measured_attention.gqa_attention): the
+engine's lanes name every kernel_source label the package's attention tables hold but the two left out on purpose,
+the A100's SGLang tables (FlashAttentionBackend, `flash_attention`) answer, and decode and prefill each take the
+engine's first lane that holds them. Expected times are the Parquet rows themselves, read with pandas here."""
 from __future__ import annotations
 
 import pytest
 
 from simulator.cache import Store, held
-from simulator.kernels import measured
+from simulator.kernels import measured, measured_attention
 from simulator.kernels.shapes import Attention
 
 if measured.data_root() is None:
@@ -61,7 +61,7 @@ def test_a_lane_without_a_prefill_table_takes_the_engines_next_lane_for_prefill(
     from vLLM's own next lane, not from SGLang's tables."""
     lanes = {**measured.LANES, "vllm": {**measured.LANES["vllm"], "attention": (
         "vllm_flashinfer_trtllmdecode", "vllm_flashinfer_trtllmprefill")}}
-    monkeypatch.setattr(measured, "LANES", lanes)
+    monkeypatch.setattr(measured_attention, "LANES", lanes)  # where attention reads its lanes
     with held(Store()):
         b200 = measured.MeasuredKernels("b200_sxm", "vllm", "0.24.0")
         decode = _row_us("b200_sxm", "generation_attention_perf", "vllm", "vllm_flashinfer_trtllmdecode",

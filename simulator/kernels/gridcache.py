@@ -3,11 +3,11 @@ and values as a small .npz in the user's cache folder, so a warm run reads a few
 importing pandas and pyarrow and reading the Parquet tables (~1 s of CPU and ~180 MB).
 
 Built once per installed version: the folder is named by aiconfigurator-core's version and a digest of the code
-that turns a table into a grid (slicegrid.py, measured.py, tables.py, grid.py), and each entry's key holds its table
-file's size and modification time (and those of the other collections a GEMM grid is tested against), so a
-reinstalled database or a changed reader never reads a stale grid. The folder is $SPECSIM_CACHE_DIR, else
-$XDG_CACHE_HOME/specsim, else ~/.cache/specsim; where it cannot be written the grid is computed every time, as
-before.
+that turns a table into a grid (slicegrid.py, measured.py and measured_attention.py, tables.py, grid.py), and each
+entry's key holds its table file's size and modification time (and those of the other collections a GEMM grid is
+tested against), so a reinstalled database or a changed reader never reads a stale grid. The folder is
+$SPECSIM_CACHE_DIR, else $XDG_CACHE_HOME/specsim, else ~/.cache/specsim; where it cannot be written the grid is
+computed every time, as before.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def cache_root() -> pathlib.Path:
 
 def folder(package_version: str) -> pathlib.Path:
     here = pathlib.Path(__file__).parent
-    readers = ("slicegrid.py", "measured.py", "tables.py", "grid.py", "gridcache.py")
+    readers = ("slicegrid.py", "measured.py", "measured_attention.py", "tables.py", "grid.py", "gridcache.py")
     code = hashlib.sha256(b"".join((here / name).read_bytes() for name in readers))
     return cache_root() / "kernel-grids" / f"aiconfigurator-core-{package_version}-{code.hexdigest()[:12]}"
 

@@ -26,17 +26,7 @@ What we take from which table:
   (FILL_ENGINES). Those tables are per-channel; group metadata (int4 group 32 with a bf16 scale: 2/32 bytes per
   weight more, with a bf16 zero point too: 4/32) is streamed at the rate the kernel was measured to stream the
   weights.
-- GQA attention: decode and verify from generation_attention_perf. A verify of q tokens per request reads the
-  request's KV once with q times the query rows per KV head, as FlashAttention's packed-GQA layout and FlashMLA do,
-  so it is looked up as decode with q x the query heads at its KV-head count (the table times 1 to 128 query heads
-  over one KV head alike: one read of the cache); the causal or tree mask among the q new tokens touches q^2 of
-  q x kv_len scores and is not resolved. A verify wider than that grid (a tree, a chain of 5+ at 32 heads over 8) is
-  decode tiled by its rows (_tiled), each tile reading the cache once; no table holds a verify's own shape (every
-  generation row is one query token, every context row a prefill with no cache). Prefill from
-  context_attention_perf: a chunk of q tokens after L cached ones costs ctx(L + q) - ctx(L) (causal work
-  t (L + t/2)), at least a fresh ctx(q) and the decode of its cache (_read_once).
-- MLA: generation_mla_perf / context_mla_perf the same way (one latent head); the absorbed per-head projections
-  from mla_bmm_perf.
+- GQA attention and MLA: decode, verify and prefill chunks (kernels/measured_attention.py).
 - MoE: moe_perf, the fused expert block (router and all-to-all excluded), `balanced` routing (uniform, as the
   simulator's routing model), at the token count that touches as many distinct experts as the pass does. Under
   expert parallelism (ep > 1) TensorRT-LLM's rows only (EP_TABLES): its collector (aiconfigurator
@@ -54,24 +44,22 @@ What we take from which table:
 from __future__ import annotations
 
 import math
+from functools import partial
 
 from . import moe_rows
 from .grid import Grid
-from .shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
+from .measured_attention import ATTENTION
+from .shapes import Gemm, KernelShape, MoE
 from .slicegrid import _grid, grid_of_table  # noqa: F401
 from .tables import (ENGINE, ENGINE_VERSION, FILL_ENGINES, LANES, MIN_LATENCY_LANE, MOE_BACKEND_LANES,  # noqa: F401
                      PACKAGE, _version_key, collection_files, covered_systems, data_root, package_version, read_table,
-                     table_path, witnesses)
+                     table_label, table_path, witnesses)
 
-PACKED_QUERY_MAX = 16  # verify / draft passes up to this many tokens per request use the packed decode kernel
-VERIFY_QUERY_MAX = 256  # the widest verify the configuration allows (draft_tokens <= 255, plus the root): _tiled
-TILE_ROWS = 128  # FA3's SM90 tile at head_dim 97-256 (hopper/tile_size.h kBlockM), flashinfer's largest (k4x1x2)
 GEMM_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block", "fp8"), "fp4": ("nvfp4",),
                "int8": ("int8_wo",), "int4": ("int4_wo",)}  # int8/int4 GEMMs are weight-only (bf16 activations)
 WEIGHT_ONLY = {"int8_wo": 1.0, "int4_wo": 0.5}  # per-channel weight-only tables: bytes per weight
 MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block",), "int4": ("int4_wo",),
               "fp4": ("nvfp4",)}
-KV_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 # engines whose moe_perf rows under expert parallelism are read (their collector's rank and routing: module doc)
 EP_TABLES = ("trtllm",)
 
@@ -105,8 +93,8 @@ class MeasuredKernels:
 
     def _lookup(self, shape: KernelShape) -> tuple[float | None, str | None, bool]:
         """answer's pair and whether the engine's own tables (the first asked) gave it."""
-        lookup = {Gemm: self._gemm, Attention: self._attention, MLAttention: self._mla, MLABmm: self._mla_bmm,
-                  MoE: self._moe}.get(type(shape))
+        attention = ATTENTION.get(type(shape))  # GQA, MLA, MLA's projections: kernels/measured_attention.py
+        lookup = partial(attention, self.system) if attention else {Gemm: self._gemm, MoE: self._moe}.get(type(shape))
         if lookup is None:
             return None, None, False
         chain = self.tables + (tuple((e, None) for e in FILL_ENGINES) if isinstance(shape, Gemm) else ())
@@ -142,70 +130,9 @@ class MeasuredKernels:
             if t is None:
                 return None
             fill = f" {dtype}" if version is None and engine != ENGINE else ""
-            return t * pieces_m * pieces_n * _group_scales(s, dtype), _label(self.system, "gemm", "gemm_perf", engine,
-                                                                              version) + fill
+            return (t * pieces_m * pieces_n * _group_scales(s, dtype),
+                    table_label(self.system, "gemm", "gemm_perf", engine, version) + fill)
         return None
-
-    def _attention(self, s: Attention, engine: str, version: str | None) -> tuple[float, str] | None:
-        """Decode / verify from the first lane (LANES) whose generation table holds the slice, a prefill chunk from the
-        first whose context table times it: a lane without prefill rows takes the engine's next lane before another
-        engine's tables (one backend can be measured under a label per phase, vLLM's FlashInfer on Blackwell:
-        trtllmdecode / trtllmprefill; aiconfigurator's own lane walk is per table alike)."""
-        kv = KV_DTYPES.get(s.kv_dtype)
-        tables = engine, version
-        found = next(_attention_lanes(self.system, "generation_attention_perf", ("batch_size", "num_heads",
-                     "num_key_value_heads", "kv"), (True, False, False, True), s, kv, tables), None)
-        if found is None:
-            return None
-        where, decode = found
-        generation = lambda t: _answer(t, self.system, "attention", "generation_attention_perf", *tables)
-        if s.q_len == 1 or (s.q_len <= PACKED_QUERY_MAX and s.heads * s.q_len <= decode.axes[1][-1]):
-            t = _packed(self.system, where, decode, s.batch, s.heads * s.q_len, s.kv_heads, s.kv_len + s.q_len,
-                        tables)
-            if t is not None or s.q_len == 1:
-                return generation(t)
-        if s.q_len <= VERIFY_QUERY_MAX and s.q_len <= s.kv_len:
-            t = _tiled(self.system, where, s, tables)
-            if t is not None:
-                return generation(t)
-        read = _packed(self.system, where, decode, s.batch, s.heads, s.kv_heads, s.kv_len + s.q_len, tables)
-        for _, prefill in _attention_lanes(self.system, "context_attention_perf", ("batch_size", "isl", "num_heads",
-                                           "num_key_value_heads"), (True, True, False, False), s, kv, tables,
-                                           (("step", 0),)):
-            chunk = _chunk(lambda n: prefill((s.batch, n, s.heads, s.kv_heads)), s.kv_len, s.q_len)
-            if chunk is not None:
-                return _answer(_read_once(chunk, read), self.system, "attention", "context_attention_perf", *tables)
-        return None
-
-    def _mla(self, s: MLAttention, engine: str, version: str | None) -> tuple[float, str] | None:
-        kv = KV_DTYPES.get(s.kv_dtype)
-        where = (("kv_cache_dtype", kv), ("mla_dtype", "bfloat16"))
-        decode = _grid(self.system, "mla", "generation_mla_perf", where, ("batch_size", "num_heads", "kv"),
-                       (True, False, True), engine=engine, version=version)
-        if decode is None:
-            return None
-        generation = lambda t: _answer(t, self.system, "mla", "generation_mla_perf", engine, version)
-        if s.q_len == 1 or (s.q_len <= PACKED_QUERY_MAX and s.heads * s.q_len <= decode.axes[1][-1]):
-            return generation(decode((s.batch, s.heads * s.q_len, s.kv_len + s.q_len)))
-        if s.q_len <= VERIFY_QUERY_MAX and s.q_len <= s.kv_len:  # one latent head: rows are q x the heads (_tiled)
-            tiles = math.ceil(s.heads * s.q_len / TILE_ROWS)
-            t = decode((s.batch * tiles, s.heads * s.q_len / tiles, s.kv_len + s.q_len))
-            if t is not None:
-                return generation(t)
-        prefill = _grid(self.system, "mla", "context_mla_perf", where, ("batch_size", "isl", "num_heads"),
-                        (True, True, False), engine=engine, version=version)
-        if prefill is None:
-            return None
-        chunk = _chunk(lambda n: prefill((s.batch, n, s.heads)), s.kv_len, s.q_len)
-        t = _read_once(chunk, decode((s.batch, s.heads, s.kv_len + s.q_len)))
-        return _answer(t, self.system, "mla", "context_mla_perf", engine, version)
-
-    def _mla_bmm(self, s: MLABmm, engine: str, version: str | None) -> tuple[float, str] | None:
-        dtype = {"fp8": "fp8"}.get(s.dtype, "bfloat16")
-        grid = _grid(self.system, "mla_bmm", "mla_bmm_perf", (("op_name", f"mla_gen_{s.which}"), ("bmm_dtype", dtype)),
-                     ("num_tokens", "num_heads"), (True, False), engine=engine, version=version)
-        return None if grid is None else _answer(grid((s.tokens, s.heads)), self.system, "mla_bmm", "mla_bmm_perf",
-                                                 engine, version)
 
     def _moe(self, s: MoE, engine: str, version: str | None) -> tuple[float, str] | None:
         if s.ep > 1 and engine not in EP_TABLES:  # the roofline times it (module doc)
@@ -226,17 +153,9 @@ class MeasuredKernels:
                 else:  # a row's rank 0 holds the mean rank's load at num_tokens; the busiest rank's count (moe_rows)
                     n = moe_rows.plain_topk_tokens(s.tokens, s.busiest, s.busiest_routed, s.experts, s.topk, s.ep)
                 t = None if n is None else grid((n,))
-                return None if t is None else (t * s.share, _label(self.system, "moe", "moe_perf", engine, version))
+                return None if t is None else (t * s.share,
+                                               table_label(self.system, "moe", "moe_perf", engine, version))
         return None
-
-
-def _label(system: str, family: str, table: str, engine: str, version: str | None) -> str:
-    """'engine version' of the table file read (the version the lookup resolved to)."""
-    return f"{engine} {table_path(system, family, table, engine, version).parent.name}"
-
-
-def _answer(t: float | None, system: str, family: str, table: str, engine: str, version: str | None):
-    return None if t is None else (t, _label(system, family, table, engine, version))
 
 
 def _lane_grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple, padded_axis: int,
@@ -250,67 +169,9 @@ def _lane_grid(system: str, family: str, table: str, where: tuple, axes: tuple, 
     return None
 
 
-def _attention_lanes(system: str, table: str, axes: tuple, log_axes: tuple, s: Attention, kv: str | None,
-                     tables: tuple, extra: tuple = ()):
-    """(where, grid) of each of the engine's attention lanes whose `table` holds this head size and KV dtype, in
-    lane order."""
-    for source in LANES.get(tables[0], {}).get("attention", (None,)):
-        where = ((("kernel_source", source),) if source else ()) + (("head_dim", s.head_dim), ("kv_cache_dtype", kv))
-        grid = _grid(system, "attention", table, where + extra, axes, log_axes, None, *tables)
-        if grid is not None:
-            yield where, grid
-
-
 def _group_scales(s: Gemm, measured_dtype: str) -> float:
     """A weight-only kernel measured per-channel (int8_wo / int4_wo: one scale per output column), standing for weights
     with group scales: the kernel streams the scales' bytes too, at the rate it was measured to stream the weights."""
     if measured_dtype not in WEIGHT_ONLY or s.scale_bytes <= 0:
         return 1.0
     return 1.0 + s.scale_bytes / WEIGHT_ONLY[measured_dtype]
-
-
-def _packed(system: str, where: tuple, across: Grid, batch: int, rows: int, kv_heads: int, kv: int,
-            tables: tuple) -> float | None:
-    """Decode with `rows` query heads over `kv_heads` (a verify: q x the heads) from the points measured at that
-    KV-head count: across counts the heads axis holds others' values (24 with 8 KV heads), holes at 1 KV head.
-    tables: (engine, version) whose."""
-    own = _grid(system, "attention", "generation_attention_perf", where + (("num_key_value_heads", kv_heads),),
-                ("batch_size", "num_heads", "kv"), (True, False, True), None, *tables)
-    if own is not None:
-        return own((batch, rows, kv))
-    return across((batch, rows, kv_heads, kv))
-
-
-def _tiled(system: str, where: tuple, s: Attention, tables: tuple) -> float | None:
-    """A verify wider than the table at its KV-head count: the kernel packs each KV head's q x group query rows into
-    tiles of TILE_ROWS, each reading that head's cache once: decode of batch x KV heads x tiles requests of 1 KV head,
-    rows / tiles query heads each. Assumed: b requests of K KV heads cost what b x K of 1 do (a grid of blocks per
-    request, KV head and tile; the tables' pairs agree within 5%, median: tests). The causal mask among the q new
-    tokens (at most a quarter of the keys charged while q <= the cached length) is not resolved."""
-    one = _grid(system, "attention", "generation_attention_perf", where + (("num_key_value_heads", 1),),
-                ("batch_size", "num_heads", "kv"), (True, False, True), None, *tables)
-    if one is None:
-        return None
-    rows = s.q_len * s.heads / s.kv_heads
-    tiles = math.ceil(rows / TILE_ROWS)
-    return one((s.batch * s.kv_heads * tiles, rows / tiles, s.kv_len + s.q_len))
-
-
-def _read_once(chunk: float | None, decode: float | None) -> float | None:
-    """A chunk's time from full prefills, at least the decode of one query a request over the same cache: the
-    difference ctx(L + q) - ctx(L) holds the chunk's own work, not the read of the L cached tokens' KV, which a pass
-    over the cache makes at least once."""
-    if chunk is None or decode is None:
-        return chunk
-    return max(chunk, decode)
-
-
-def _chunk(full, cached: int, new: int) -> float | None:
-    """Attention of `new` tokens after `cached` ones, from full causal prefills: ctx(L + q) - ctx(L), >= ctx(q)."""
-    fresh = full(new)
-    if fresh is None or cached <= 0:
-        return fresh
-    whole, before = full(cached + new), full(cached)
-    if whole is None or before is None:
-        return None
-    return max(whole - before, fresh)

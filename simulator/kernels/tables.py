@@ -25,7 +25,7 @@ FILL_ENGINES = ("trtllm", "vllm")
 PACKAGE = "aiconfigurator_core"
 # Per engine and op, the tables' kernel_source labels in the order the engine's default dispatch would run them
 # (the first that holds the slice is read; attention's decode and prefill each walk them on their own:
-# measured._attention); an op not named here reads every row (one kernel measured per dtype).
+# measured_attention.gqa_attention); an op not named here reads every row (one kernel measured per dtype).
 LANES = {
     # SGLang's preference where several were measured. flash_attention: its FlashAttentionBackend (the fa3 backend)
     # as the older collectors label it (aiconfigurator collector/kernel_source_backends.yaml; the only attention the
@@ -122,6 +122,11 @@ def table_path(system: str, family: str, table: str, engine: str = ENGINE,
         if version is None or _version_key(path.name) <= _version_key(version):
             return path / f"{table}.parquet"
     return None
+
+
+def table_label(system: str, family: str, table: str, engine: str, version: str | None) -> str:
+    """'engine version' of the table file read (the version the lookup resolved to)."""
+    return f"{engine} {table_path(system, family, table, engine, version).parent.name}"
 
 
 @stored
