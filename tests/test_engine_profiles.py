@@ -267,3 +267,14 @@ def test_trtllms_moe_backend_is_the_profiles_default_unless_the_flag_sets_it():
     flagged = simulator.load_scenario(TRTLLM_MTP_CASE, [("engine.moe_config", {"backend": "TRTLLM"})])
     assert flagged.spec.runtime.moe_backend == "TRTLLM"
     assert simulator.load_scenario(EAGLE3).spec.runtime.moe_backend is None  # SGLang's profile has no such input
+
+
+def test_a_moe_backend_on_an_engine_without_that_flag_is_one_line(capsys):
+    """runtime.moe_backend names TensorRT-LLM's moe_config.backend: on an engine whose profile has no such flag
+    (SGLang 0.5.9) it would change nothing, so it is one line, exit 2, not a silent no-op."""
+    from simulator.cli import main
+    code = main(["run", EAGLE3, "--set", "runtime.moe_backend=TRTLLM", "--set", "workload.requests=1"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "runtime.moe_backend" in err and "no MoE backend flag" in err and "allowed: null" in err
+    assert simulator.load_scenario(TRTLLM_MTP_CASE, ["runtime.moe_backend=DEEPGEMM"]).spec.runtime.moe_backend == "DEEPGEMM"

@@ -255,6 +255,9 @@ def apply_engine(spec, topology, file: str, user_keys=None):
         if key not in taken:
             raise
         raise ConfigError(path, error.path, f"{error.problem}, from this engine profile", error.allowed) from None
+    if runtime.moe_backend is not None and profile.moe_backend is None:  # a backend name this engine has no flag for
+        raise ConfigError(file, "runtime.moe_backend", f"{engine.name} {engine.version} has no MoE backend flag (its "
+                          "profile names none: TensorRT-LLM's moe_config.backend)", "null")
     spec, ngram_keys = _with_ngram_host(spec.model_copy(update={"runtime": runtime}), profile)
     spec, policy_keys = _with_policy(spec, profile, flags_of(engine).get("script") or spec.speculation.method)
     spec, cap_keys = _with_draft_cap(spec, profile)
