@@ -89,6 +89,7 @@ def test_the_profile_sets_what_the_scenario_leaves_out():
     assert runtime.speculative_host.model_dump() == {
         "eager_ops_per_accepted_token": 0,  # no such input in SGLang's profile: nothing per accepted token
         "syncs_per_draft_step": 0,  # nor this one: its draft steps sync no more than the first
+        "syncs_per_accepted_token": 0,  # nor this one: no sync per accepted token
         "eager_ops_per_draft_token": 0,  # nor this one: no PyTorch call per draft token
         **{key: item["value"] for key, item in profile["speculative_host"]["default"].items()}}
     assert (runtime.overlap_schedule, runtime.overlap_schedule_speculative) == (True, False)

@@ -198,6 +198,36 @@ def test_syncs_per_draft_step_are_charged_per_draft_step_after_the_first():
     assert speculative_host_us(host, runtime, 8, Tree.chain(1)) == pytest.approx(5 * 20.0, rel=1e-12)
 
 
+def test_syncs_per_accepted_token_count_the_accepted_drafts_only():
+    """syncs_per_accepted_token: host.sync_us per accepted draft token of each request, the bonus token excluded,
+    beside the fixed syncs (a step of 1.64 tokens emitted at batch 3: 3 x 0.64 of them)."""
+    from types import SimpleNamespace
+
+    from simulator.config.scenario import SpeculativeHost
+    from simulator.speculation.trees import Tree
+    from simulator.timing.stepspec import speculative_host_us
+
+    host = SimpleNamespace(eager_launch_us=10.0, sync_us=20.0)
+    runtime = SimpleNamespace(speculative_host=SpeculativeHost(syncs=2, syncs_per_accepted_token=1))
+    assert speculative_host_us(host, runtime, 3, Tree.chain(4), emitted=1.0) == pytest.approx(40.0)
+    assert speculative_host_us(host, runtime, 3, Tree.chain(4), emitted=1.64) == pytest.approx(
+        40.0 + 3 * 0.64 * 20.0, rel=1e-12)
+
+
+def test_specbench_eos_walk_is_one_launch_and_one_sync_a_token_emitted():
+    """Spec-Bench's EAGLE, EAGLE-2 and PLD loops walk their whole output once a turn for the eos (a 0-dim CUDA eq and
+    its `if` a token): transformers 4.37.1's profile spreads it as 1 a step and 1 an accepted draft, for both; EAGLE-3,
+    Medusa and Hydra, which only test `eos in output.tolist()`, have none."""
+    from simulator.config.engine_profile import load_profile
+
+    host = load_profile("transformers", "4.37.1")[0].speculative_host
+    for script in ("inference_eagle2", "eagle2", "inference_eagle", "ngram"):
+        work = host[script]
+        assert work.eager_ops_per_accepted_token.value == 1 and work.syncs_per_accepted_token.value == 1, script
+    for script in ("inference_eagle3", "medusa", "hydra"):
+        assert host[script].syncs_per_accepted_token is None, script
+
+
 MAGICDEC = os.path.join(ROOT, "scenarios", "validation", "cases", "h100x8_llama8b_magicdec.yaml")
 
 

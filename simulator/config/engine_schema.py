@@ -70,6 +70,7 @@ class HostWork(HostWorkSurface, Strict):
     tree_mask_bytes_per_entry: Optional[Sourced[float]] = None
     syncs: Optional[Sourced[NonNegativeInt]] = None
     syncs_per_draft_step: Optional[Sourced[NonNegativeInt]] = None
+    syncs_per_accepted_token: Optional[Sourced[NonNegativeInt]] = None
     step_host_us: Optional[Sourced[float]] = None
     per_request_us: Optional[Sourced[float]] = None
     per_draft_token_us: Optional[Sourced[float]] = None

@@ -122,8 +122,8 @@ class ExecutorIpc(Plain):
     _pydantic = ('simulator.config.engine_schema', 'ExecutorIpc')
 
 class HostWork(HostWorkSurface, Plain):
-    __slots__ = ('eager_ops', 'eager_ops_per_draft_step', 'eager_ops_per_draft_token', 'eager_ops_per_accepted_token', 'eager_ops_behind_draft_graph', 'tree_mask_bytes_per_entry', 'syncs', 'syncs_per_draft_step', 'step_host_us', 'per_request_us', 'per_draft_token_us', 'per_accepted_token_us', 'stop_check_us')
-    _fields = ('eager_ops', 'eager_ops_per_draft_step', 'eager_ops_per_draft_token', 'eager_ops_per_accepted_token', 'eager_ops_behind_draft_graph', 'tree_mask_bytes_per_entry', 'syncs', 'syncs_per_draft_step', 'step_host_us', 'per_request_us', 'per_draft_token_us', 'per_accepted_token_us', 'stop_check_us')
+    __slots__ = ('eager_ops', 'eager_ops_per_draft_step', 'eager_ops_per_draft_token', 'eager_ops_per_accepted_token', 'eager_ops_behind_draft_graph', 'tree_mask_bytes_per_entry', 'syncs', 'syncs_per_draft_step', 'syncs_per_accepted_token', 'step_host_us', 'per_request_us', 'per_draft_token_us', 'per_accepted_token_us', 'stop_check_us')
+    _fields = ('eager_ops', 'eager_ops_per_draft_step', 'eager_ops_per_draft_token', 'eager_ops_per_accepted_token', 'eager_ops_behind_draft_graph', 'tree_mask_bytes_per_entry', 'syncs', 'syncs_per_draft_step', 'syncs_per_accepted_token', 'step_host_us', 'per_request_us', 'per_draft_token_us', 'per_accepted_token_us', 'stop_check_us')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'HostWork')
 
@@ -500,8 +500,8 @@ class ScenarioSpec(Plain):
     _pydantic = ('simulator.config.scenario', 'ScenarioSpec')
 
 class SpeculativeHost(Plain):
-    __slots__ = ('eager_ops', 'eager_ops_per_draft_step', 'eager_ops_per_draft_token', 'eager_ops_per_accepted_token', 'eager_ops_behind_draft_graph', 'tree_mask_bytes_per_entry', 'syncs', 'syncs_per_draft_step', 'step_host_us', 'per_request_us', 'per_draft_token_us', 'per_accepted_token_us', 'stop_check_us')
-    _fields = ('eager_ops', 'eager_ops_per_draft_step', 'eager_ops_per_draft_token', 'eager_ops_per_accepted_token', 'eager_ops_behind_draft_graph', 'tree_mask_bytes_per_entry', 'syncs', 'syncs_per_draft_step', 'step_host_us', 'per_request_us', 'per_draft_token_us', 'per_accepted_token_us', 'stop_check_us')
+    __slots__ = ('eager_ops', 'eager_ops_per_draft_step', 'eager_ops_per_draft_token', 'eager_ops_per_accepted_token', 'eager_ops_behind_draft_graph', 'tree_mask_bytes_per_entry', 'syncs', 'syncs_per_draft_step', 'syncs_per_accepted_token', 'step_host_us', 'per_request_us', 'per_draft_token_us', 'per_accepted_token_us', 'stop_check_us')
+    _fields = ('eager_ops', 'eager_ops_per_draft_step', 'eager_ops_per_draft_token', 'eager_ops_per_accepted_token', 'eager_ops_behind_draft_graph', 'tree_mask_bytes_per_entry', 'syncs', 'syncs_per_draft_step', 'syncs_per_accepted_token', 'step_host_us', 'per_request_us', 'per_draft_token_us', 'per_accepted_token_us', 'stop_check_us')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'SpeculativeHost')
 
@@ -987,6 +987,7 @@ HostWork._checks = (
     ('tree_mask_bytes_per_entry', Either(Model('Sourced_float', NS), NoneOnly()), None, None),
     ('syncs', Either(Model('Sourced_Annotated_int_Ge', NS), NoneOnly()), None, None),
     ('syncs_per_draft_step', Either(Model('Sourced_Annotated_int_Ge', NS), NoneOnly()), None, None),
+    ('syncs_per_accepted_token', Either(Model('Sourced_Annotated_int_Ge', NS), NoneOnly()), None, None),
     ('step_host_us', Either(Model('Sourced_float', NS), NoneOnly()), None, None),
     ('per_request_us', Either(Model('Sourced_float', NS), NoneOnly()), None, None),
     ('per_draft_token_us', Either(Model('Sourced_float', NS), NoneOnly()), None, None),
@@ -1483,7 +1484,7 @@ Runtime._checks = (
     ('eager_kernels', Either(Model('EngineKernels', NS), NoneOnly()), None, None),
     ('piecewise_host', Either(Model('PiecewiseHost', NS), NoneOnly()), None, None),
     ('weight_only_gemv', Either(Model('WeightOnlyGemv', NS), NoneOnly()), None, None),
-    ('speculative_host', Model('SpeculativeHost', NS), SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_draft_token': 0, 'eager_ops_per_accepted_token': 0, 'eager_ops_behind_draft_graph': 0, 'tree_mask_bytes_per_entry': 0.0, 'syncs': 0, 'syncs_per_draft_step': 0, 'step_host_us': 0.0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), None),
+    ('speculative_host', Model('SpeculativeHost', NS), SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_draft_token': 0, 'eager_ops_per_accepted_token': 0, 'eager_ops_behind_draft_graph': 0, 'tree_mask_bytes_per_entry': 0.0, 'syncs': 0, 'syncs_per_draft_step': 0, 'syncs_per_accepted_token': 0, 'step_host_us': 0.0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), None),
     ('verify_tokens', Lit('fixed', 'proposed'), 'fixed', None),
     ('kernel_database', Either(Model('KernelDatabase', NS), NoneOnly()), None, None),
     ('kernels', Lit('measured', 'roofline'), 'measured', None),
@@ -1510,7 +1511,7 @@ ScenarioSpec._checks = (
     ('parallelism', Model('Parallelism', NS), _MISSING, None),
     ('engine', Either(Tagged('name', {'sglang': 'SGLangEngine', 'vllm': 'VLLMEngine', 'trtllm': 'TRTLLMEngine', 'transformers': 'TransformersEngine', 'gpt_fast': 'GptFastEngine', 'magicdec': 'MagicDecEngine'}, NS), NoneOnly()), None, None),
     ('deployment', Model('Deployment', NS), Deployment._make({'router': 'round_robin', 'prefill_instances': 0}, []), None),
-    ('runtime', Model('Runtime', NS), Runtime._make({'cuda_graph_decode': True, 'cuda_graph_verify': False, 'cuda_graph_draft': True, 'cuda_graph_draft_extend': None, 'speculative_graph_batch_sizes': None, 'speculative_graph_pads': 'requests', 'allreduce': 'auto', 'fuse_allreduce_rmsnorm': False, 'overlap_schedule': True, 'scheduler_step_us': None, 'scheduler_per_request_us': 0.0, 'overlap_schedule_speculative': False, 'step_eager_ops': 0, 'eager_launch_us': None, 'eager_kernels': None, 'piecewise_host': None, 'weight_only_gemv': None, 'speculative_host': SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_draft_token': 0, 'eager_ops_per_accepted_token': 0, 'eager_ops_behind_draft_graph': 0, 'tree_mask_bytes_per_entry': 0.0, 'syncs': 0, 'syncs_per_draft_step': 0, 'step_host_us': 0.0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), 'verify_tokens': 'fixed', 'kernel_database': None, 'kernels': 'measured', 'ep_backend': 'auto', 'mtp_eh_proj': 'replicated', 'vocab_parallel': True, 'mtp_draft_gather': 'logits', 'replicated_embedding': [], 'separate_gate_up': [], 'moe_backend': None, 'unmeasured_kernels': {}, 'memory_fraction': 0.9, 'draft_on_own_gpus': False, 'two_batch_overlap': False, 'host_slowdown': None}, []), None),
+    ('runtime', Model('Runtime', NS), Runtime._make({'cuda_graph_decode': True, 'cuda_graph_verify': False, 'cuda_graph_draft': True, 'cuda_graph_draft_extend': None, 'speculative_graph_batch_sizes': None, 'speculative_graph_pads': 'requests', 'allreduce': 'auto', 'fuse_allreduce_rmsnorm': False, 'overlap_schedule': True, 'scheduler_step_us': None, 'scheduler_per_request_us': 0.0, 'overlap_schedule_speculative': False, 'step_eager_ops': 0, 'eager_launch_us': None, 'eager_kernels': None, 'piecewise_host': None, 'weight_only_gemv': None, 'speculative_host': SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_draft_token': 0, 'eager_ops_per_accepted_token': 0, 'eager_ops_behind_draft_graph': 0, 'tree_mask_bytes_per_entry': 0.0, 'syncs': 0, 'syncs_per_draft_step': 0, 'syncs_per_accepted_token': 0, 'step_host_us': 0.0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), 'verify_tokens': 'fixed', 'kernel_database': None, 'kernels': 'measured', 'ep_backend': 'auto', 'mtp_eh_proj': 'replicated', 'vocab_parallel': True, 'mtp_draft_gather': 'logits', 'replicated_embedding': [], 'separate_gate_up': [], 'moe_backend': None, 'unmeasured_kernels': {}, 'memory_fraction': 0.9, 'draft_on_own_gpus': False, 'two_batch_overlap': False, 'host_slowdown': None}, []), None),
     ('workload', Model('Workload', NS), Workload._make({'requests': 1, 'arrival': AllAtOnce._make({'kind': 'all_at_once'}, ['kind']), 'prompt_tokens': 1000, 'output_tokens': 2048, 'max_running_requests': 1, 'max_concurrency': None, 'turns': 1, 'stop_strings': 0, 'max_prefill_tokens': 8192, 'kv_overflow': 'queue', 'target': LatencyTarget._make({'ttft_ms': 2000.0, 'tpot_ms': 100.0, 'percentile': 90.0}, []), 'seed_offset': 0, 'corpus': None, 'corpus_stream': 0}, []), None),
     ('speculation', Model('Speculation', NS), Speculation._make({'method': 'none', 'draft_tokens': 3, 'verify': 'chain', 'tree': TreeShape._make({'kind': 'optimal', 'k': 2, 'depth': None, 'parents': None}, []), 'acceptance': None, 'ngram': NgramDrafter._make({'host_us_per_step': 400.0, 'host_us_per_request': 150.0, 'host_us_per_node': 0.05, 'algorithm': 'sglang_trie', 'branch_length': 18, 'min_match_window': 1, 'max_match_window': 12, 'min_bfs_breadth': 1, 'max_bfs_breadth': 10, 'prompt_lookup_min': 2, 'prompt_lookup_max': 5}, []), 'suffix': SuffixDrafter._make({'max_tree_depth': 24, 'max_spec_factor': 1.0, 'max_spec_offset': 0.0, 'min_token_prob': 0.1, 'cache_requests': True, 'host_us_per_step': 100.0, 'host_us_per_request': 20.0, 'host_us_per_node': 0.05}, []), 'draft_model': None, 'heads': HeadsConfig._make({'num_heads': 4, 'num_layers': 1}, []), 'lookahead': LookaheadConfig._make({'window': 7, 'ngram': 5, 'guesses': 7, 'host_us_per_step': 100.0, 'host_us_per_request': 20.0}, []), 'dynamic_tree': DynamicTreeConfig._make({'eagle_topk': 4, 'num_steps': 5, 'num_draft_tokens': 8}, []), 'sparse_kv': SparseKVConfig._make({'kv_budget_tokens': 512}, [])}, []), None),
     ('policy', Tagged('kind', {'static': 'StaticPolicy', 'hybrid': 'HybridPolicy', 'adaptive_length': 'AdaptiveLengthPolicy', 'multi_drafter': 'MultiDrafterPolicy', 'batch_threshold': 'BatchThresholdPolicy', 'batch_table': 'BatchTablePolicy', 'goodput': 'GoodputPolicy', 'dynamic_length': 'DynamicLengthPolicy', 'assistant_heuristic': 'AssistantHeuristicPolicy'}, NS), StaticPolicy._make({'kind': 'static'}, ['kind']), None),
@@ -1528,6 +1529,7 @@ SpeculativeHost._checks = (
     ('tree_mask_bytes_per_entry', Float(ge=0, le=64), 0.0, None),
     ('syncs', Int(ge=0), 0, None),
     ('syncs_per_draft_step', Int(ge=0), 0, None),
+    ('syncs_per_accepted_token', Int(ge=0), 0, None),
     ('step_host_us', Float(ge=0, le=10000.0), 0.0, None),
     ('per_request_us', Float(ge=0, le=10000.0), 0.0, None),
     ('per_draft_token_us', Float(ge=0, le=1000.0), 0.0, None),

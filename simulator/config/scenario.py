@@ -44,6 +44,9 @@ class SpeculativeHost(Strict):
     syncs_per_draft_step: NonNegativeInt = Field(0, description=(
         "Further syncs per draft step after the first (a draft step's attention plan copied to the host), each at "
         "host.sync_us"))
+    syncs_per_accepted_token: NonNegativeInt = Field(0, description=(
+        "Further syncs per accepted draft token of each request, the bonus token excluded (a Python loop over the "
+        "output that reads each token on the host), each at host.sync_us"))
     step_host_us: float = Field(0.0, ge=0, le=1e4, description=(
         "Host time a speculative step spends beyond its ops' launches and syncs in code whose work does not grow with "
         "the batch (an attention library's plan: its Python and CPU-tensor work)"))

@@ -48,9 +48,9 @@ def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1
     with the GPU: eager ops launched with the GPU idle and device syncs (each a fixed number and more per draft step
     of the tree's depth after the first), fixed host code beyond those ops (step_host_us), and Python loops over the
     `batch` requests, their draft tokens (the tree's; eager ops per draft token too) and the `emitted` tokens each
-    request gets a step on average (bonus included; eager ops per accepted draft token, bonus excluded), with a
-    stop-string finish check per emitted token and per request where the requests carry stop strings. The ops issued
-    behind the draft graph are not here (exposed_behind_drafts_us). tree None: a chain of one."""
+    request gets a step on average (bonus included; eager ops and syncs per accepted draft token, bonus excluded),
+    with a stop-string finish check per emitted token and per request where the requests carry stop strings. The
+    ops issued behind the draft graph are not here (exposed_behind_drafts_us). tree None: a chain of one."""
     extra = runtime.speculative_host
     depth, drafts = (tree.depth, tree.num_drafts) if tree is not None else (1, 1)
     ops = extra.eager_ops + extra.eager_ops_per_draft_step * max(depth - 1, 0)
@@ -59,8 +59,9 @@ def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1
                    + (extra.stop_check_us * (emitted + 1.0) if stop_strings else 0.0))
     ops_per_request = (extra.eager_ops_per_draft_token * drafts
                        + extra.eager_ops_per_accepted_token * max(emitted - 1.0, 0.0))
-    return ((ops + ops_per_request * batch) * host.eager_launch_us + syncs * host.sync_us + extra.step_host_us
-            + per_request * batch)
+    syncs_per_request = extra.syncs_per_accepted_token * max(emitted - 1.0, 0.0)
+    return ((ops + ops_per_request * batch) * host.eager_launch_us + (syncs + syncs_per_request * batch) * host.sync_us
+            + extra.step_host_us + per_request * batch)
 
 
 def behind_draft_graph(host, runtime) -> tuple[int, float]:
