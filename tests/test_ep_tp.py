@@ -13,7 +13,8 @@ from simulator.timing.placement import replicates_shared_experts, weight_bytes_p
 from simulator.kernels.roofline import _work
 from simulator.kernels.shapes import MoE
 from simulator.model.routing import busiest_at
-from simulator.model.cost import PassShape, pass_layout
+from simulator.model.cost import PassShape
+from simulator.model.layout import pass_layout
 
 DSV3 = scenario_path("h200_dsv3_dpattn_ep8.yaml")
 TP_ONLY = ["parallelism.dp=1", "parallelism.dp_attention=false"]

@@ -86,7 +86,7 @@ def test_sparse_self_draft_pays_only_at_long_context_and_high_batch():
 
 def test_medusa_heads_cost_k_lm_heads_and_resblocks():
     """K heads of one ResBlock each: K hidden x hidden linears and K hidden x vocab lm-heads (split over tp) a token."""
-    from simulator.model.cost import pass_layout
+    from simulator.model.layout import pass_layout
     from simulator.model.heads import hydra_card, medusa_card
 
     target = resolve("scenarios/pcie8_medusa.yaml", {}).model

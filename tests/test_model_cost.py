@@ -16,7 +16,8 @@ from conftest import SCENARIOS
 from simulator.config.model_card import ModelCard
 from simulator.model.cards import (bytes_per_param, expected_distinct_experts, kv_bytes_per_token_layer,
                                    weight_bytes_per_gpu)
-from simulator.model.cost import PassShape, pass_layout
+from simulator.model.cost import PassShape
+from simulator.model.layout import pass_layout
 
 
 def card(name: str) -> ModelCard:

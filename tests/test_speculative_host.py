@@ -144,7 +144,8 @@ def test_padding_rows_cost_gemm_rows_not_attention_or_sampling():
     """A padded pass's GEMMs and all-reduces carry the padding rows; its attention reads only the real requests'
     cache and its sampling and acceptance read only their logits."""
     import simulator
-    from simulator.model.cost import PassShape, pass_layout
+    from simulator.model.cost import PassShape
+    from simulator.model.layout import pass_layout
 
     card = simulator.load_scenario(CASE).model
     real = PassShape(4, 10, 10 * 400, False, True)

@@ -17,7 +17,8 @@ from simulator.timing.machine import Machine
 from simulator.hardware import nccl_tables as T
 from simulator.hardware.expert_parallel import BACKENDS, ep_all_to_all_us, ep_latency_us, p2p_latency_us, stage_send_us
 from simulator.hardware.interconnect import Fabric
-from simulator.model.cost import PassShape, pass_layout
+from simulator.model.cost import PassShape
+from simulator.model.layout import pass_layout
 from simulator.model.split_layout import Split, stage_layers
 
 DSV3 = scenario_path("h200_dsv3_dpattn_ep8.yaml")

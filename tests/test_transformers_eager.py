@@ -34,7 +34,7 @@ def test_the_script_flag_selects_the_methods_own_step_code():
 
 
 def _launches(card, shape):
-    from simulator.model.cost import pass_layout
+    from simulator.model.layout import pass_layout
 
     layout = pass_layout(card, 1, shape)
     return sum(layout.segments[i].num_kernels for i in layout.order)

@@ -6,7 +6,8 @@ import os
 import yaml
 
 import simulator
-from simulator.model.cost import PassShape, pass_layout
+from simulator.model.cost import PassShape
+from simulator.model.layout import pass_layout
 from simulator.timing.machine import Machine
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -48,9 +48,9 @@ from dataclasses import replace
 from ..compiled import dataclass
 from ..config.mirror import ModelCard
 from .cards import BYTES_PER_VALUE, bytes_per_param, compute_dtype
-from .cost import (TOP1_BYTES, Kernel, PassLayout, PassShape, Segment, _attention_kernels, _dense_mlp_kernels,
-                   _expert_kernels, _gemm, _router_kernel, _sampling_kernels, _segment, pass_layout,
-                   verify_attention_launches)
+from .cost import (Kernel, PassLayout, PassShape, Segment, _attention_kernels, _dense_mlp_kernels, _expert_kernels,
+                   _gemm, _router_kernel, _sampling_kernels, _segment)
+from .layout import TOP1_BYTES, pass_layout, verify_attention_launches
 from .draft_cards import eh_proj_segment
 
 
@@ -131,7 +131,7 @@ def split_pass_layout(card: ModelCard, split: Split, shape: PassShape, fused: bo
     """The per-rank segments of one pass of `shape` (the whole instance's batch) under `split`; `eh_proj`: an MTP
     module's input projection after the head (draft_cards.eh_proj_segment; replicated under DP-attention, where each group
     projects its own tokens); whole_embedding: the embedding whole on every rank, no all-reduce after it; top1_gather:
-    the logits' all-gather is each rank's top-1 (cost.pass_layout; TP's only: under DP-attention the logits stay)."""
+    the logits' all-gather is each rank's top-1 (layout.pass_layout; TP's only: under DP-attention the logits stay)."""
     if split.pp > 1:
         return _pipeline_layout(card, split, micro_batch(shape, split.pp), fused, separate_gate_up, whole_embedding)
     k, d, a = card.kernels, card.hidden_size, split.attention_tp

@@ -34,7 +34,7 @@ STEP_TID, COUNTER_TID = 1, 2
 
 
 def segment_name(k: int, num_segments: int) -> str:
-    """head, layer i attention, layer i mlp, ..., tail (the order of model.cost.pass_layout)."""
+    """head, layer i attention, layer i mlp, ..., tail (the order of model.layout.pass_layout)."""
     if k == 0:
         return "head"
     if k == num_segments - 1:

@@ -24,7 +24,8 @@ from ..hardware.gpu import GPU, Host
 from ..hardware.interconnect import Fabric
 from ..hardware.multinode import make_allreduce
 from ..kernels.timer import KernelTimer
-from ..model.cost import PassShape, pass_layout
+from ..model.cost import PassShape
+from ..model.layout import pass_layout
 from ..model.draft_cards import draft_head_card, mtp_card
 from ..model.heads import head_cards
 from ..model.split_layout import Split
