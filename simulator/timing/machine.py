@@ -1,18 +1,15 @@
 """One TP group on one machine: turns a pass shape into a PassPlan (cost model x roofline x collectives).
 
-A plan's cost grows with the cached context (KV bytes and attention FLOPs), piecewise: each kernel's roofline time is
-the largest of its compute, memory and floor terms, each affine in the context. Plans are built at anchor contexts on
-a doubling grid and interpolated linearly between them (exact where no kernel changes bound between two anchors);
-a pass shape is costed once per anchor. `at_context` is that one blending rule, used by every caller.
+A plan's cost grows with the cached context (KV bytes and attention FLOPs), piecewise: plans are built at anchor
+contexts on a doubling grid and interpolated linearly between them (timing.anchors: the grid and the one blending
+rule, at_context, used by every caller); a pass shape is costed once per anchor.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import replace
 from functools import partial
-from typing import Any, Callable
 
 import numpy as np
 
@@ -35,43 +32,9 @@ from .split_costs import SplitCollectives
 from . import sampling
 from .sampling import FAST_SAMPLES, SAMPLE_FIELDS  # noqa: F401  (re-exported)
 from .kernellines import kernel_lines
-from .passplan import PassPlan, blend
+from .anchors import at_context, context_anchors, context_anchors_many  # noqa: F401  (re-exported)
+from .passplan import PassPlan, blend  # noqa: F401  (blend re-exported)
 from .piecewise import attention_split_us, host_times, piecewise_ready_us
-
-
-def context_anchors(context: int) -> tuple[int, int, float]:
-    """The grid contexts below and above `context` (0, 256, 512, 1024, ... doubling) and the weight of the upper."""
-    if context <= 0:
-        return 0, 0, 0.0
-    if context < 256:
-        return 0, 256, context / 256.0
-    low = 256 << int(math.log2(context / 256.0) + 1e-12)
-    if context == low:
-        return low, low, 0.0
-    high = 2 * low
-    return low, high, (context - low) / (high - low)
-
-
-def context_anchors_many(contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """context_anchors of every context at once (the same values): arrays of low and high anchors and weights."""
-    c = np.maximum(np.asarray(contexts, dtype=np.int64), 0)
-    grid = [0, 256]
-    while c.size and grid[-1] <= int(c.max()):
-        grid.append(2 * grid[-1])
-    low = np.asarray(grid)[np.searchsorted(grid, c, side="right") - 1]
-    exact = c == low  # an anchor itself (or a context <= 0): weight 0
-    high = np.where(exact, low, np.where(low == 0, 256, 2 * low))
-    weight = np.where(exact, 0.0, (c - low) / np.where(exact, 1, high - low))  # ints below 2^53: the same division
-    return low, high, weight
-
-
-def at_context(context: int, value_at: Callable[[int], Any]):
-    """A quantity at `context`, from its values at the anchor contexts around it (value_at(anchor)), blended."""
-    low, high, weight = context_anchors(context)
-    a = value_at(low)
-    if weight == 0.0:
-        return a
-    return blend(a, value_at(high), weight)
 
 
 def memory_budget(scenario: Scenario, cards: dict, tp: int) -> dict:
