@@ -144,7 +144,8 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
                           mask_bytes=tree_mask_bytes(spec.runtime, tree, batch)) if drafts else None
         draft = drafter.host_us(tree, batch) + sum(us for us, _ in passes) + (
             sum(float(exposed_behind_drafts_us(around, graphed, c, machine.gpu)) for c in contexts) / len(contexts)
-            if around is not None else 0.0)  # at each context anchor, as the passes are (_pass_us)
+            if around is not None else 0.0)  # at each context (the mask grows with it), against the graphed
+        # drafts' mean over the contexts (_pass_us), not each context's: the two differ only where max() switches
         emitted = expected_emitted(acceptance, tree, config)
         other = step_overhead_us(host, spec.runtime, True, batch) + speculative_host_us(
             host, spec.runtime, batch, tree, emitted, spec.workload.stop_strings)
