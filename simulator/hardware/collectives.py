@@ -10,8 +10,8 @@ that link's first burst_bytes per direction, protocol overhead included, at burs
 bandwidth; trees and NVLS keep the sustained rate.
 NCCL chooses from its own table (ncclTopoTuneModel's figures, which know none of these extensions); its choice then
 runs at what it costs with them. A pass's collectives keep NCCL's figures: their host launch and rank skew are the
-host model's. Custom all-reduce (vLLM / SGLang one-shot and two-shot) is not
-NCCL; its cost is a flag round trip per phase plus the reads every rank makes from every peer.
+host model's. Custom all-reduce (vLLM / SGLang one-shot and two-shot) is not NCCL: p2p_allreduce.py costs it (a
+flag round trip per phase plus the reads every rank makes from every peer).
 """
 from __future__ import annotations
 
@@ -21,22 +21,12 @@ from ..cache import current, key_of, stored
 from . import nccl
 from . import nccl_tables as T
 from .collective_cost import IMPLEMENTATION_CUSTOM, IMPLEMENTATION_NCCL, CollectiveCost  # noqa: F401 (re-exported)
+from . import p2p_allreduce
 from .interconnect import Fabric
+from .p2p_allreduce import CUSTOM_ALGORITHMS, allreduce_bus_factor  # noqa: F401 (re-exported)
 
-
-# Custom (vLLM/SGLang) all-reduce: one-shot below 256 KB at 8 ranks, two-shot up to 8 MB buffers
-# (vllm/distributed/device_communicators/custom_all_reduce.py; docs/sources.md).
-CUSTOM_ONE_SHOT_MAX_BYTES = 256 * 1024
-CUSTOM_MAX_BYTES = 8 * 1024 * 1024
-
-
-def custom_one_shot_bound(ranks: int) -> int:
-    """The size from which the custom all-reduce runs two-shot at this GPU count (0: never); custom_all_reduce.cuh:
-    one-shot at two GPUs, below 512 KiB at three or four, below 256 KiB at up to eight."""
-    return 0 if ranks <= 2 else (512 * 1024 if ranks <= 4 else CUSTOM_ONE_SHOT_MAX_BYTES)
 
 NCCL_ALGORITHMS = ("nccl_ring", "nccl_tree", "nvls")
-CUSTOM_ALGORITHMS = ("one_shot", "two_shot")
 NCCL_NAME = {"ring": "nccl_ring", "tree": "nccl_tree", "nvls": "nvls"}
 
 
@@ -55,12 +45,6 @@ class StepPlan:
 
 class NotPermitted(ValueError):
     """The requested algorithm cannot run on this fabric (e.g. custom all-reduce without peer-to-peer)."""
-
-
-def allreduce_bus_factor(ranks: int) -> float:
-    """nccl-tests' bus bandwidth over algorithm bandwidth for an all-reduce: 2 (n - 1) / n (each byte crosses
-    2 (n - 1) links of a ring of n, spread over n ranks)."""
-    return 2 * (ranks - 1) / ranks if ranks else 0.0
 
 
 class AllReduce:
@@ -222,44 +206,10 @@ class AllReduce:
         run = nccl.launched_option(option, nbytes, self.ranks, self.fabric.topology.gpu.sm_version, self._graphs)
         return chosen if run is option else self._timed(run, nbytes, self._ring_burst())
 
-    # -- custom all-reduce (vLLM / SGLang) --------------------------------------------------------------------
+    # -- custom all-reduce (vLLM / SGLang): p2p_allreduce.py ----------------------------------------------------
     def custom_options(self, nbytes: int, forced: bool) -> list[CollectiveCost]:
-        n = self.ranks
-        if not self._p2p_all:
-            return []
-        if not forced and not (self._nvlink_all or n <= 2):
-            return []  # engines disable custom all-reduce on more than two PCIe-only GPUs
-        if nbytes > CUSTOM_MAX_BYTES and not forced:
-            return []
-        hops = [self.fabric.hop(j, i) for i in range(n) for j in range(n) if i != j]
-        cls = "nvlink" if self._nvlink_all else "pci"
-        # a flag barrier is a round trip to the peers: twice NCCL's per-step LL latency plus the route's
-        flag = 2 * (T.HW_LATENCY_US[cls]["ring"][0] + max(self.fabric.latency_us(h) for h in hops))
-        flow_bw = min(self.fabric.concurrent_bandwidth_GBps(hops))  # every rank reads every peer at once
-        bus = allreduce_bus_factor(n)
-        model = self.custom_model
-        if model is not None and (self.choice not in CUSTOM_ALGORITHMS or model.algorithm(nbytes) == self.choice):
-            # the engine's kernel as measured (its own one-shot / two-shot switch): the fit of its table below the
-            # bound, its rows above; the fixed part is the fit's latency, the rest moves at the bandwidth it implies
-            time = model.time_us(nbytes)
-            bw = nbytes / (1000.0 * (time - model.latency_us)) if time > model.latency_us else model.bandwidth_GBps
-            label = model.label + (" above the one-shot bound: the table's rows" if model.measured_rows(nbytes) else "")
-            return [CollectiveCost(model.algorithm(nbytes), "P2P", time, model.latency_us, bw, bw * bus, label)]
-        out = []
-        bound = custom_one_shot_bound(n)  # the kernel's own switch, not the faster of the two
-        if forced or not bound or nbytes < bound:
-            # one-shot: a start and an end flag; each rank reads every peer's whole buffer concurrently
-            latency = 2 * flag + self.kernel_floor_us
-            out.append(CollectiveCost("one_shot", "P2P", latency + nbytes / (1000.0 * flow_bw), latency,
-                                      flow_bw, flow_bw * bus, IMPLEMENTATION_CUSTOM))
-        if not (forced or (bound and nbytes >= bound)):
-            return out
-        # two-shot: reduce-scatter then all-gather, each reading a 1/n chunk from every peer; three flags
-        latency = 3 * flag + 2 * self.kernel_floor_us
-        algbw = flow_bw * n / 2.0
-        out.append(CollectiveCost("two_shot", "P2P", latency + nbytes / (1000.0 * algbw), latency, algbw, algbw * bus,
-                                  IMPLEMENTATION_CUSTOM))
-        return out
+        """The engine's custom all-reduce of nbytes as it would run here (p2p_allreduce.custom_options)."""
+        return p2p_allreduce.custom_options(self, nbytes, forced)
 
     @stored
     def step_plan(self, nbytes: int) -> StepPlan:

@@ -21,8 +21,8 @@ import statistics
 
 from ..compiled import dataclass
 # the kernels' one-shot bound at 8 ranks and the engines' 8 MiB buffer (engines/*: custom_allreduce), one pair
-from ..hardware.collectives import CUSTOM_MAX_BYTES as MAX_BYTES, CUSTOM_ONE_SHOT_MAX_BYTES as ONE_SHOT_MAX_BYTES
-from ..hardware.collectives import custom_one_shot_bound as one_shot_bound
+from ..hardware.p2p_allreduce import CUSTOM_MAX_BYTES as MAX_BYTES, CUSTOM_ONE_SHOT_MAX_BYTES as ONE_SHOT_MAX_BYTES
+from ..hardware.p2p_allreduce import custom_one_shot_bound as one_shot_bound
 from . import custom_allreduce as tables
 PCIE_SYSTEMS = ("rtx_pro_6000_server", "l40s", "b60")  # the database's boards without NVLink between all GPUs
 
