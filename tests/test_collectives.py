@@ -157,27 +157,22 @@ def test_host_memory_hops_add_latency():
     assert slow.implementation.startswith("NCCL 2.29.7-1")
 
 
+def rule_of(engine: str, version: str):
+    """An engine release's custom all-reduce rule, as its profile states it (engines/<engine>/<version>.yaml)."""
+    from simulator.config.engine_profile import load_profile
+
+    return load_profile(engine, version)[0].custom_allreduce.value
+
+
 def test_nvswitch_routes_over_nvlink_and_offers_nvls_and_one_shot():
     fabric = Fabric(nvswitch_topology())
     assert fabric.all_pairs_nvlink(8)
-    ar = AllReduce(fabric, 8, "auto")
+    ar = AllReduce(fabric, 8, "auto", custom_rule=rule_of("sglang", "0.5.9"))
     assert ar.cost(14336).algorithm == "one_shot"
     assert "not NCCL" in ar.cost(14336).implementation
     assert ar.cost(64 << 20).algorithm == "nvls"
     assert AllReduce(fabric, 8, "nccl").cost(14336).algorithm in ("nccl_ring", "nccl_tree")
-
-
-@pytest.mark.parametrize("ranks, nbytes, kernel", [
-    (8, (256 << 10) - 1, "one_shot"), (8, 256 << 10, "two_shot"),  # custom_all_reduce.cuh: < 256 KiB at 8
-    (4, (512 << 10) - 1, "one_shot"), (4, 512 << 10, "two_shot"),  # < 512 KiB at <= 4
-    (2, 4 << 20, "one_shot"),  # one-shot at any size on two GPUs
-])
-def test_the_physical_custom_allreduce_runs_the_kernel_its_switch_picks(ranks, nbytes, kernel):
-    """A GPU without a measured table: the custom all-reduce runs what the kernel's size switch picks, not the faster."""
-    ar = AllReduce(Fabric(nvswitch_topology(n=ranks)), ranks, "auto")
-    assert ar.custom_model is None
-    assert [o.algorithm for o in ar.custom_options(nbytes, forced=False)] == [kernel]
-    assert [o.algorithm for o in ar.custom_options(nbytes, forced=True)] == ["one_shot", "two_shot"]
+    assert AllReduce(fabric, 8, "auto").cost(14336).algorithm in ("nccl_ring", "nccl_tree")  # no rule: NCCL
 
 
 def test_nvls_needs_multicast():
@@ -188,9 +183,10 @@ def test_nvls_needs_multicast():
 def test_custom_allreduce_needs_p2p_and_is_off_for_many_pcie_gpus():
     with pytest.raises(NotPermitted):
         AllReduce(Fabric(switch_topology(p2p="nvlink")), 8, "one_shot")
-    auto = AllReduce(Fabric(switch_topology()), 8, "auto")
+    rule = rule_of("vllm", "0.8.4")  # pcie_max_gpus 2: should_custom_ar's world_size == 2 or fully_connected
+    auto = AllReduce(Fabric(switch_topology()), 8, "auto", custom_rule=rule)
     assert auto.cost(14336).algorithm.startswith("nccl")  # engines disable it on >2 PCIe-only GPUs
-    two = AllReduce(Fabric(switch_topology(n=2)), 2, "auto")
+    two = AllReduce(Fabric(switch_topology(n=2)), 2, "auto", custom_rule=rule)
     assert two.cost(14336).algorithm == "one_shot"
     forced = AllReduce(Fabric(switch_topology()), 8, "one_shot")  # a what-if the user may force
     assert forced.cost(14336).algorithm == "one_shot"

@@ -114,12 +114,15 @@ def _load(args):
     return validate(Topology, data, args.topology)
 
 
-def rows(topology, ranks: int, op: str, algorithm: str, message_sizes: list[int], launch: str = "graph") -> list[dict]:
-    """One dict per size: nccl-tests' columns (size, time, algbw, busbw) and which algorithm produced it."""
+def rows(topology, ranks: int, op: str, algorithm: str, message_sizes: list[int], launch: str = "graph",
+         custom_rule=None) -> list[dict]:
+    """One dict per size: nccl-tests' columns (size, time, algbw, busbw) and which algorithm produced it;
+    custom_rule: the engine's custom all-reduce rule (its profile's custom_allreduce; None: NCCL under auto)."""
     from ..hardware.collectives import AllReduce, IMPLEMENTATION_NCCL, allreduce_bus_factor
     from ..hardware.interconnect import Fabric
 
-    collective = AllReduce(Fabric(topology), ranks, algorithm, topology.gpu.kernel_floor_us, launch=launch)
+    collective = AllReduce(Fabric(topology), ranks, algorithm, topology.gpu.kernel_floor_us, launch=launch,
+                           custom_rule=custom_rule)
     out = []
     for nbytes in message_sizes:
         if op == "allreduce":
@@ -179,13 +182,13 @@ def main(args) -> int:
                           f"1..{topology.num_gpus}")
     if args.algorithm not in ALLREDUCE_CHOICES:
         raise ConfigError("command line", "--algorithm", f"unknown algorithm {args.algorithm!r}", ", ".join(ALLREDUCE_CHOICES))
+    engine = _engine(args.engine)
     try:
-        out = rows(topology, ranks, args.op, args.algorithm, sizes(args), args.launch)
+        out = rows(topology, ranks, args.op, args.algorithm, sizes(args), args.launch, _rule(engine)[0])
     except NotPermitted as exc:
         raise ConfigError("command line", "--algorithm", str(exc), "auto, nccl, nccl_ring, nccl_tree") from None
     except ValueError as exc:  # the fabric's own check (a GPU pair without a route): the file's mistake
         raise ConfigError(args.topology, "fabric", str(exc)) from None
-    engine = _engine(args.engine)
     if args.op == "allreduce" and args.algorithm in ("auto", "one_shot", "two_shot"):
         for row in out:
             row["engine_custom_allreduce"] = _measured(topology, ranks, engine, row["bytes"])
@@ -235,6 +238,11 @@ def _measured(topology, ranks: int, engine: tuple[str, str], nbytes: int) -> dic
            "model_eager_us": model.eager.time_us(nbytes), "model_basis": model.basis,
            "model_version": model.version, "model_algorithm": g.algorithm(nbytes), "model_how": how,
            **_engine_runs_it(engine, ranks, nbytes, nvlink)}
+    picked = out.get("engine_algorithm")
+    if picked is not None and picked != g.algorithm(nbytes) and g.covers(nbytes, picked):
+        # the engine's own switch picks what the table's kernel did not run at this size: what the simulation times
+        out.update(engine_graph_us=g.time_us(nbytes, picked), engine_eager_us=model.eager.time_us(nbytes, picked),
+                   engine_how=g.how(nbytes, picked).strip())
     row = measured(topology.gpu.kernel_database, engine[0], engine[1], ranks, nbytes)
     if row is not None:
         out.update(version=row.version, kernel=row.kernel, graph_us=row.graph_us, eager_us=row.eager_us,
@@ -242,24 +250,35 @@ def _measured(topology, ranks: int, engine: tuple[str, str], nbytes: int) -> dic
     return out
 
 
-def _engine_runs_it(engine: tuple[str, str], ranks: int, nbytes: int, nvlink: bool) -> dict:
-    """Whether the engine release's profile (custom_allreduce: should_custom_ar's rule) runs its kernel here."""
+def _rule(engine: tuple[str, str]) -> tuple:
+    """(the engine release's custom all-reduce rule, its profile's custom_allreduce, or None; why None: NCCL only,
+    or no profile for that release)."""
     from ..config.engine_profile import load_profile
     from ..config.errors import ConfigError
 
     try:
-        profile, _ = load_profile(*engine)
+        item = load_profile(*engine)[0].custom_allreduce
     except ConfigError:
-        return {"engine_runs_it": None, "rule": f"no {engine[0]} {engine[1]} profile"}
-    rule = profile.custom_allreduce.value
+        return None, f"no {engine[0]} {engine[1]} profile"
+    return item.value, f"NCCL only ({item.source})"
+
+
+def _engine_runs_it(engine: tuple[str, str], ranks: int, nbytes: int, nvlink: bool) -> dict:
+    """Whether the engine release's profile (custom_allreduce: should_custom_ar's rule) runs its kernel here, and
+    which of its algorithms."""
+    rule, why = _rule(engine)
     if rule is None:
-        return {"engine_runs_it": False, "rule": f"NCCL only ({profile.custom_allreduce.source})"}
-    if not nvlink and ranks > rule.pcie_max_gpus:
+        return {"engine_runs_it": None if why.startswith("no ") else False, "rule": why}
+    if rule.runs(ranks, nbytes, nvlink):
+        picked = rule.algorithm(ranks, nbytes)
+        return {"engine_runs_it": True, "engine_algorithm": picked,
+                "rule": f"runs it here, {picked.replace('_', '-')} (up to {rule.max_bytes:,} B)"}
+    if ranks not in rule.gpu_counts:
+        why = f"not at {ranks} GPUs (only {', '.join(map(str, rule.gpu_counts))}): NCCL"
+    elif not nvlink and ranks > rule.pcie_max_gpus:
         why = f"not on more than {rule.pcie_max_gpus} GPUs without NVLink between all: NCCL"
-    elif nbytes > rule.max_bytes:
-        why = f"not above {rule.max_bytes:,} B: NCCL"
     else:
-        return {"engine_runs_it": True, "rule": f"runs it here (up to {rule.max_bytes:,} B)"}
+        why = f"not above {rule.max_bytes:,} B: NCCL"
     return {"engine_runs_it": False, "rule": why}
 
 
@@ -269,6 +288,9 @@ def _measured_line(row: dict | None, engine: tuple[str, str]) -> str:
                 "specsim[measured])")
     lines = [f"  {engine[0]} {engine[1]}'s custom all-reduce: the profile: {row['rule']}"]
     model = f"CUDA graph {row['model_graph_us']:.2f} us, eager {row['model_eager_us']:.2f} us"
+    if "engine_graph_us" in row:
+        lines.append(f"    as this release runs it ({row['engine_how']}): CUDA graph {row['engine_graph_us']:.2f} us, "
+                     f"eager {row['engine_eager_us']:.2f} us")
     if "graph_us" in row:
         asked = "" if row["version"] == engine[1] else f", the measured version nearest {engine[1]}"
         lines.append(f"    measured ({row['engine']} {row['version']}'s {row['kernel']}{asked}): CUDA graph "

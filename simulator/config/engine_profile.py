@@ -173,6 +173,8 @@ def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method
         out["memory_fraction"] = fraction
     if flags.get("disable_custom_all_reduce") or profile.custom_allreduce.value is None:
         out["allreduce"] = "nccl"
+    else:
+        out["custom_allreduce"] = profile.custom_allreduce.value.model_dump()
     sizes = captured_sizes(profile, flags, gpu_memory_GB, tp)
     out["speculative_graph_batch_sizes"] = sizes
     if profile.speculative_capture_unit is not None:

@@ -8,7 +8,7 @@ from . import rules
 from .base import Strict
 from .surface import EngineProfileSurface, HostWorkSurface
 from .policy import AssistantHeuristicPolicy
-from .scenario import DecoderKernels, KernelDatabase, KernelFamily, PiecewiseHost, SpeculativeHost, WeightOnlyGemv
+from .scenario import CustomAllReduce, DecoderKernels, KernelDatabase, KernelFamily, PiecewiseHost, SpeculativeHost, WeightOnlyGemv
 from .topology import Dtype
 
 T = TypeVar("T")
@@ -47,15 +47,6 @@ class BatchRange(Strict):
     start: PositiveInt
     stop: PositiveInt
     step: PositiveInt = 1
-
-
-class CustomAllReduce(Strict):
-    """When the engine runs its own all-reduce kernel instead of NCCL's."""
-
-    kernel: str = Field(min_length=1, description="which kernel (one-shot / two-shot P2P, ...)")
-    one_shot_max_bytes: NonNegativeInt
-    max_bytes: NonNegativeInt
-    pcie_max_gpus: PositiveInt = Field(description="on a fabric without NVLink between all GPUs, at most this many")
 
 
 class HostWork(HostWorkSurface, Strict):

@@ -5,7 +5,7 @@ from .mirror_base import _MISSING, Plain
 from .mirror_checks import (AnyJSON, Bool, Dict, Either, Float, Int, List, Lit, Model, NoneOnly, Str, Tagged,
                             Tuple, NoLibrary)
 from . import rules
-from .surface import EngineProfileSurface, HostWorkSurface, ModelCardSurface, ParallelismSurface, TopologySurface, WorkloadSurface
+from .surface import CustomAllReduceSurface, EngineProfileSurface, HostWorkSurface, ModelCardSurface, ParallelismSurface, TopologySurface, WorkloadSurface
 
 class LibraryEntry(Plain):
     __slots__ = ('drafter', 'target', 'dataset', 'source', 'accept_lengths', 'note')
@@ -102,12 +102,6 @@ class CompiledEntry(Plain):
     _fields = ('entry_us', 'entry_per_layer_us')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.engine_schema', 'CompiledEntry')
-
-class CustomAllReduce(Plain):
-    __slots__ = ('kernel', 'one_shot_max_bytes', 'max_bytes', 'pcie_max_gpus')
-    _fields = ('kernel', 'one_shot_max_bytes', 'max_bytes', 'pcie_max_gpus')
-    model_fields = dict.fromkeys(_fields)
-    _pydantic = ('simulator.config.engine_schema', 'CustomAllReduce')
 
 class EngineProfile(EngineProfileSurface, Plain):
     __slots__ = ('engine', 'version', 'released', 'scheduler_step_us', 'overlap_schedule', 'overlap_schedule_speculative', 'cuda_graphs', 'cuda_graph_max_bs', 'speculative_capture_bs', 'speculative_capture_unit', 'speculative_host', 'scheduler_per_request_us', 'executor_ipc', 'step_eager_ops', 'speculative_verify_tokens', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'attention_backend', 'quantised_gemm', 'weight_only_gemv', 'kernel_database', 'unmeasured_kernels', 'speculative_policy', 'ngram_host', 'eager_launch_us', 'compiled_entry', 'piecewise_host', 'eager_kernels', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'moe_backend', 'max_draft_tokens')
@@ -463,6 +457,12 @@ class StaticPolicy(Plain):
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.policy', 'StaticPolicy')
 
+class CustomAllReduce(CustomAllReduceSurface, Plain):
+    __slots__ = ('kernel', 'two_shot_from_bytes', 'max_bytes', 'pcie_max_gpus', 'gpu_counts')
+    _fields = ('kernel', 'two_shot_from_bytes', 'max_bytes', 'pcie_max_gpus', 'gpu_counts')
+    model_fields = dict.fromkeys(_fields)
+    _pydantic = ('simulator.config.scenario', 'CustomAllReduce')
+
 class DecoderKernels(Plain):
     __slots__ = ('attention', 'dense_mlp', 'per_pass', 'verify_per_pass', 'tree_attention', 'chain_verify_attention')
     _fields = ('attention', 'dense_mlp', 'per_pass', 'verify_per_pass', 'tree_attention', 'chain_verify_attention')
@@ -488,8 +488,8 @@ class PiecewiseHost(Plain):
     _pydantic = ('simulator.config.scenario', 'PiecewiseHost')
 
 class Runtime(Plain):
-    __slots__ = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'moe_backend', 'unmeasured_kernels', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
-    _fields = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'moe_backend', 'unmeasured_kernels', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
+    __slots__ = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'moe_backend', 'unmeasured_kernels', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
+    _fields = ('cuda_graph_decode', 'cuda_graph_verify', 'cuda_graph_draft', 'cuda_graph_draft_extend', 'speculative_graph_batch_sizes', 'speculative_graph_pads', 'allreduce', 'custom_allreduce', 'fuse_allreduce_rmsnorm', 'overlap_schedule', 'scheduler_step_us', 'scheduler_per_request_us', 'overlap_schedule_speculative', 'step_eager_ops', 'eager_launch_us', 'eager_kernels', 'piecewise_host', 'weight_only_gemv', 'speculative_host', 'verify_tokens', 'kernel_database', 'kernels', 'ep_backend', 'mtp_eh_proj', 'vocab_parallel', 'mtp_draft_gather', 'replicated_embedding', 'separate_gate_up', 'moe_backend', 'unmeasured_kernels', 'memory_fraction', 'draft_on_own_gpus', 'two_batch_overlap', 'host_slowdown')
     model_fields = dict.fromkeys(_fields)
     _pydantic = ('simulator.config.scenario', 'Runtime')
 
@@ -697,7 +697,6 @@ NS = {
     'BatchRange': BatchRange,
     'CapturedPasses': CapturedPasses,
     'CompiledEntry': CompiledEntry,
-    'CustomAllReduce': CustomAllReduce,
     'EngineProfile': EngineProfile,
     'ExecutorIpc': ExecutorIpc,
     'HostWork': HostWork,
@@ -757,6 +756,7 @@ NS = {
     'HybridPolicy': HybridPolicy,
     'MultiDrafterPolicy': MultiDrafterPolicy,
     'StaticPolicy': StaticPolicy,
+    'CustomAllReduce': CustomAllReduce,
     'DecoderKernels': DecoderKernels,
     'EngineKernels': EngineKernels,
     'KernelDatabase': KernelDatabase,
@@ -922,14 +922,6 @@ CompiledEntry._checks = (
 )
 CompiledEntry._rules = ()
 CompiledEntry._before = None
-CustomAllReduce._checks = (
-    ('kernel', Str(min_length=1), _MISSING, None),
-    ('one_shot_max_bytes', Int(ge=0), _MISSING, None),
-    ('max_bytes', Int(ge=0), _MISSING, None),
-    ('pcie_max_gpus', Int(gt=0), _MISSING, None),
-)
-CustomAllReduce._rules = ()
-CustomAllReduce._before = None
 EngineProfile._checks = (
     ('engine', Lit('sglang', 'vllm', 'trtllm', 'transformers', 'gpt_fast', 'magicdec'), _MISSING, None),
     ('version', Str(), _MISSING, None),
@@ -1433,6 +1425,15 @@ StaticPolicy._checks = (
 )
 StaticPolicy._rules = ()
 StaticPolicy._before = None
+CustomAllReduce._checks = (
+    ('kernel', Str(min_length=1, max_length=200), _MISSING, None),
+    ('two_shot_from_bytes', Dict(Int(gt=0), Int(ge=0), min_length=1, max_length=16), _MISSING, None),
+    ('max_bytes', Int(ge=0), _MISSING, None),
+    ('pcie_max_gpus', Int(gt=0), _MISSING, None),
+    ('gpu_counts', List(Int(gt=0), min_length=1, max_length=64), _MISSING, None),
+)
+CustomAllReduce._rules = ()
+CustomAllReduce._before = None
 DecoderKernels._checks = (
     ('attention', Int(gt=0, le=4096), _MISSING, None),
     ('dense_mlp', Int(gt=0, le=4096), _MISSING, None),
@@ -1474,6 +1475,7 @@ Runtime._checks = (
     ('speculative_graph_batch_sizes', Either(NoneOnly(), List(Int(gt=0), min_length=1, max_length=1024)), None, None),
     ('speculative_graph_pads', Lit('requests', 'tokens'), 'requests', None),
     ('allreduce', Lit('auto', 'nccl', 'nccl_ring', 'nccl_tree', 'nvls', 'one_shot', 'two_shot'), 'auto', None),
+    ('custom_allreduce', Either(Model('CustomAllReduce', NS), NoneOnly()), None, None),
     ('fuse_allreduce_rmsnorm', Bool(), False, None),
     ('overlap_schedule', Bool(), True, None),
     ('scheduler_step_us', Either(NoneOnly(), Float(ge=0, le=100000.0)), None, None),
@@ -1511,7 +1513,7 @@ ScenarioSpec._checks = (
     ('parallelism', Model('Parallelism', NS), _MISSING, None),
     ('engine', Either(Tagged('name', {'sglang': 'SGLangEngine', 'vllm': 'VLLMEngine', 'trtllm': 'TRTLLMEngine', 'transformers': 'TransformersEngine', 'gpt_fast': 'GptFastEngine', 'magicdec': 'MagicDecEngine'}, NS), NoneOnly()), None, None),
     ('deployment', Model('Deployment', NS), Deployment._make({'router': 'round_robin', 'prefill_instances': 0}, []), None),
-    ('runtime', Model('Runtime', NS), Runtime._make({'cuda_graph_decode': True, 'cuda_graph_verify': False, 'cuda_graph_draft': True, 'cuda_graph_draft_extend': None, 'speculative_graph_batch_sizes': None, 'speculative_graph_pads': 'requests', 'allreduce': 'auto', 'fuse_allreduce_rmsnorm': False, 'overlap_schedule': True, 'scheduler_step_us': None, 'scheduler_per_request_us': 0.0, 'overlap_schedule_speculative': False, 'step_eager_ops': 0, 'eager_launch_us': None, 'eager_kernels': None, 'piecewise_host': None, 'weight_only_gemv': None, 'speculative_host': SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_draft_token': 0, 'eager_ops_per_accepted_token': 0, 'eager_ops_behind_draft_graph': 0, 'tree_mask_bytes_per_entry': 0.0, 'syncs': 0, 'syncs_per_draft_step': 0, 'syncs_per_accepted_token': 0, 'step_host_us': 0.0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), 'verify_tokens': 'fixed', 'kernel_database': None, 'kernels': 'measured', 'ep_backend': 'auto', 'mtp_eh_proj': 'replicated', 'vocab_parallel': True, 'mtp_draft_gather': 'logits', 'replicated_embedding': [], 'separate_gate_up': [], 'moe_backend': None, 'unmeasured_kernels': {}, 'memory_fraction': 0.9, 'draft_on_own_gpus': False, 'two_batch_overlap': False, 'host_slowdown': None}, []), None),
+    ('runtime', Model('Runtime', NS), Runtime._make({'cuda_graph_decode': True, 'cuda_graph_verify': False, 'cuda_graph_draft': True, 'cuda_graph_draft_extend': None, 'speculative_graph_batch_sizes': None, 'speculative_graph_pads': 'requests', 'allreduce': 'auto', 'custom_allreduce': None, 'fuse_allreduce_rmsnorm': False, 'overlap_schedule': True, 'scheduler_step_us': None, 'scheduler_per_request_us': 0.0, 'overlap_schedule_speculative': False, 'step_eager_ops': 0, 'eager_launch_us': None, 'eager_kernels': None, 'piecewise_host': None, 'weight_only_gemv': None, 'speculative_host': SpeculativeHost._make({'eager_ops': 0, 'eager_ops_per_draft_step': 0, 'eager_ops_per_draft_token': 0, 'eager_ops_per_accepted_token': 0, 'eager_ops_behind_draft_graph': 0, 'tree_mask_bytes_per_entry': 0.0, 'syncs': 0, 'syncs_per_draft_step': 0, 'syncs_per_accepted_token': 0, 'step_host_us': 0.0, 'per_request_us': 0.0, 'per_draft_token_us': 0.0, 'per_accepted_token_us': 0.0, 'stop_check_us': 0.0}, []), 'verify_tokens': 'fixed', 'kernel_database': None, 'kernels': 'measured', 'ep_backend': 'auto', 'mtp_eh_proj': 'replicated', 'vocab_parallel': True, 'mtp_draft_gather': 'logits', 'replicated_embedding': [], 'separate_gate_up': [], 'moe_backend': None, 'unmeasured_kernels': {}, 'memory_fraction': 0.9, 'draft_on_own_gpus': False, 'two_batch_overlap': False, 'host_slowdown': None}, []), None),
     ('workload', Model('Workload', NS), Workload._make({'requests': 1, 'arrival': AllAtOnce._make({'kind': 'all_at_once'}, ['kind']), 'prompt_tokens': 1000, 'output_tokens': 2048, 'max_running_requests': 1, 'max_concurrency': None, 'turns': 1, 'stop_strings': 0, 'max_prefill_tokens': 8192, 'kv_overflow': 'queue', 'target': LatencyTarget._make({'ttft_ms': 2000.0, 'tpot_ms': 100.0, 'percentile': 90.0}, []), 'seed_offset': 0, 'corpus': None, 'corpus_stream': 0}, []), None),
     ('speculation', Model('Speculation', NS), Speculation._make({'method': 'none', 'draft_tokens': 3, 'verify': 'chain', 'tree': TreeShape._make({'kind': 'optimal', 'k': 2, 'depth': None, 'parents': None}, []), 'acceptance': None, 'ngram': NgramDrafter._make({'host_us_per_step': 400.0, 'host_us_per_request': 150.0, 'host_us_per_node': 0.05, 'algorithm': 'sglang_trie', 'branch_length': 18, 'min_match_window': 1, 'max_match_window': 12, 'min_bfs_breadth': 1, 'max_bfs_breadth': 10, 'prompt_lookup_min': 2, 'prompt_lookup_max': 5}, []), 'suffix': SuffixDrafter._make({'max_tree_depth': 24, 'max_spec_factor': 1.0, 'max_spec_offset': 0.0, 'min_token_prob': 0.1, 'cache_requests': True, 'host_us_per_step': 100.0, 'host_us_per_request': 20.0, 'host_us_per_node': 0.05}, []), 'draft_model': None, 'heads': HeadsConfig._make({'num_heads': 4, 'num_layers': 1}, []), 'lookahead': LookaheadConfig._make({'window': 7, 'ngram': 5, 'guesses': 7, 'host_us_per_step': 100.0, 'host_us_per_request': 20.0}, []), 'dynamic_tree': DynamicTreeConfig._make({'eagle_topk': 4, 'num_steps': 5, 'num_draft_tokens': 8}, []), 'sparse_kv': SparseKVConfig._make({'kv_budget_tokens': 512}, [])}, []), None),
     ('policy', Tagged('kind', {'static': 'StaticPolicy', 'hybrid': 'HybridPolicy', 'adaptive_length': 'AdaptiveLengthPolicy', 'multi_drafter': 'MultiDrafterPolicy', 'batch_threshold': 'BatchThresholdPolicy', 'batch_table': 'BatchTablePolicy', 'goodput': 'GoodputPolicy', 'dynamic_length': 'DynamicLengthPolicy', 'assistant_heuristic': 'AssistantHeuristicPolicy'}, NS), StaticPolicy._make({'kind': 'static'}, ['kind']), None),

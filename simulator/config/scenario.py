@@ -10,6 +10,7 @@ from .engine import Engine
 from .parallelism import Parallelism
 from .policy import Policy, StaticPolicy
 from .speculation import Speculation
+from .surface import CustomAllReduceSurface
 from .topology import Dtype
 from .workload import Workload
 
@@ -87,6 +88,21 @@ class WeightOnlyGemv(Strict):
         "Bytes per second it streams, as a share of the bf16 GEMV's of the same shape"))
 
 
+class CustomAllReduce(CustomAllReduceSurface, Strict):
+    """When the engine runs its own all-reduce kernel instead of NCCL's, and which of the kernel's two algorithms
+    (one-shot: every rank reads every peer's whole buffer; two-shot: reduce-scatter then all-gather), as the engine's
+    should_custom_ar and the kernel's own switch have it (the engine profile's custom_allreduce)."""
+
+    kernel: str = Field(min_length=1, max_length=200, description="Which kernel (one-shot / two-shot P2P, ...)")
+    two_shot_from_bytes: dict[PositiveInt, NonNegativeInt] = Field(min_length=1, max_length=16, description=(
+        "Up to this many GPUs (the key) -> the message size from which the kernel runs two-shot (0: one-shot at every "
+        "size); a GPU count takes the entry of the smallest key at or above it"))
+    max_bytes: NonNegativeInt = Field(description="The largest all-reduce it runs (bytes); NCCL above")
+    pcie_max_gpus: PositiveInt = Field(description="On a fabric without NVLink between all GPUs, at most this many")
+    gpu_counts: list[PositiveInt] = Field(min_length=1, max_length=64, description=(
+        "The GPU counts it runs at (the engine's supported world sizes); NCCL at any other"))
+
+
 KernelFamily = Literal["gemm", "attention", "mla", "mla_bmm", "moe"]  # kernels/shapes.py's families
 
 
@@ -144,7 +160,12 @@ class Runtime(Strict):
         "request a whole verify tree of GEMM rows; SGLang, TensorRT-LLM) or tokens (the pass's b x n tokens pad to the "
         "smallest captured count, GEMM rows without attention; vLLM V1's pad_for_cudagraph)"))
     allreduce: Literal[ALLREDUCE_CHOICES] = Field(  # type: ignore[valid-type]
-        "auto", description="auto: cheapest permitted; nccl: NCCL's tuner; or force one algorithm")
+        "auto", description=(
+            "auto: as the engine runs it (its own kernel where custom_allreduce runs it, which it tries first; NCCL's "
+            "tuner otherwise); nccl: NCCL's tuner; or force one algorithm"))
+    custom_allreduce: Optional[CustomAllReduce] = Field(None, description=(
+        "The engine's own all-reduce kernel and when it runs instead of NCCL under allreduce auto (the engine profile's; "
+        "none: NCCL for every all-reduce unless one_shot / two_shot is forced)"))
     fuse_allreduce_rmsnorm: bool = Field(False, description="All-reduce fused with the following RMSNorm: one kernel fewer per all-reduce")
     overlap_schedule: bool = Field(True, description="Scheduler host work overlaps the GPU in plain decode (SGLang's overlap scheduler)")
     scheduler_step_us: Optional[float] = Field(None, ge=0, le=1e5, description=(

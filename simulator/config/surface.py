@@ -85,6 +85,26 @@ class HostWorkSurface:
         return SpeculativeHost(**{name: item.value for name, item in self.sourced().items()})
 
 
+class CustomAllReduceSurface:
+    __slots__ = ()
+
+    def two_shot_bytes(self, ranks: int) -> int:
+        """The message size from which the kernel runs two-shot over `ranks` GPUs (0: one-shot at every size): the
+        entry of the smallest GPU count at or above `ranks` (the kernel's `world_size <= k` branches)."""
+        keys = sorted(self.two_shot_from_bytes)
+        return self.two_shot_from_bytes[next((k for k in keys if k >= ranks), keys[-1])]
+
+    def algorithm(self, ranks: int, nbytes: int) -> str:
+        """one_shot or two_shot: the kernel's own switch for nbytes over `ranks` GPUs."""
+        bound = self.two_shot_bytes(ranks)
+        return "two_shot" if bound and nbytes >= bound else "one_shot"
+
+    def runs(self, ranks: int, nbytes: int, nvlink: bool) -> bool:
+        """Whether the engine runs its kernel, not NCCL, for an all-reduce of nbytes over `ranks` GPUs (`nvlink`: NVLink
+        joins every pair): a GPU count it supports, within pcie_max_gpus without NVLink, at most max_bytes."""
+        return ranks in self.gpu_counts and (nvlink or ranks <= self.pcie_max_gpus) and nbytes <= self.max_bytes
+
+
 class EngineProfileSurface:
     __slots__ = ()
 

@@ -51,18 +51,22 @@ class AllReduce:
     """All-reduce among the first `ranks` GPUs of a fabric; `choice` is runtime.allreduce."""
 
     def __init__(self, fabric: Fabric, ranks: int, choice: str = "auto", kernel_floor_us: float = 0.0,
-                 custom_model=None, launch: str = "graph"):
-        """custom_model: the engine's kernel as fitted to its measured table (an object with time_us(nbytes),
-        algorithm(nbytes) and a label; kernels/custom_allreduce_fit.py), which then times the engine's all-reduce up
-        to its 8 MiB bound (one-shot and two-shot) instead of the physical flags-and-reads model."""
+                 custom_model=None, launch: str = "graph", custom_rule=None):
+        """custom_rule: when the engine runs its custom all-reduce and which algorithm its kernel picks (the engine
+        profile's custom_allreduce, as runtime.custom_allreduce holds it; None: NCCL unless one_shot / two_shot is
+        forced). custom_model: the engine's kernel as fitted to its measured table (an object with time_us(nbytes,
+        algorithm), covers(nbytes, algorithm), how(nbytes, algorithm) and a label; kernels/custom_allreduce_fit.py),
+        which then times it instead of the physical flags-and-reads model."""
         self.fabric = fabric
         self.ranks = ranks
         self.choice = choice
         self.kernel_floor_us = kernel_floor_us
         self.custom_model = custom_model
+        self.custom_rule = custom_rule
         self.launch = launch  # "eager": an nccl-tests-style launch, which takes at least the fabric's eager floor
         # what its costs are computed from, by value: the run's store keys cost(), step_plan(), allgather_us() by it
-        self.value_key = (fabric.value_key, ranks, choice, kernel_floor_us, key_of(custom_model), launch)
+        rule = custom_rule.model_dump_json() if custom_rule is not None else None
+        self.value_key = (fabric.value_key, ranks, choice, kernel_floor_us, key_of(custom_model), launch, rule)
         if any(fabric.hop(i, (i + 1) % ranks).net for i in range(ranks)) if ranks > 1 else False:
             raise NotPermitted(f"the {ranks} ranks span machines, and NCCL's model between machines is not in this "
                                "version yet: take at most one machine's GPUs")
@@ -256,11 +260,12 @@ class AllReduce:
         if choice in CUSTOM_ALGORITHMS:
             options = [o for o in self.custom_options(nbytes, forced=True) if o.algorithm == choice]
         else:
-            # NCCL chooses by its own table, then launches that choice on the channels the size needs
-            table = [o for o in self.nccl_options(nbytes) if choice in ("auto", "nccl") or o.algorithm == choice]
-            options = [self.nccl_launched(self.nccl_choice(table, nbytes), nbytes)] if table else []
-            if choice == "auto":
-                options += self.custom_options(nbytes, forced=False)
+            # auto: the engine tries its own kernel first (should_custom_ar), NCCL only where its rule says no
+            options = self.custom_options(nbytes, forced=False) if choice == "auto" else []
+            if not options:
+                # NCCL chooses by its own table, then launches that choice on the channels the size needs
+                table = [o for o in self.nccl_options(nbytes) if choice in ("auto", "nccl") or o.algorithm == choice]
+                options = [self.nccl_launched(self.nccl_choice(table, nbytes), nbytes)] if table else []
         if not options:
             raise NotPermitted(f"allreduce {choice!r} is not available on this fabric")
         return min(options, key=lambda o: o.time_us)

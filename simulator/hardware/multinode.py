@@ -21,12 +21,12 @@ def spans_machines(fabric: Fabric, ranks: int) -> bool:
 
 
 def make_allreduce(fabric: Fabric, ranks: int, choice: str = "auto", kernel_floor_us: float = 0.0,
-                   custom_model=None):
+                   custom_model=None, custom_rule=None):
     """The all-reduce of the first `ranks` GPUs: between machines if their ring crosses the network (where no
     custom all-reduce runs)."""
     if spans_machines(fabric, ranks):
         return MultiNodeAllReduce(fabric, ranks, choice)
-    return AllReduce(fabric, ranks, choice, kernel_floor_us, custom_model)
+    return AllReduce(fabric, ranks, choice, kernel_floor_us, custom_model, custom_rule=custom_rule)
 
 
 def multinode_allgather_options(fabric: Fabric, ranks: int, cpu_vendor: str = "intel",

@@ -3,8 +3,9 @@
 What is modelled: one-shot raises a start and an end flag and reads every peer's whole buffer at once; two-shot
 reduce-scatters then all-gathers, each reading a 1/n chunk from every peer, behind three flags. A flag barrier is a
 round trip to the peers (twice NCCL's per-step LL latency plus the route's). Where the engine's kernel was measured
-(kernels/custom_allreduce_fit.py), its fitted model times it instead. The kernel's own switch picks one-shot or
-two-shot, not the faster of the two.
+(kernels/custom_allreduce_fit.py), its fitted model times it instead. Whether the engine runs it and which of the two
+its kernel runs (its own switch, not the faster of the two) are the engine profile's custom_allreduce rule, read
+from the run's runtime.custom_allreduce: nothing about an engine is written here.
 """
 from __future__ import annotations
 
@@ -12,17 +13,6 @@ from . import nccl_tables as T
 from .collective_cost import IMPLEMENTATION_CUSTOM, CollectiveCost
 
 CUSTOM_ALGORITHMS = ("one_shot", "two_shot")
-
-# Custom (vLLM/SGLang) all-reduce: one-shot below 256 KB at 8 ranks, two-shot up to 8 MB buffers
-# (vllm/distributed/device_communicators/custom_all_reduce.py; docs/sources.md).
-CUSTOM_ONE_SHOT_MAX_BYTES = 256 * 1024
-CUSTOM_MAX_BYTES = 8 * 1024 * 1024
-
-
-def custom_one_shot_bound(ranks: int) -> int:
-    """The size from which the custom all-reduce runs two-shot at this GPU count (0: never); custom_all_reduce.cuh:
-    one-shot at two GPUs, below 512 KiB at three or four, below 256 KiB at up to eight."""
-    return 0 if ranks <= 2 else (512 * 1024 if ranks <= 4 else CUSTOM_ONE_SHOT_MAX_BYTES)
 
 
 def allreduce_bus_factor(ranks: int) -> float:
@@ -32,14 +22,13 @@ def allreduce_bus_factor(ranks: int) -> float:
 
 
 def custom_options(ar, nbytes: int, forced: bool) -> list[CollectiveCost]:
-    """The custom all-reduce of nbytes over `ar`'s ranks (a collectives.AllReduce): the algorithm the kernel's switch
-    picks, or both when `forced` (a what-if past the engine's own rules); none where the engine would not run it."""
-    n = ar.ranks
+    """The custom all-reduce of nbytes over `ar`'s ranks (a collectives.AllReduce): the algorithm the engine's kernel
+    picks (ar.custom_rule: the engine profile's custom_allreduce), or both when `forced` (a what-if past the engine's
+    own rules); none where the engine would not run it (no rule, or the rule says NCCL)."""
+    n, rule = ar.ranks, ar.custom_rule
     if not ar._p2p_all:
         return []
-    if not forced and not (ar._nvlink_all or n <= 2):
-        return []  # engines disable custom all-reduce on more than two PCIe-only GPUs
-    if nbytes > CUSTOM_MAX_BYTES and not forced:
+    if not forced and (rule is None or not rule.runs(n, nbytes, ar._nvlink_all)):
         return []
     hops = [ar.fabric.hop(j, i) for i in range(n) for j in range(n) if i != j]
     cls = "nvlink" if ar._nvlink_all else "pci"
@@ -47,22 +36,23 @@ def custom_options(ar, nbytes: int, forced: bool) -> list[CollectiveCost]:
     flag = 2 * (T.HW_LATENCY_US[cls]["ring"][0] + max(ar.fabric.latency_us(h) for h in hops))
     flow_bw = min(ar.fabric.concurrent_bandwidth_GBps(hops))  # every rank reads every peer at once
     bus = allreduce_bus_factor(n)
+    picked = rule.algorithm(n, nbytes) if rule is not None else None  # the kernel's own switch
     model = ar.custom_model
-    if model is not None and (ar.choice not in CUSTOM_ALGORITHMS or model.algorithm(nbytes) == ar.choice):
-        # the engine's kernel as measured (its own one-shot / two-shot switch): the fit of its table below the
-        # bound, its rows above; the fixed part is the fit's latency, the rest moves at the bandwidth it implies
-        time = model.time_us(nbytes)
+    if model is not None and picked is not None and (ar.choice not in CUSTOM_ALGORITHMS or ar.choice == picked) \
+            and model.covers(nbytes, picked):
+        # the engine's kernel as measured: the fit of the table's one-shot rows, its rows where the table's kernel
+        # ran the algorithm this engine's switch picks; the fixed part is the fit's latency, the rest moves at the
+        # bandwidth it implies
+        time = model.time_us(nbytes, picked)
         bw = nbytes / (1000.0 * (time - model.latency_us)) if time > model.latency_us else model.bandwidth_GBps
-        label = model.label + (" above the one-shot bound: the table's rows" if model.measured_rows(nbytes) else "")
-        return [CollectiveCost(model.algorithm(nbytes), "P2P", time, model.latency_us, bw, bw * bus, label)]
+        return [CollectiveCost(picked, "P2P", time, model.latency_us, bw, bw * bus, model.label + model.how(nbytes, picked))]
     out = []
-    bound = custom_one_shot_bound(n)  # the kernel's own switch, not the faster of the two
-    if forced or not bound or nbytes < bound:
+    if forced or picked == "one_shot":
         # one-shot: a start and an end flag; each rank reads every peer's whole buffer concurrently
         latency = 2 * flag + ar.kernel_floor_us
         out.append(CollectiveCost("one_shot", "P2P", latency + nbytes / (1000.0 * flow_bw), latency,
                                   flow_bw, flow_bw * bus, IMPLEMENTATION_CUSTOM))
-    if not (forced or (bound and nbytes >= bound)):
+    if not (forced or picked == "two_shot"):
         return out
     # two-shot: reduce-scatter then all-gather, each reading a 1/n chunk from every peer; three flags
     latency = 3 * flag + 2 * ar.kernel_floor_us

@@ -1,15 +1,19 @@
 """The engines' custom all-reduce as aiconfigurator-core measured it (kernels/custom_allreduce.py), over the whole
 range the engines run it (up to their 8 MiB buffer), CUDA graph and eager apart.
 
-Below the kernel's one-shot bound (vLLM's custom_all_reduce.cuh allreduce(), which sgl-kernel copies: one-shot at any
-size on 2 ranks, below 512 KiB up to 4, below 256 KiB up to 8) a rank raises a flag, reads every peer's buffer and
-raises another: a fixed latency (flags, kernel, in eager mode the launch) plus bytes over an effective read bandwidth,
-fitted per table and mode by least squares on the relative error, once more without single-run outliers (some eager
-rows sit at 2x their neighbours). From the bound on (two-shot; on 2 ranks above the one-shot fit's 256 KiB) a straight
-line misses the tables by up to 50% (the time bends from latency- to bandwidth-bound within 256 KiB..8 MiB), so the
-time is the table's own rows (a size run twice: their median), log-log interpolated, each row at least the one
-before it and the first at least the one-shot fit at the bound (a larger message never takes less); beyond the last
+Below the measured kernel's two-shot switch (the rule of the table's release: the engine profile of that version, else
+the nearest one below it, table_rule; vLLM's design at every table there is: one-shot at any size on 2 ranks, below
+512 KiB up to 4, below 256 KiB up to 8) a rank raises a flag, reads every peer's buffer and raises another: a fixed
+latency (flags, kernel, in eager mode the launch) plus bytes over an effective read bandwidth, fitted per table and
+mode by least squares on the relative error, once more without single-run outliers (some eager rows sit at 2x their
+neighbours). From the switch on (two-shot; on 2 ranks above the fit's 256 KiB) a straight line misses the tables by up
+to 50% (the time bends from latency- to bandwidth-bound within 256 KiB..8 MiB), so the time is the table's own rows (a
+size run twice: their median) up to the kernel's largest message, log-log interpolated, each row at least the one
+before it and the first at least the one-shot fit at the switch (a larger message never takes less); beyond the last
 row at the last segment's slope.
+The engine being simulated may switch elsewhere (its own profile's rule, runtime.custom_allreduce): a message it runs
+one-shot where the table's kernel ran two-shot takes the one-shot fit carried on (the same flags and reads); one it
+runs two-shot where the table measured one-shot is not covered (the physical model times it).
 A fabric the database did not measure takes the median over the measured GPUs of the same fabric class (all NVLink
 or PCIe) at that GPU count, of the fitted parameters below the bound and of the times at each measured size above it,
 and says so.
@@ -20,10 +24,12 @@ import math
 import statistics
 
 from ..compiled import dataclass
-# the kernels' one-shot bound at 8 ranks and the engines' 8 MiB buffer (engines/*: custom_allreduce), one pair
-from ..hardware.p2p_allreduce import CUSTOM_MAX_BYTES as MAX_BYTES, CUSTOM_ONE_SHOT_MAX_BYTES as ONE_SHOT_MAX_BYTES
-from ..hardware.p2p_allreduce import custom_one_shot_bound as one_shot_bound
 from . import custom_allreduce as tables
+from .tables import _version_key
+
+# where the kernel never switches (2 ranks), the straight line is fitted up to here and the rows time it beyond: the
+# time bends from latency- to bandwidth-bound above it (a choice of the fit, not an engine's rule)
+FIT_MAX_BYTES = 256 * 1024
 PCIE_SYSTEMS = ("rtx_pro_6000_server", "l40s", "b60")  # the database's boards without NVLink between all GPUs
 
 
@@ -33,21 +39,38 @@ class FittedMode:
     bandwidth_GBps: float
     worst_error: float  # the largest relative miss over the rows it was fitted to (outliers left out)
     label: str = ""  # what it is and what it was fitted to (set for the simulation's use)
-    two_shot_bytes: int = 0  # the kernel runs two-shot from this size on (0: one-shot at every size)
+    two_shot_bytes: int = 0  # the measured kernel ran two-shot from this size on (0: one-shot at every size)
     sizes: tuple = ()  # the measured rows (bytes, ascending) that time a call from sizes[0] on, made monotone
     times: tuple = ()  # their times, us
 
-    def time_us(self, nbytes: int) -> float:
-        if self.sizes and nbytes >= self.sizes[0]:
+    def algorithm(self, nbytes: int) -> str:
+        """What the measured kernel ran at nbytes (its own switch)."""
+        return "two_shot" if self.two_shot_bytes and nbytes >= self.two_shot_bytes else "one_shot"
+
+    def measured_rows(self, nbytes: int, algorithm: str | None = None) -> bool:
+        """Whether the table's rows (not the one-shot fit) time nbytes run as `algorithm` (default: the measured
+        kernel's own)."""
+        mine = self.algorithm(nbytes)
+        return bool(self.sizes) and nbytes >= self.sizes[0] and (algorithm or mine) == mine
+
+    def covers(self, nbytes: int, algorithm: str) -> bool:
+        """Whether this model times nbytes run as `algorithm`: what the table's kernel ran there, or one-shot (the
+        fit carried past the measured kernel's switch); not a two-shot where the table measured one-shot."""
+        return algorithm == "one_shot" or algorithm == self.algorithm(nbytes)
+
+    def time_us(self, nbytes: int, algorithm: str | None = None) -> float:
+        """nbytes run as `algorithm` (default: what the measured kernel ran): the rows, or the one-shot fit."""
+        if self.measured_rows(nbytes, algorithm):
             return _along(self.sizes, self.times, nbytes)
         return self.latency_us + nbytes / (1000.0 * self.bandwidth_GBps)
 
-    def algorithm(self, nbytes: int) -> str:
-        return "two_shot" if self.two_shot_bytes and nbytes >= self.two_shot_bytes else "one_shot"
-
-    def measured_rows(self, nbytes: int) -> bool:
-        """Whether the table's rows (not the one-shot fit) time nbytes."""
-        return bool(self.sizes) and nbytes >= self.sizes[0]
+    def how(self, nbytes: int, algorithm: str) -> str:
+        """What times nbytes run as `algorithm`, as a label's tail."""
+        if self.measured_rows(nbytes, algorithm):
+            return " above the one-shot bound: the table's rows"
+        if self.algorithm(nbytes) != algorithm:
+            return " one-shot past the measured kernel's two-shot switch: the one-shot fit"
+        return ""
 
 
 @dataclass(frozen=True)
@@ -91,12 +114,28 @@ def _least_squares(rows: list) -> tuple[float, float]:
     return (sy - slope * sx) / sw, slope
 
 
-def _fit(sizes: tuple, times: tuple, ranks: int = 8) -> FittedMode | None:
-    """t = a + b x bytes over the one-shot rows, least squares on t / measured - 1, fitted again without the rows
-    that miss by more than three times the median miss (single-run outliers: an eager row at 2x its neighbours);
-    from the one-shot bound to 8 MiB the table's rows, made monotone."""
-    bound = one_shot_bound(ranks)
-    rows = [(s, t) for s, t in zip(sizes, times) if (s < bound if bound else s <= ONE_SHOT_MAX_BYTES) and t > 0]
+def table_rule(engine: str, version: str):
+    """The custom all-reduce rule of the kernel a table of `version` measured: the engine profile of that release,
+    else of the nearest release below it (else the oldest above), its kernel's switch taken as unchanged between."""
+    from ..config.engine_profile import known_versions, load_profile
+
+    have = sorted(known_versions(engine), key=_version_key)
+    below = [v for v in have if _version_key(v) <= _version_key(version)]
+    release = below[-1] if below else have[0]
+    rule = load_profile(engine, release)[0].custom_allreduce.value
+    if rule is None:
+        raise ValueError(f"engines/{engine}/{release}.yaml runs no custom all-reduce, yet stands for the {engine} "
+                         f"{version} table's kernel")
+    return rule
+
+
+def _fit(sizes: tuple, times: tuple, two_shot_bytes: int, max_bytes: int) -> FittedMode | None:
+    """t = a + b x bytes over the one-shot rows (below two_shot_bytes, the measured kernel's switch; 0: up to
+    FIT_MAX_BYTES), least squares on t / measured - 1, fitted again without the rows that miss by more than three
+    times the median miss (single-run outliers: an eager row at 2x its neighbours); from the switch to the kernel's
+    largest message (max_bytes, to the first row at or above it) the table's rows, made monotone."""
+    bound = two_shot_bytes
+    rows = [(s, t) for s, t in zip(sizes, times) if (s < bound if bound else s <= FIT_MAX_BYTES) and t > 0]
     if len(rows) < 3:
         return None
     latency, slope = _least_squares(rows)
@@ -106,20 +145,25 @@ def _fit(sizes: tuple, times: tuple, ranks: int = 8) -> FittedMode | None:
     if len(kept) >= 3 and len(kept) < len(rows):
         latency, slope = _least_squares(kept)
     worst = max(abs((latency + slope * s) / t - 1) for s, t in kept)
-    start = bound or ONE_SHOT_MAX_BYTES
+    start = bound or FIT_MAX_BYTES
+    last = min((s for s in sizes if s >= max_bytes), default=max_bytes)
     runs: dict[int, list] = {}  # a size measured more than once (some tables ran each twice): the runs' median
     for s, t in zip(sizes, times):
-        if start <= s <= MAX_BYTES and t > 0:
+        if start <= s <= last and t > 0:
             runs.setdefault(s, []).append(t)
     above = sorted((s, statistics.median(ts)) for s, ts in runs.items())
     table = _monotone(*zip(*above), latency + slope * start) if above else ((), ())
     return FittedMode(latency, 1.0 / (1000.0 * slope), worst, "", bound, *table)
 
 
-def fit_table(system: str, engine: str, version: str, ranks: int) -> FittedAllReduce | None:
-    """The model fitted to one measured table (None: the table has no rows of both modes for this GPU count)."""
+def fit_table(system: str, engine: str, version: str, ranks: int, rule=None) -> FittedAllReduce | None:
+    """The model fitted to one measured table (None: the table has no rows of both modes for this GPU count); rule:
+    its kernel's (default table_rule's)."""
     kernel, modes = tables._rows(system, engine, version, ranks)
-    fitted = {mode: _fit(*modes[mode], ranks) for mode in ("graph", "eager")}
+    if not kernel:
+        return None
+    rule = rule or table_rule(engine, version)
+    fitted = {mode: _fit(*modes[mode], rule.two_shot_bytes(ranks), rule.max_bytes) for mode in ("graph", "eager")}
     if fitted["graph"] is None or fitted["eager"] is None:
         return None
     return FittedAllReduce(engine, version, ranks, fitted["graph"], fitted["eager"],
@@ -132,9 +176,16 @@ def fitted(system: str | None, engine: str, wanted: str, ranks: int, nvlink: boo
     root = tables.data_root()
     if root is None:
         return None
+    rules: dict[str, object] = {}  # each table version's kernel rule, read once in this call
+
+    def fit(system_name: str, version: str) -> FittedAllReduce | None:
+        if version not in rules:
+            rules[version] = table_rule(engine, version)
+        return fit_table(system_name, engine, version, ranks, rules[version])
+
     if system is not None:
         for version in tables.preference(system, engine, wanted):
-            own = fit_table(system, engine, version, ranks)
+            own = fit(system, version)
             if own is not None:
                 return own
     fits = []
@@ -142,7 +193,7 @@ def fitted(system: str | None, engine: str, wanted: str, ranks: int, nvlink: boo
         if (other in PCIE_SYSTEMS) == nvlink:
             continue
         for version in tables.preference(other, engine, wanted):
-            one = fit_table(other, engine, version, ranks)
+            one = fit(other, version)
             if one is not None:
                 fits.append((other, one))
                 break
@@ -156,7 +207,10 @@ def fitted(system: str | None, engine: str, wanted: str, ranks: int, nvlink: boo
         sizes = sorted({s for m in picked for s in m.sizes})  # above the bound: the median time at each size
         times = [statistics.median(m.time_us(s) for m in picked) for s in sizes]
         table = _monotone(sizes, times, latency + sizes[0] / (1000.0 * bandwidth)) if sizes else ((), ())
-        return FittedMode(latency, bandwidth, max(m.worst_error for m in picked), "", one_shot_bound(ranks), *table)
+        switches = {m.two_shot_bytes for m in picked}  # each table's kernel's own switch: one, or no median
+        if len(switches) != 1:
+            raise ValueError(f"the measured {engine} kernels switch to two-shot at {sorted(switches)} B: no median")
+        return FittedMode(latency, bandwidth, max(m.worst_error for m in picked), "", switches.pop(), *table)
 
     names = ", ".join(name for name, _ in fits)
     return FittedAllReduce(engine, "median", ranks, median("graph"), median("eager"),

@@ -160,13 +160,13 @@ class Machine:
         try:
             fabric = Fabric(scenario.topology, gpus)
             nvlink = self.tp > 1 and fabric.all_pairs_nvlink(self.tp)
-            # only where the engines run their kernel (collectives.AllReduce.custom_options' rule)
-            custom = None
-            if nvlink or self.tp == 2:
+            # the engine's rule (its profile's custom_allreduce); its measured kernel only where the rule can run it
+            rule, custom = spec.runtime.custom_allreduce, None
+            if rule is not None and self.tp in rule.gpu_counts and (nvlink or self.tp <= rule.pcie_max_gpus):
                 from ..kernels.custom_allreduce_fit import simulation_model  # here: its measured tables only then
 
                 custom = simulation_model(scenario, self.tp, nvlink)
-            allreduce = make_allreduce(fabric, self.tp, spec.runtime.allreduce, self.gpu.floor_us, custom)
+            allreduce = make_allreduce(fabric, self.tp, spec.runtime.allreduce, self.gpu.floor_us, custom, rule)
             allgather = make_allreduce(fabric, self.tp, "nccl", self.gpu.floor_us)
             return fabric, allreduce, allgather, SplitCollectives(fabric, spec.parallelism, spec.runtime, self.card,
                                                                   allreduce, allgather, self.gpu.floor_us,

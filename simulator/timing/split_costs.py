@@ -36,7 +36,9 @@ class SplitCollectives:
         if a == tp:
             self.allreduce["attention"], self.gather["attention"] = allreduce, allgather
         elif a > 1:
-            self.allreduce["attention"] = make_allreduce(fabric, a, runtime.allreduce, kernel_floor_us)
+            # the engine's rule (runtime.custom_allreduce) over the attention group; no measured model fitted to it
+            self.allreduce["attention"] = make_allreduce(fabric, a, runtime.allreduce, kernel_floor_us,
+                                                         custom_rule=runtime.custom_allreduce)
             self.gather["attention"] = make_allreduce(fabric, a, "nccl", kernel_floor_us)
         self.ep_ranks = list(range(parallelism.ep))
         self.nvlink = False
