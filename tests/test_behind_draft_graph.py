@@ -32,6 +32,29 @@ def test_ops_behind_the_graph_cost_their_kernels_or_the_hosts_lead():
     assert exposed_behind_drafts_us(SimpleNamespace(behind_drafts=(0, 0.0), mask_bytes=(0.0, 0.0)), 0.0, 0, gpu) == 0
 
 
+def test_the_verify_inputs_are_the_targets_where_the_drafter_has_its_own_gpus():
+    """Of 44 ops behind the draft graph, 37 build the verify's inputs (SGLang 0.4.4.post2's count): on one set of GPUs
+    all 44 and the mask follow the graph; with the drafter on its own, it keeps its 7 behind its graph and the target
+    runs the 37 with its GPUs idle (the last kernel's floor after the last launch) and the mask before the verify."""
+    from simulator.timing.stepspec import exposed_before_verify_us, exposed_behind_drafts_us
+
+    gpu = SimpleNamespace(floor_us=1.5, bytes_per_us=1000.0)
+    step = SimpleNamespace(behind_drafts=(44, 44 * 12.0), verify_inputs=(37, 37 * 12.0), mask_bytes=(2.0, 100.0))
+    # one set of GPUs: 44 launches (528 us) past a 300 us graph, then the mask's 2 x 450 + 100 bytes at 1000 B/us
+    assert exposed_behind_drafts_us(step, 300.0, 450, gpu) == pytest.approx(528 + 1.5 - 300 + 1.0, rel=1e-12)
+    assert exposed_before_verify_us(step, 450, gpu) == 0.0
+    # own GPUs: the drafter's 7 launches (84 us) are under the graph, their kernels after it at the floor
+    assert exposed_behind_drafts_us(step, 300.0, 450, gpu, own_gpus=True) == pytest.approx(7 * 1.5, rel=1e-12)
+    assert exposed_before_verify_us(step, 450, gpu, own_gpus=True) == pytest.approx(37 * 12.0 + 1.5 + 1.0, rel=1e-12)
+
+
+def test_sglangs_ops_behind_the_draft_graph_are_the_drafters_7_and_the_verifys_37():
+    from simulator.config.engine_profile import load_profile
+
+    work = load_profile("sglang", "0.4.4.post2")[0].host_work("eagle3", "eagle3")
+    assert (work.eager_ops_behind_draft_graph, work.verify_input_ops) == (7, 37)
+
+
 def test_the_tree_mask_moves_its_entries_bytes():
     """Each request's mask is draft tokens x (context + draft tokens) entries (build_tree_kernel_efficient), each
     moved tree_mask_bytes_per_entry times; the time is the bytes at the GPU's achievable bandwidth."""

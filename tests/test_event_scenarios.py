@@ -210,3 +210,33 @@ def test_a_drafter_on_its_own_gpus_pays_the_ops_behind_its_draft_graph():
     for stat in ("mean", "p50"):
         extra_ms = getattr(some.step_ms["draft"], stat) - getattr(none.step_ms["draft"], stat)
         assert extra_ms == pytest.approx(3 * floor / 1000.0, abs=1e-9)
+
+
+def test_a_drafter_on_its_own_gpus_leaves_the_verify_inputs_to_the_target():
+    """The verify's inputs (runtime.speculative_host.verify_input_ops: the tree's mask, positions and indices, the
+    verify batch and its attention metadata; SGLang builds them after the drafter's choice of tokens, in
+    build_tree_kernel_efficient and EAGLEWorker.verify) and the tree mask's bytes run on the target's GPUs, idle
+    before the verify: the drafter's round does not grow, the target's host work a step grows by n launches and the
+    last kernel's floor (the plan's sync waits for it), and by the mask's entries at the H100's bandwidth."""
+    from simulator.timing.machine import Machine
+
+    scenario = simulator.load_scenario(OWN)
+    base = scenario.spec.runtime.speculative_host.model_dump()
+    launch_us, floor = scenario.topology.host.eager_launch_us, scenario.topology.gpu.kernel_floor_us
+    kw = {"speculation__acceptance": {"kind": "positional", "probs": [0.0, 0.0, 0.0]}, "workload__output_tokens": 48}
+
+    def speculative(**host):
+        steps = simulator.run(OWN, baseline=False, runtime__speculative_host=dict(base, **host), **kw).run.steps
+        return {name: steps[name][steps["kind"] == KIND_SPEC] for name in ("draft_us", "other", "context")}
+
+    none = speculative()
+    ops = speculative(verify_input_ops=5, eager_ops_behind_draft_graph=3)
+    assert len(none["other"]) > 10
+    # the drafter's own 3 ops run behind its graph (3 kernels at the floor); the verify's 5 on the target's side
+    assert ops["draft_us"] - none["draft_us"] == pytest.approx(np.full(len(none["other"]), 3 * floor), abs=1e-9)
+    assert ops["other"] - none["other"] == pytest.approx(np.full(len(none["other"]), 5 * launch_us + floor), abs=1e-9)
+    mask = speculative(tree_mask_bytes_per_entry=2.375)
+    entries = 4 * (mask["context"] + 4)  # a chain of 3: 4 verified tokens a request, 1 request
+    bandwidth = Machine(scenario).gpu.bytes_per_us
+    assert mask["draft_us"] - none["draft_us"] == pytest.approx(np.zeros(len(entries)), abs=1e-9)
+    assert mask["other"] - none["other"] == pytest.approx(2.375 * entries / bandwidth, rel=1e-6)

@@ -12,8 +12,8 @@ from dataclasses import replace
 from ..compiled import dataclass
 from ..config import Scenario
 from ..config.typical import mean_length
-from ..timing.stepspec import (StepSpec, behind_draft_graph, expected_emitted, exposed_behind_drafts_us,
-                               speculative_host_us, speculative_passes, step_overhead_us, tree_mask_bytes)
+from ..timing.stepspec import (StepSpec, around_drafts, expected_emitted, exposed_before_verify_us,
+                               exposed_behind_drafts_us, speculative_host_us, speculative_passes, step_overhead_us)
 from ..timing.machine import Machine, context_anchors
 from ..model.cost import PassShape
 from ..speculation.acceptance import positional_table
@@ -140,15 +140,17 @@ def breakeven_table(scenario: Scenario, chains=CHAIN_DRAFTS, trees=TREE_DRAFTS) 
         verify = _pass_us(machine, "target", main.shape, main.graph, seed, contexts)
         passes = [(_pass_us(machine, d.part, d.shape, d.graph, seed, contexts), d.graph) for d in drafts]
         graphed = sum(us for us, graphed in passes if graphed)
-        around = StepSpec(main, drafts, behind_drafts=behind_draft_graph(host, spec.runtime),
-                          mask_bytes=tree_mask_bytes(spec.runtime, tree, batch)) if drafts else None
+        around = StepSpec(main, drafts, **around_drafts(host, spec.runtime, tree, batch)) if drafts else None
+        own = spec.runtime.draft_on_own_gpus  # the verify's inputs then the target's (stepspec)
         draft = drafter.host_us(tree, batch) + sum(us for us, _ in passes) + (
-            sum(float(exposed_behind_drafts_us(around, graphed, c, machine.gpu)) for c in contexts) / len(contexts)
+            sum(float(exposed_behind_drafts_us(around, graphed, c, machine.gpu, own)) for c in contexts) / len(contexts)
             if around is not None else 0.0)  # at each context (the mask grows with it), against the graphed
         # drafts' mean over the contexts (_pass_us), not each context's: the two differ only where max() switches
         emitted = expected_emitted(acceptance, tree, config)
         other = step_overhead_us(host, spec.runtime, True, batch) + speculative_host_us(
             host, spec.runtime, batch, tree, emitted, spec.workload.stop_strings)
+        if around is not None and own:
+            other += sum(exposed_before_verify_us(around, c, machine.gpu, own) for c in contexts) / len(contexts)
         return StepCost(verify / 1e3, draft / 1e3, other / 1e3)
 
     def row(label: str, tree: Tree) -> BreakevenRow:

@@ -186,7 +186,7 @@ def _f21(cls, FrozenInstanceError):
 # simulator.timing.stepspec.StepSpec
 def _f22(cls, FrozenInstanceError):
     def __delattr__(self,name):
-        if type(self) is cls or name in ('main','drafts','draft_host_us','other_us','hidden_us','behind_drafts','mask_bytes',):
+        if type(self) is cls or name in ('main','drafts','draft_host_us','other_us','hidden_us','behind_drafts','mask_bytes','verify_inputs',):
          raise FrozenInstanceError(f"cannot delete field {name!r}")
         super(cls, self).__delattr__(name)
     return __delattr__
@@ -603,7 +603,7 @@ def _f73():
 def _f74():
     def __eq__(self,other):
         if other.__class__ is self.__class__:
-         return (self.main,self.drafts,self.draft_host_us,self.other_us,self.hidden_us,self.behind_drafts,self.mask_bytes,)==(other.main,other.drafts,other.draft_host_us,other.other_us,other.hidden_us,other.behind_drafts,other.mask_bytes,)
+         return (self.main,self.drafts,self.draft_host_us,self.other_us,self.hidden_us,self.behind_drafts,self.mask_bytes,self.verify_inputs,)==(other.main,other.drafts,other.draft_host_us,other.other_us,other.hidden_us,other.behind_drafts,other.mask_bytes,other.verify_inputs,)
         return NotImplemented
     return __eq__
 
@@ -1458,8 +1458,8 @@ def _f181(_type_machines, _type_graph, _type_intra_hw, _type_extra_step_latency_
     return __init__
 
 # simulator.timing.stepspec.StepSpec
-def _f182(_type_main, _type_drafts, _type_draft_host_us, _type_other_us, _type_hidden_us, _type_behind_drafts, _type_mask_bytes, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_drafts, _dflt_draft_host_us, _dflt_other_us, _dflt_hidden_us, _dflt_behind_drafts, _dflt_mask_bytes, _return_type):
-    def __init__(self,main:_type_main,drafts:_type_drafts=_dflt_drafts,draft_host_us:_type_draft_host_us=_dflt_draft_host_us,other_us:_type_other_us=_dflt_other_us,hidden_us:_type_hidden_us=_dflt_hidden_us,behind_drafts:_type_behind_drafts=_dflt_behind_drafts,mask_bytes:_type_mask_bytes=_dflt_mask_bytes)->_return_type:
+def _f182(_type_main, _type_drafts, _type_draft_host_us, _type_other_us, _type_hidden_us, _type_behind_drafts, _type_mask_bytes, _type_verify_inputs, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_drafts, _dflt_draft_host_us, _dflt_other_us, _dflt_hidden_us, _dflt_behind_drafts, _dflt_mask_bytes, _dflt_verify_inputs, _return_type):
+    def __init__(self,main:_type_main,drafts:_type_drafts=_dflt_drafts,draft_host_us:_type_draft_host_us=_dflt_draft_host_us,other_us:_type_other_us=_dflt_other_us,hidden_us:_type_hidden_us=_dflt_hidden_us,behind_drafts:_type_behind_drafts=_dflt_behind_drafts,mask_bytes:_type_mask_bytes=_dflt_mask_bytes,verify_inputs:_type_verify_inputs=_dflt_verify_inputs)->_return_type:
         __dataclass_builtins_object__.__setattr__(self,'main',main)
         __dataclass_builtins_object__.__setattr__(self,'drafts',drafts)
         __dataclass_builtins_object__.__setattr__(self,'draft_host_us',draft_host_us)
@@ -1467,6 +1467,7 @@ def _f182(_type_main, _type_drafts, _type_draft_host_us, _type_other_us, _type_h
         __dataclass_builtins_object__.__setattr__(self,'hidden_us',hidden_us)
         __dataclass_builtins_object__.__setattr__(self,'behind_drafts',behind_drafts)
         __dataclass_builtins_object__.__setattr__(self,'mask_bytes',mask_bytes)
+        __dataclass_builtins_object__.__setattr__(self,'verify_inputs',verify_inputs)
         self.__post_init__()
     return __init__
 
@@ -2454,7 +2455,7 @@ def _f301(cls, FrozenInstanceError):
 # simulator.timing.stepspec.StepSpec
 def _f302(cls, FrozenInstanceError):
     def __setattr__(self,name,value):
-        if type(self) is cls or name in ('main','drafts','draft_host_us','other_us','hidden_us','behind_drafts','mask_bytes',):
+        if type(self) is cls or name in ('main','drafts','draft_host_us','other_us','hidden_us','behind_drafts','mask_bytes','verify_inputs',):
          raise FrozenInstanceError(f"cannot assign to field {name!r}")
         super(cls, self).__setattr__(name, value)
     return __setattr__
@@ -2715,7 +2716,7 @@ FACTORIES = {
     '5923b03b4942165fe0ad5de56caa541efd8fad9e': _f19,
     '73fa6e2a8f6663e123a5b3b609dfb43e640f86ad': _f20,
     'cc5217aa063011a301e43ebfff69194b5e9a4ad0': _f21,
-    'b1c373fc0d14e9dbbde896543f832fb0243c647f': _f22,
+    '3826e606f6325c0e3ec177f0a4fe73ded8e1d86d': _f22,
     'e841e70c15e21b3d39b53124f6b44c4edd6779a4': _f23,
     '755bf1698fc9243f20259628e102822d406d67db': _f24,
     '4a310545028455b1cc3eedf96a42ad8219d2f3e2': _f25,
@@ -2767,7 +2768,7 @@ FACTORIES = {
     'c9b1b7ecec916d80ca27d656f862da56f92bf864': _f71,
     'a88fbfb9570af3d56d636eb07f7244783eb6273c': _f72,
     '40c3266ec89b54489292ce3d597b9292c78e0204': _f73,
-    '9987d47e8c0e0cb25b3b65eeab7ea64706e22c55': _f74,
+    'ae2002a97b9b88455b082512409fe53dd2db35ff': _f74,
     '89191729ba2c8ddfe9a6913ae110d7cad52bb6f3': _f75,
     '92ba84e4c8a5083b7cde350f3a2b0c9039e231b8': _f76,
     '18d56d3c973c723d6e18a7b2da2def8cd960fcca': _f77,
@@ -2875,7 +2876,7 @@ FACTORIES = {
     'd395c4da9e76111597da508207bc7544a11e8281': _f179,
     'b90ceb0caeaf9f27ddb3e781bda8a2e5d0137689': _f180,
     'c3f543f2b28560ad1f2388246102818fe8ebf654': _f181,
-    '286f0ce618938640ac41d53c8098e026d654f420': _f182,
+    '64fe5f824ef1ccebe6b9d077f686cd8d119bfcbf': _f182,
     'ca51f349fc874180516f3677d66853c21b7fcd44': _f183,
     '53de2e675e7a2dfb05171b611f01d523ad959785': _f184,
     'b549a1ef621771e9e9a31db93b93729b86f3547f': _f185,
@@ -2995,7 +2996,7 @@ FACTORIES = {
     'c5295c4690433ba43b95059f5bb397cd1229b791': _f299,
     '6e353235f49aa1b2911e32d579aa864f6aa6ee2c': _f300,
     'f6c241e2d5c1633269eae55720d21a243b1ab3c9': _f301,
-    '9fb8b23bf3df866ce820c7876ca9d243307621e1': _f302,
+    'fd9f547f1e2ee0f6a37a7d857ba75710aa9d3290': _f302,
     '660a83890385b0b792aa830192ee435b0ca36ad5': _f303,
     '9b0e59cf88d39a468a7b0d80c607ff5984a57e7b': _f304,
     '6d5d38c845f2b4d37df32c9d7d9f1a15c6c01f31': _f305,

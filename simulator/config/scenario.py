@@ -34,13 +34,20 @@ class SpeculativeHost(Strict):
         "Further eager ops per accepted draft token of each request, the bonus token excluded (copying its KV "
         "entries into place), each at host.eager_launch_us"))
     eager_ops_behind_draft_graph: NonNegativeInt = Field(0, description=(
-        "Eager ops issued after the draft graph's replay and before the step's next sync (the tree build, the "
-        "verify's inputs and attention metadata), each at host.eager_launch_us, while the GPU runs the draft graph: "
-        "their kernels run after it at the kernel floor each, their host time shows where it outlasts the graphed "
-        "draft passes"))
+        "The drafter's eager ops issued after its draft graph's replay and before the step's next sync (its draft "
+        "tokens chosen from its top-k), each at host.eager_launch_us, while the GPU runs the draft graph: their "
+        "kernels run after it at the kernel floor each, their host time shows where it outlasts the graphed draft "
+        "passes"))
+    verify_input_ops: NonNegativeInt = Field(0, description=(
+        "Eager ops that build the verify's inputs from the drafts up to the step's next sync (the tree's mask, "
+        "positions and retrieve indices, the verify batch, its graph's inputs and attention metadata), each at "
+        "host.eager_launch_us: behind the draft graph as eager_ops_behind_draft_graph where the drafter runs on the "
+        "target's GPUs; on the target's, their GPUs idle, before the verify where it has its own "
+        "(runtime.draft_on_own_gpus), as the tree mask's bytes"))
     tree_mask_bytes_per_entry: float = Field(0.0, ge=0, le=64, description=(
         "Device bytes moved per entry of the verify's tree mask (each request's draft tokens x (context + draft "
-        "tokens) booleans) by the kernels that fill, pack and copy it, at the GPU's achievable bandwidth"))
+        "tokens) booleans) by the kernels that fill, pack and copy it, at the GPU's achievable bandwidth: on the GPUs "
+        "that build the verify's inputs (verify_input_ops)"))
     syncs: NonNegativeInt = Field(0, description="Device-to-host synchronisations per speculative step beyond the end-of-step one (each costs topology host.sync_us)")
     syncs_per_draft_step: NonNegativeInt = Field(0, description=(
         "Further syncs per draft step after the first (a draft step's attention plan copied to the host), each at "

@@ -7,7 +7,12 @@ those drafts (waiting only for what is left of them); otherwise they are discard
 after the verify, from the corrected token. Between the two sides travel the draft tokens (to the target, before the
 verify) and the target's hidden states of the step's tokens (to the drafter, after it: EAGLE-3's three feature
 layers, `hidden_size` values each at 2 bytes), each a transfer over the fabric's links, rank i to rank i (each rank its 1/tp slice of the states).
-Assumptions: the drafter's ranks are as many GPUs of the same kind after the target's, sharded as the target is;
+The drafter issues its own ops behind its draft graph (its draft tokens and their parents chosen from its top-k);
+the target builds the verify's inputs from them, its GPUs idle, before the verify: the tree's mask, positions and
+retrieve indices and the verify's batch and attention metadata (SGLang 0.4.4.post2: build_tree_kernel_efficient after
+its preprocess, EAGLEWorker.verify; timing.stepspec.exposed_before_verify_us).
+Assumptions: the draft tokens' parents travel with them uncounted (a few bytes a token, under the link's latency);
+the drafter's ranks are as many GPUs of the same kind after the target's, sharded as the target is;
 its collectives take their cost alone (its own links are not shared with the target's); the ahead drafts do not
 wait for the hidden states (the drafter continues from its own).
 """
@@ -40,6 +45,8 @@ def drafter_gpus(machine) -> list[str]:
 class OwnGPUDrafter:
     """The drafter as a process on its own ranks, drafting one step ahead during the target's verify."""
 
+    own_gpus = True  # the verify's inputs and the tree mask are the target's (timing.stepspec)
+
     def __init__(self, env, machine, rng: np.random.Generator, links):
         self.env, self.machine, self.rng, self.links = env, machine, rng, links
         self.on_pass = None
@@ -56,7 +63,7 @@ class OwnGPUDrafter:
 
     def _draft(self, step, context: int):
         """Generator: the same round as on the target's ranks (steps.draft_round: host proposals, passes, the ops
-        behind the draft graph), on the drafter's own ranks and host."""
+        behind the draft graph), on the drafter's own ranks and host: its own ops, not the verify's inputs."""
         from .steps import draft_round
 
         return (yield from draft_round(self, step, context))

@@ -16,7 +16,8 @@ from ..timing.costs import FastStepCosts
 from ..timing.machine import Machine
 from ..timing.passbook import BookedCost, PassBook
 from ..timing.costtable import STEP_COST, CostTable, StepCost
-from ..timing.stepspec import PassSpec, StepSpec, adds_behind_drafts, exposed_behind_drafts_us
+from ..timing.stepspec import (PassSpec, StepSpec, adds_behind_drafts, exposed_before_verify_us,
+                               exposed_behind_drafts_us)
 from ..timing.timeline import DURATION_ONLY, finish_pass
 from .drafting import OwnGPUDrafter
 from .overlap import check_two_batch_overlap, overlapped_result, split_plan
@@ -40,6 +41,8 @@ class Drafter:
     """The drafter as a process: host-side proposals (n-gram lookup) on the CPU, then its passes as orders to the
     ranks it runs on (the target's, in order on the same streams)."""
 
+    own_gpus = False  # the verify's inputs and the tree mask are built behind its draft graph (stepspec)
+
     def __init__(self, env, machine: Machine, ranks: RankSet, rng: np.random.Generator, on_pass=None):
         self.env, self.machine, self.ranks, self.rng, self.on_pass = env, machine, ranks, rng, on_pass
 
@@ -51,7 +54,8 @@ class Drafter:
 def draft_round(owner, step: StepSpec, context: int):
     """Generator: one round of drafts on the owner's ranks (the target's, or the drafter's own: serving.drafting),
     returning its time: the host-side proposals, the draft passes, then what the ops issued behind the graphed drafts
-    and the tree mask add past them (timing.stepspec.exposed_behind_drafts_us)."""
+    (and, on the target's ranks, the verify's inputs and the tree mask) add past them
+    (timing.stepspec.exposed_behind_drafts_us)."""
     env = owner.env
     start = env.now
     if step.draft_host_us > 0:
@@ -61,7 +65,7 @@ def draft_round(owner, step: StepSpec, context: int):
         result = yield from run_pass(owner, spec, context, main=False)
         graphed += result["duration"] if spec.graph else 0.0
     if step.drafts and adds_behind_drafts(step):
-        around = float(exposed_behind_drafts_us(step, graphed, context, owner.machine.gpu))
+        around = float(exposed_behind_drafts_us(step, graphed, context, owner.machine.gpu, owner.own_gpus))
         if around > 0:
             yield env.timeout(around)
     return env.now - start
@@ -113,7 +117,9 @@ class EventStepCosts:
 
     def step(self, env, step: StepSpec, context: int):
         """Generator (run by the scheduler process): the drafter's round, the main pass with the overlapped
-        scheduler work after its launches, then the serial host work; returns a StepCost (row 0, weight 0)."""
+        scheduler work after its launches, then the serial host work; returns a StepCost (row 0, weight 0). A drafter
+        on its own GPUs starts the next step's drafts once this step's tokens have reached the target, which then
+        builds its verify's inputs (timing.stepspec.exposed_before_verify_us, booked with the host work)."""
         start = env.now
         draft = 0.0
         if step.drafts or step.draft_host_us > 0:
@@ -121,6 +127,9 @@ class EventStepCosts:
         own = self.observe is not None and step.drafts
         if own:
             self.drafter.beside_verify(step, context)
+            before = exposed_before_verify_us(step, context, self.machine.gpu, True)
+            if before > 0:
+                yield env.timeout(before)
         r = yield from run_pass(self, step.main, context, after_us=step.hidden_us, book=self.book)
         if own:
             yield from self.drafter.after_verify(step.main.shape.batch, step.main.shape.tokens * step.main.shape.batch)

@@ -11,9 +11,8 @@ from ..cache import current
 from ..cache.keys import json_of
 from ..model.cost import PassShape
 from ..speculation.trees import Tree
-from ..timing.stepspec import (PassSpec, StepSpec, behind_draft_graph, expected_emitted, hidden_scheduler_us,
-                               speculative_host_us, tree_mask_bytes,
-                               speculative_passes, step_overhead_us)
+from ..timing.stepspec import (PassSpec, StepSpec, around_drafts, expected_emitted, hidden_scheduler_us,
+                               speculative_host_us, speculative_passes, step_overhead_us)
 from .records import KIND_DECODE, KIND_PREFILL
 
 
@@ -68,4 +67,4 @@ class StepSpecs:
         verify, drafts = speculative_passes(drafter, tree, batch, rt, rt.cuda_graph_verify)
         return StepSpec(verify, drafts, drafted,
                         other_spec + speculative_host_us(host, rt, batch, tree, emitted, self._stop_strings),
-                        hidden_verify, behind_draft_graph(host, rt), tree_mask_bytes(rt, tree, batch))
+                        hidden_verify, **around_drafts(host, rt, tree, batch))

@@ -17,18 +17,20 @@ from ..cache import current, key_of
 from .machine import SAMPLE_FIELDS, Machine, at_context, blend, context_anchors, context_anchors_many
 from .costtable import STEP_COST, CostTable, StepCost, StepCosts
 from .sampling import FAST_SAMPLES, rows_at_hand
-from .stepspec import StepSpec, adds_behind_drafts, exposed_behind_drafts_us
+from .stepspec import StepSpec, adds_behind_drafts, exposed_before_verify_us, exposed_behind_drafts_us
 
 INDEX_BLOCK = 1 << 14
 _new = tuple.__new__  # step() builds its StepCost without NamedTuple's keyword wrapper: half the cost (hot path)
 
 
-def _cost_rows(step: StepSpec, main: np.ndarray, draft: np.ndarray) -> np.ndarray:
-    """STEP_COST rows from the main pass's samples (rows of SAMPLE_FIELDS) and the drafting per sample."""
+def _cost_rows(step: StepSpec, main: np.ndarray, draft: np.ndarray, other_us: float | None = None) -> np.ndarray:
+    """STEP_COST rows from the main pass's samples (rows of SAMPLE_FIELDS), the drafting per sample and the host time
+    around the passes (the step's other_us unless given)."""
+    other_us = step.other_us if other_us is None else other_us
     cols = {name: main[:, i] for i, name in enumerate(SAMPLE_FIELDS)}
     cols["pass_us"] = cols.pop("duration")
-    cols.update(duration=cols["pass_us"] + draft + step.other_us, draft_us=draft,
-                other=np.full(main.shape[0], step.other_us))
+    cols.update(duration=cols["pass_us"] + draft + other_us, draft_us=draft,
+                other=np.full(main.shape[0], other_us))
     return np.stack([cols[name] for name in STEP_COST], axis=1)
 
 
@@ -63,6 +65,7 @@ class FastStepCosts:
         self.indices = array("q")  # the row-index stream, drawn in blocks, and the position in the block
         self.index_at = 0
         self._last: tuple = (None, -1, -1, None)  # (step, low and high anchors, their table) of the last step drawn
+        self.own_gpus = machine.scenario.spec.runtime.draft_on_own_gpus  # who builds the verify's inputs (stepspec)
 
     def _table(self, step: StepSpec, context: int) -> np.ndarray:
         """The step's table at an anchor, shared by every run of the store (a sweep point, a baseline, a break-even
@@ -79,7 +82,7 @@ class FastStepCosts:
         m = self.machine
         main = m.samples(step.main.part, step.main.shape.at(context), step.main.graph, self.seed)
         draft = self._draft_us(step, context, main.shape[0], lambda *args: m.samples(*args)[:, 0])
-        table = _cost_rows(step, main, draft)
+        table = _cost_rows(step, main, draft, self._other_us(step, context))
         table.flags.writeable = False
         return table
 
@@ -98,8 +101,15 @@ class FastStepCosts:
             if d.graph:
                 graphed += pass_us
         if adds_behind_drafts(step):
-            draft += exposed_behind_drafts_us(step, graphed, context, self.machine.gpu)
+            draft += exposed_behind_drafts_us(step, graphed, context, self.machine.gpu, self.own_gpus)
         return draft
+
+    def _other_us(self, step: StepSpec, context: int) -> float:
+        """The step's host time around its passes and, with the drafter on GPUs of its own, the verify's inputs the
+        target builds before the verify (stepspec.exposed_before_verify_us)."""
+        if not (self.own_gpus and step.drafts):
+            return step.other_us
+        return step.other_us + exposed_before_verify_us(step, context, self.machine.gpu, True)
 
     def _durations(self, step: StepSpec, context: int) -> list:
         """The duration column of the step's table at an anchor (the same floats), from the passes' durations alone
@@ -110,7 +120,8 @@ class FastStepCosts:
         m = self.machine
         main = m.sample_durations(step.main.part, step.main.shape.at(context), step.main.graph,
                                   self.seed)
-        return (main + self._draft_us(step, context, main.shape[0], m.sample_durations) + step.other_us).tolist()
+        return (main + self._draft_us(step, context, main.shape[0], m.sample_durations)
+                + self._other_us(step, context)).tolist()
 
     def _mean_at(self, step: StepSpec, context: int) -> float:
         def mean() -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .costs import FastStepCosts
-from .stepspec import PassSpec, StepSpec, adds_behind_drafts, exposed_behind_drafts_us
+from .stepspec import PassSpec, StepSpec, adds_behind_drafts, exposed_before_verify_us, exposed_behind_drafts_us
 from .linkpass import LinkPass
 from .machine import Machine
 from .passbook import BookedCost, PassBook
@@ -32,6 +32,7 @@ class LayerStepCosts:
         self.network = network
         self.book = PassBook()
         self._planner = FastStepCosts(machine, seed, np.random.default_rng(seed))
+        self.own_gpus = machine.scenario.spec.runtime.draft_on_own_gpus  # who builds the verify's inputs (stepspec)
 
     def mean_step_us(self, step: StepSpec, context: int) -> float:
         """Expected step duration, from the same memoised samples the fast fidelity uses (for policies)."""
@@ -63,15 +64,21 @@ class LayerStepCosts:
             draft += result["duration"]
             graphed += result["duration"] if d.graph else 0.0
         if step.drafts and adds_behind_drafts(step):
-            around = float(exposed_behind_drafts_us(step, graphed, context, self.machine.gpu))
+            around = float(exposed_behind_drafts_us(step, graphed, context, self.machine.gpu, self.own_gpus))
             if around > 0:
                 yield env.timeout(around)
             draft += around
+        other = step.other_us
+        if self.own_gpus and step.drafts:  # the verify's inputs, built on the target's ranks before the verify
+            before = exposed_before_verify_us(step, context, self.machine.gpu, True)
+            if before > 0:
+                yield env.timeout(before)
+            other += before
         r = yield from self._run(env, step.main, context)
         if step.other_us > 0:
             yield env.timeout(step.other_us)
-        known = {"duration": r["duration"] + draft + step.other_us, "pass_us": r["duration"], "draft_us": draft,
-                 "other": step.other_us}
+        known = {"duration": r["duration"] + draft + other, "pass_us": r["duration"], "draft_us": draft,
+                 "other": other}
         if "slot" in r:
             return StepCost(known["duration"], BookedCost(self.book, r["slot"], known), 0, 0.0)
         cost = dict(r, **known)

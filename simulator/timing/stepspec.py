@@ -66,8 +66,17 @@ def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1
 
 def behind_draft_graph(host, runtime) -> tuple[int, float]:
     """The eager ops the engine issues while its draft graph runs on the GPU (runtime.speculative_host: between the
-    draft graph's replay and the step's next sync) and their host time at host.eager_launch_us, as (ops, us)."""
-    ops = runtime.speculative_host.eager_ops_behind_draft_graph
+    draft graph's replay and the step's next sync: the drafter's own and those building the verify's inputs) and
+    their host time at host.eager_launch_us, as (ops, us)."""
+    extra = runtime.speculative_host
+    ops = extra.eager_ops_behind_draft_graph + extra.verify_input_ops
+    return (ops, ops * host.eager_launch_us)
+
+
+def verify_inputs(host, runtime) -> tuple[int, float]:
+    """Of behind_draft_graph's ops, those building the verify's inputs (runtime.speculative_host.verify_input_ops)
+    and their host time, as (ops, us): the target's side where the drafter has GPUs of its own."""
+    ops = runtime.speculative_host.verify_input_ops
     return (ops, ops * host.eager_launch_us)
 
 
@@ -82,21 +91,48 @@ def tree_mask_bytes(runtime, tree, batch: int) -> tuple[float, float]:
     return (per_entry * tokens * batch, per_entry * tokens * tokens * batch)
 
 
+def around_drafts(host, runtime, tree, batch: int) -> dict:
+    """A speculative StepSpec's work around its drafts, as its keyword arguments: the ops behind the draft graph, the
+    verify's inputs among them, the tree mask's bytes (one place for the serving loop and the break-even table)."""
+    return {"behind_drafts": behind_draft_graph(host, runtime), "mask_bytes": tree_mask_bytes(runtime, tree, batch),
+            "verify_inputs": verify_inputs(host, runtime)}
+
+
 def adds_behind_drafts(step) -> bool:
-    """Whether the step issues ops behind its draft graph or moves a tree mask (exposed_behind_drafts_us)."""
+    """Whether the step issues ops behind its draft graph or moves a tree mask (exposed_behind_drafts_us,
+    exposed_before_verify_us)."""
     return bool(step.behind_drafts[0]) or step.mask_bytes != (0.0, 0.0)
 
 
-def exposed_behind_drafts_us(step, graphed_us, context: int, gpu):
-    """What the step adds past its graphed draft passes' GPU time (`graphed_us`, a float or an array of samples):
-    the ops issued behind the draft graph run on the GPU after it, each at least the kernel floor, and the last can
-    start no sooner than the host has issued it (ops launched at host time L each: max(n L + floor - graphed,
-    n floor)); and the tree mask's bytes at the device's achievable bandwidth (serial on the GPU stream: built behind
-    the draft graph, packed and copied after a sync; its kernels' floors are among the ops)."""
+def _after_ops_us(ops: int, host_us, graphed_us, gpu):
+    """n ops launched at host time L each behind `graphed_us` of GPU work: each kernel at least the floor, the last
+    no sooner than the host has issued it: max(n L + floor - graphed, n floor)."""
+    return np.maximum(host_us + gpu.floor_us - graphed_us, ops * gpu.floor_us) if ops else 0.0
+
+
+def exposed_behind_drafts_us(step, graphed_us, context: int, gpu, own_gpus: bool = False):
+    """What the drafter's round adds past its graphed draft passes' GPU time (`graphed_us`, a float or an array of
+    samples): the ops issued behind the draft graph run on the GPU after it (_after_ops_us); on the target's GPUs
+    (own_gpus False) these include the verify's inputs and the tree mask's bytes follow at the device's achievable
+    bandwidth (serial on the GPU stream: built behind the draft graph, packed and copied after a sync; its kernels'
+    floors are among the ops). A drafter on GPUs of its own issues only its own ops (exposed_before_verify_us)."""
     ops, host_us = step.behind_drafts
+    if own_gpus:
+        verify_ops, verify_us = step.verify_inputs
+        return _after_ops_us(ops - verify_ops, host_us - verify_us, graphed_us, gpu)
     per_context, fixed = step.mask_bytes
-    behind = np.maximum(host_us + gpu.floor_us - graphed_us, ops * gpu.floor_us) if ops else 0.0
-    return behind + (per_context * context + fixed) / gpu.bytes_per_us
+    return _after_ops_us(ops, host_us, graphed_us, gpu) + (per_context * context + fixed) / gpu.bytes_per_us
+
+
+def exposed_before_verify_us(step, context: int, gpu, own_gpus: bool = False) -> float:
+    """What the target's ranks run before the verify beyond the drafter's round: nothing where the drafter shares
+    their GPUs (exposed_behind_drafts_us has it); where it has its own, the verify's inputs (their ops with the
+    target's GPUs idle, _after_ops_us behind nothing: the next sync waits for the last) and the tree mask's bytes."""
+    if not own_gpus or not adds_behind_drafts(step):
+        return 0.0
+    ops, host_us = step.verify_inputs
+    per_context, fixed = step.mask_bytes
+    return float(_after_ops_us(ops, host_us, 0.0, gpu)) + (per_context * context + fixed) / gpu.bytes_per_us
 
 
 def expected_emitted(acceptance, tree, config) -> float:
@@ -174,13 +210,16 @@ class StepSpec:
     # the fast fidelity's draft pairings (costs._draft_us)
     hidden_us: float = field(default=0.0, repr=False)
     # ops issued while the graphed drafts run (and their host time) and the tree mask's device bytes (per context
-    # token, fixed): exposed_behind_drafts_us; out of the repr too
+    # token, fixed): exposed_behind_drafts_us, exposed_before_verify_us; out of the repr too
     behind_drafts: tuple[int, float] = field(default=(0, 0.0), repr=False)  # (ops, their host us)
     mask_bytes: tuple[float, float] = field(default=(0.0, 0.0), repr=False)
+    # of behind_drafts, the ops building the verify's inputs (the target's where the drafter has its own GPUs)
+    verify_inputs: tuple[int, float] = field(default=(0, 0.0), repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash((self.main, self.drafts, self.draft_host_us, self.other_us,
-                                                self.hidden_us, self.behind_drafts, self.mask_bytes)))
+                                                self.hidden_us, self.behind_drafts, self.mask_bytes,
+                                                self.verify_inputs)))
 
     def __hash__(self) -> int:
         return self._hash
