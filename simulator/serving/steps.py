@@ -16,8 +16,8 @@ from ..timing.costs import FastStepCosts
 from ..timing.machine import Machine
 from ..timing.passbook import BookedCost, PassBook
 from ..timing.costtable import STEP_COST, CostTable, StepCost
-from ..timing.stepspec import (PassSpec, StepSpec, adds_behind_drafts, exposed_before_verify_us,
-                               exposed_behind_drafts_us)
+from ..timing import draftround
+from ..timing.stepspec import PassSpec, StepSpec, exposed_before_verify_us
 from ..timing.timeline import DURATION_ONLY, finish_pass
 from .drafting import OwnGPUDrafter
 from .overlap import check_two_batch_overlap, overlapped_result, split_plan
@@ -52,23 +52,13 @@ class Drafter:
 
 
 def draft_round(owner, step: StepSpec, context: int):
-    """Generator: one round of drafts on the owner's ranks (the target's, or the drafter's own: serving.drafting),
-    returning its time: the host-side proposals, the draft passes, then what the ops issued behind the graphed drafts
-    (and, on the target's ranks, the verify's inputs and the tree mask) add past them
-    (timing.stepspec.exposed_behind_drafts_us)."""
-    env = owner.env
-    start = env.now
-    if step.draft_host_us > 0:
-        yield env.timeout(step.draft_host_us)
-    graphed = 0.0
-    for spec in step.drafts:
-        result = yield from run_pass(owner, spec, context, main=False)
-        graphed += result["duration"] if spec.graph else 0.0
-    if step.drafts and adds_behind_drafts(step):
-        around = float(exposed_behind_drafts_us(step, graphed, context, owner.machine.gpu, owner.own_gpus))
-        if around > 0:
-            yield env.timeout(around)
-    return env.now - start
+    """Generator: one round of drafts on the owner's ranks (the target's, or the drafter's own: serving.drafting), its
+    passes orders to them (timing.draftround.draft_round); returns its time as it passed (the passes waited for
+    until every host has synced)."""
+    start = owner.env.now
+    yield from draftround.draft_round(owner.env, step, context, owner.machine.gpu,
+                                      lambda spec: run_pass(owner, spec, context, main=False), owner.own_gpus)
+    return owner.env.now - start
 
 
 def run_pass(owner, spec: PassSpec, context: int, main: bool = True, after_us: float = 0.0, book=None):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from .costs import FastStepCosts
-from .stepspec import PassSpec, StepSpec, adds_behind_drafts, exposed_before_verify_us, exposed_behind_drafts_us
+from .draftround import draft_round
+from .stepspec import PassSpec, StepSpec, exposed_before_verify_us
 from .linkpass import LinkPass
 from .machine import Machine
 from .passbook import BookedCost, PassBook
@@ -55,19 +56,8 @@ class LayerStepCosts:
     def step(self, env, step: StepSpec, context: int):
         """Generator: runs the step's passes and host costs; returns a StepCost (row 0, weight 0) like
         FastStepCosts.step, the main pass's categories booked for when the log is read (timing.passbook)."""
-        draft = step.draft_host_us
-        if step.draft_host_us > 0:
-            yield env.timeout(step.draft_host_us)
-        graphed = 0.0
-        for d in step.drafts:
-            result = yield from self._run(env, d, context, main=False)
-            draft += result["duration"]
-            graphed += result["duration"] if d.graph else 0.0
-        if step.drafts and adds_behind_drafts(step):
-            around = float(exposed_behind_drafts_us(step, graphed, context, self.machine.gpu, self.own_gpus))
-            if around > 0:
-                yield env.timeout(around)
-            draft += around
+        draft = yield from draft_round(env, step, context, self.machine.gpu,
+                                       lambda spec: self._run(env, spec, context, main=False), self.own_gpus)
         other = step.other_us
         if self.own_gpus and step.drafts:  # the verify's inputs, built on the target's ranks before the verify
             before = exposed_before_verify_us(step, context, self.machine.gpu, True)
