@@ -29,6 +29,7 @@ def test_speculative_host_work_is_charged_exactly_on_speculative_steps(tmp_path)
     import simulator
 
     host = simulator.load_scenario(CASE).topology.host
+    # three host values set, none then some; the profile's others stand alike in both runs (a mapping merges)
     none = steps(tmp_path, "none", "{eager_ops: 0, syncs: 0, per_request_us: 0.0}")
     some = steps(tmp_path, "some", "{eager_ops: 110, syncs: 9, per_request_us: 12.0}")
     speculative = [(a, b) for a, b in zip(none, some) if a["kind"] == "speculative"]

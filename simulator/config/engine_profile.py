@@ -5,8 +5,9 @@ input is a mapping {value, kind, source}: kind `counted` (read from the engine's
 names the file and function), `fitted` (a calibrated parameter: the source names the calibration figure in
 scenarios/measured/), `measured` (timed by a script in this repository, named with the machine it ran on) or
 `estimated` (none of these: the source says what the estimate rests on). `runtime_defaults`
-turns a profile and the scenario's engine flags into the runtime keys the simulator reads; a key the scenario
-sets itself under `runtime:` wins over both (a what-if, never in a validation case); so does a policy it sets over
+turns a profile and the scenario's engine flags into the runtime keys the simulator reads; a value the scenario
+sets itself under `runtime:` wins over both (a what-if, never in a validation case; a mapping merges key by key,
+config/overlay.py); so does a policy it sets over
 the profile's speculative_policy (the draft-length schedule the engine's own code runs).
 """
 
@@ -222,8 +223,10 @@ def runtime_defaults(profile, flags: dict, gpu_memory_GB: float, tp: int, method
 
 @dataclass(frozen=True)
 class EngineRun:
-    """The engine a scenario runs under: its profile's file, whether the scenario named it, and the runtime keys the
-    profile (with the flags) gave, none of which the scenario set under runtime: itself."""
+    """The engine a scenario runs under: its profile's file, whether the scenario named it, and the values the
+    profile (with the flags) gave, none of which the scenario set itself: a runtime key whole by its name, a value
+    inside a mapping the scenario set a part of by its dotted path (runtime.speculative_host.eager_ops), the
+    speculation keys dotted (speculation.draft_tokens)."""
 
     name: str
     version: str
@@ -235,11 +238,13 @@ class EngineRun:
         return f"{self.name} {self.version}" + ("" if self.named else " (the default: the scenario names no engine)")
 
 
-def apply_engine(spec, topology, file: str, user_keys=None):
-    """(the spec with its runtime resolved under its engine's profile, EngineRun). `user_keys`: the runtime keys the
-    scenario set itself (default: those its runtime: mapping holds)."""
+def apply_engine(spec, topology, file: str, own=None):
+    """(the spec with its runtime resolved under its engine's profile, EngineRun): the scenario's own runtime values
+    laid over the profile's (config/overlay.py: mappings merge key by key). `own`: those values (default: what the
+    spec's runtime: mapping set)."""
     from .mirror import Runtime, ScenarioSpec
     from .mirror_base import load_field
+    from .overlay import key_names, overlay, own_error, set_values, taken_at
 
     engine, named = spec.engine, spec.engine is not None
     if engine is None:
@@ -247,22 +252,24 @@ def apply_engine(spec, topology, file: str, user_keys=None):
     profile, path = load_profile(engine.name, engine.version, file)
     defaults = runtime_defaults(profile, flags_of(engine), topology.gpu.memory_GB, spec.parallelism.tp,
                                 spec.speculation.method)
-    user = set(spec.runtime.model_fields_set if user_keys is None else user_keys)
-    taken = {key: value for key, value in defaults.items() if key not in user}
-    own = spec.runtime.model_dump(mode="json", include=user)
+    if own is None:
+        own = set_values(spec.runtime, spec.runtime.model_dump(mode="json"))
+    merged, taken = overlay(defaults, own)
+    def check(values):
+        return validate(Runtime, values, file, "runtime")
+
     try:
-        runtime = validate(Runtime, {**own, **taken}, file, "runtime")
+        runtime = check(merged)
     except ConfigError as error:  # a value the profile gave (the flags are checked to the runtime's bounds): its file's
-        key = error.path.split(".")[1] if error.path.startswith("runtime.") else None
-        if key not in taken:
+        if taken_at(error.path, taken) is None:
             raise
-        raise ConfigError(path, error.path, f"{error.problem}, from this engine profile", error.allowed) from None
+        raise own_error(check, merged, taken, error) or \
+            ConfigError(path, error.path, f"{error.problem}, from this engine profile", error.allowed) from None
     if runtime.moe_backend is not None and profile.moe_backend is None:  # a backend name this engine has no flag for
         raise ConfigError(file, "runtime.moe_backend", f"{engine.name} {engine.version} has no MoE backend flag (its "
                           "profile names none: TensorRT-LLM's moe_config.backend)", "null")
     spec, ngram_keys = _with_ngram_host(spec.model_copy(update={"runtime": runtime}), profile)
     spec, policy_keys = _with_policy(spec, profile, flags_of(engine).get("script") or spec.speculation.method)
     spec, cap_keys = _with_draft_cap(spec, profile)
-    keys = tuple(sorted(taken)) + ngram_keys + policy_keys + cap_keys
+    keys = tuple(sorted(key_names(taken))) + ngram_keys + policy_keys + cap_keys
     return spec, EngineRun(engine.name, engine.version, path, named, keys)
-

@@ -14,6 +14,7 @@ from .mirror_base import validate  # the plain-class mirror where it takes the d
 from .rules import OLD_NAMES, renamed_concurrency
 from .checks import check
 from .engine_profile import EngineRun, apply_engine
+from .overlay import drop_taken, own_runtime
 from .gpus import board_gpu, gpu_of, what_if_gpu
 from .mirror import GPUSpec, ModelCard, ScenarioSpec, Topology
 from .yaml_files import parse_override, read_yaml  # noqa: F401  (re-exported: read_yaml is read from here by tests)
@@ -64,13 +65,13 @@ class Scenario:
         }
         if self.draft_model is not None:
             raw["speculation"]["draft_model"]["model"] = self.draft_model.model_dump(mode="json")
-        for key in self.engine.keys if self.engine is not None else ():
-            # the engine profile's: resolved again (an override may change the engine)
-            *parents, leaf = key.split(".") if "." in key else ("runtime", key)
-            node = raw
-            for part in parents:
-                node = node.get(part) or {}
-            node.pop(leaf, None)
+        # the scenario's own values, the engine profile's resolved again (an override may change the engine): a key
+        # neither set is left to the new profile, not held at the schema's default
+        taken = self.engine.keys if self.engine is not None else ()
+        raw["runtime"] = own_runtime(self.spec.runtime, taken)
+        drop_taken(raw, taken)
+        if "policy" not in self.spec.model_fields_set:
+            raw.pop("policy", None)
         # build() applies the overrides as --set does: a part replaced by a file, then a key inside it, reaches into
         # the new file (a sweep with a topology axis and a topology.gpu.* axis)
         rebuilt = build(raw, self.source, os.path.dirname(self.source) if os.path.isfile(self.source) else ".",
@@ -96,9 +97,9 @@ class Scenario:
         spec = self.spec.model_copy(update={part: new[part].model_dump(mode="json") for part in parts})
         engine = self.engine
         if engine is not None and "topology" in parts:  # the profile's graph sizes depend on the GPU's memory
-            own = set(type(spec.runtime).model_fields) - set(engine.keys)
-            previous = tuple(key for key in engine.keys if "." in key)  # the profile's speculation keys, kept
-            spec, engine = apply_engine(spec, new["topology"], self.source, own)
+            # the profile's speculation keys, kept (the spec holds their values)
+            previous = tuple(key for key in engine.keys if "." in key and not key.startswith("runtime."))
+            spec, engine = apply_engine(spec, new["topology"], self.source, own_runtime(spec.runtime, engine.keys))
             engine = replace(engine, keys=tuple(sorted(set(engine.keys) | set(previous))))
         scenario = replace(self, **new, spec=spec, engine=engine, overrides=self.overrides + tuple(overrides.items()),
                            gpu_as_loaded=self._loaded_gpu(new.get("topology", self.topology)))
@@ -209,7 +210,9 @@ def build(raw: Any, file: str, base_dir: str, overrides: Iterable[tuple[str, Any
             raise ConfigError(name, "<root>", "expected a mapping for the draft model card")
         draft_card = validate(ModelCard, data, name)
         draft_cfg["model"] = name if isinstance(draft_cfg["model"], str) else "<inline>"
-    spec, engine = apply_engine(validate(ScenarioSpec, raw, file), parts["topology"], file)
+    # the runtime: mapping is laid over the engine profile's before it is validated (a part of a mapping stands)
+    own = raw.pop("runtime") if isinstance(raw.get("runtime"), dict) else {}
+    spec, engine = apply_engine(validate(ScenarioSpec, raw, file), parts["topology"], file, own)
     scenario = Scenario(spec=spec, topology=parts["topology"], model=parts["model"], source=file, engine=engine,
                         draft_model=draft_card, files=files, overrides=tuple(overrides),
                         gpu_as_loaded=what_if_gpu(gpu_of(loaded_gpu), parts["topology"].gpu))

@@ -151,7 +151,9 @@ class EngineKernels(Strict):
 class Runtime(Strict):
     """How the serving engine runs the passes: CUDA graphs, the all-reduce algorithm, fusions, memory share. A key
     left out takes the engine profile's value (engines/<name>/<version>.yaml), not the default shown here; a key set
-    here is a what-if over the engine (never in a validation case)."""
+    here is a what-if over the engine (never in a validation case). A mapping merges with the profile's key by key
+    (speculative_host.step_host_us alone keeps the profile's other host values); a list, a scalar, null or an empty
+    mapping {} replaces it whole ({}: the default shown here)."""
 
     cuda_graph_decode: bool = Field(True, description="Plain decode passes replay a captured CUDA graph")
     cuda_graph_verify: bool = Field(False, description="Verify passes replay a captured CUDA graph (else eager)")
