@@ -95,41 +95,49 @@ def _ep_rows(ep: int, tp: int) -> dict[int, float]:
 
 
 def test_trtllms_expert_parallel_rows_time_the_busiest_rank():
-    """Under EP TensorRT-LLM's rows time one rank holding the mean rank's experts at num_tokens balanced tokens: one
-    token at EP4 x TP2 is the one-token row, a busiest rank with twice the mean's experts the two-token row, and 1.5x
-    lies between them by log-tokens."""
+    """Under EP TensorRT-LLM's rows time rank 0 at num_tokens balanced tokens, below 32 tokens n x 8 / ep distinct
+    experts, one token each: one token at EP4 x TP2 is the one-token row, a busiest rank with twice the mean's experts
+    (and so pairs) the two-token row, and 1.5x lies between them by log-tokens."""
     rows = _ep_rows(4, 2)
     trtllm = measured.MeasuredKernels("b200_sxm", "trtllm", "1.3.0rc20")
     shape = MoE(1, 7168, 2048, 8, 256, 2, "fp4", ep=4)
     assert trtllm.answer(shape) == (pytest.approx(rows[1]), "trtllm 1.3.0rc20")
     assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 2, "fp4", 1 / 3, ep=4)) == pytest.approx(rows[1] / 3)
-    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 2, "fp4", ep=4, busiest=2.0)) == pytest.approx(rows[2])
+    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 2, "fp4", ep=4, busiest=2.0, busiest_routed=2.0)) == \
+        pytest.approx(rows[2])
     w = math.log(1.5) / math.log(2)
-    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 2, "fp4", ep=4, busiest=1.5)) == pytest.approx(
-        rows[1] + w * (rows[2] - rows[1]))
+    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 2, "fp4", ep=4, busiest=1.5, busiest_routed=1.5)) == \
+        pytest.approx(rows[1] + w * (rows[2] - rows[1]))
     assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 4, "fp4", ep=2)) == pytest.approx(_ep_rows(2, 4)[1])
     assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 2, "fp4", ep=4)) != trtllm.time_us(
         MoE(1, 7168, 2048, 8, 256, 8, "fp4"))  # the TP8 rows are another slice
 
 
-def test_from_e_over_k_rows_the_busiest_ranks_excess_is_in_its_routed_tokens():
-    """From 32 rows (E / k) the collector's rank 0 holds all 64 of its EP4 experts, n / 32 tokens each, so a busiest
-    rank with 1.5x the mean's routed tokens at 64 tokens is the 96-token row (not 64 x its distinct-expert factor);
-    below, tokens x busiest (16 x 1.5: 24, between 16 and 32 by log-tokens); past 32 by the distinct experts, the
-    row count at least 32; under EP16 (16 does not divide k = 8) rank 0's rows above 32 are not the mean rank's: not
-    read."""
+def _at(rows: dict, n: float) -> float:
+    """The rows between measured counts, linear in log-tokens."""
+    low = max(m for m in rows if m <= n)
+    high = min(m for m in rows if m >= n)
+    return rows[low] if low == high else rows[low] + math.log(n / low) / math.log(high / low) * (rows[high] - rows[low])
+
+
+def test_a_busiest_ranks_pairs_beyond_its_distinct_experts_row_cost_the_rows_slope_from_32_tokens():
+    """EP4's rank 0 holds 2 n experts, one token each, below 32 tokens and all 64, 2 n pairs, from 32 on. 64 uniform
+    tokens put 256 (1 - (31 / 32)^64) / 4 x busiest experts and 128 x busiest_routed pairs on the busiest rank: the
+    row at half its experts, plus its further pairs at the rows' secant per pair from 32 tokens to the count whose
+    pairs per expert are the pass's. Under EP16 rank 0's pairs from 32 tokens on are counted too (moe_rows), so read."""
     rows = _ep_rows(4, 2)
     trtllm = measured.MeasuredKernels("b200_sxm", "trtllm", "1.3.0rc20")
     ep4 = lambda n, busiest, routed: trtllm.time_us(MoE(n, 7168, 2048, 8, 256, 2, "fp4", ep=4, busiest=busiest,  # noqa: E731
                                                         busiest_routed=routed))
-    assert ep4(64, 1.1, 1.5) == pytest.approx(rows[96])
-    assert ep4(64, 1.0, 1.0) == pytest.approx(rows[64])
-    w = math.log(24 / 16) / math.log(2)
-    assert ep4(16, 1.5, 1.2) == pytest.approx(rows[16] + w * (rows[32] - rows[16]))
-    assert ep4(30, 1.2, 1.0) == pytest.approx(rows[32])
+    for busiest, routed in ((1.0, 1.0), (1.1, 1.5)):
+        distinct, pairs = 256 * (1 - (31 / 32) ** 64) / 4 * busiest, 128 * routed
+        top = 32 * pairs / distinct
+        expected = _at(rows, distinct / 2) + (pairs - distinct) * (_at(rows, top) - rows[32]) / (2 * top - 64)
+        assert ep4(64, busiest, routed) == pytest.approx(expected)
+        assert ep4(64, busiest, routed) < _at(rows, 64 * routed)  # the row at the pass's pairs: more experts
     ep16 = lambda n: trtllm.time_us(MoE(n, 7168, 2048, 8, 256, 1, "fp4", ep=16, busiest=1.2,  # noqa: E731
                                         busiest_routed=1.2))
-    assert ep16(16) is not None and ep16(64) is None
+    assert ep16(16) is not None and ep16(64) is not None
 
 
 def test_other_engines_expert_parallel_rows_are_not_read():

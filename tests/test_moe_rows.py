@@ -3,6 +3,7 @@ expected value counted by hand from helper.balanced_logits and DeepSeek's groupe
 index, and the rows read at the busiest rank's distinct experts when the engine flag selects the TRTLLM backend."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from simulator.kernels import measured, moe_rows
@@ -48,7 +49,8 @@ def test_from_e_over_k_rows_rank_0_holds_all_its_experts_and_the_mean_ranks_toke
     """From 32 tokens token t's experts are (t + 32 i) mod 256, the 8 of residue t mod 32: rank 0 of EP4 ([0, 64))
     holds 2 of each token's (residues r and r + 32), all 64 experts, 2 tokens each at 64 tokens and 2 or 1 at 48
     (residues 0-15 twice): 96 = 48 x 8 / 4 routed tokens. Under EP16 ([0, 16), residues 0-15) rank 0 takes 32 at 48
-    tokens, not the mean's 24; below 32 tokens its share is the mean's (at 6 tokens the 3 whose 32 t / 6 is below 16)."""
+    tokens, not the mean's 24; below 32 tokens its share is the mean's (at 6 tokens the 3 whose 32 t / 6 is below 16);
+    rank0_load counts the same (distinct experts, pairs)."""
     def rank0(tokens, ep):
         held = {}
         for t in range(tokens):
@@ -61,12 +63,67 @@ def test_from_e_over_k_rows_rank_0_holds_all_its_experts_and_the_mean_ranks_toke
     assert sorted(rank0(48, 4).values()) == [1] * 32 + [2] * 32 and sum(rank0(48, 4).values()) == 96
     assert len(rank0(48, 16)) == 16 and sum(rank0(48, 16).values()) == 32
     assert rank0(6, 16) == {0: 1, 5: 1, 10: 1}  # 32 t / 6 = 0, 5.3, 10.7 below 16: one token each, 6 x 8 / 16 = 3
-    assert moe_rows.plain_topk_tokens(64, 1.1, 1.5, 256, 8, 4) == pytest.approx(96)
-    assert moe_rows.plain_topk_tokens(30, 1.2, 1.0, 256, 8, 4) == 32
-    assert moe_rows.plain_topk_tokens(16, 1.5, 1.2, 256, 8, 4) == pytest.approx(24)
-    assert moe_rows.plain_topk_tokens(64, 1.2, 1.2, 256, 8, 16) is None
-    assert moe_rows.plain_topk_tokens(20, 1.2, 1.2, 256, 8, 16) == pytest.approx(24)
-    assert moe_rows.plain_topk_tokens(100, 1.0, 1.0, 256, 8, 1) == 100
+    assert moe_rows.rank0_load(64, 256, 8, 4, False) == (64, 128)
+    assert moe_rows.rank0_load(48, 256, 8, 4, False) == (64, 96)
+    assert moe_rows.rank0_load(48, 256, 8, 16, False) == (16, 32)
+    assert moe_rows.rank0_load(6, 256, 8, 16, False) == (3, 3)
+    assert moe_rows.rank0_load(6, 256, 8, 1, False) == (48, 48)  # below 32 tokens: 8 distinct experts a token
+
+
+def _rows_costing(weight_us: float, pair_us: float, distinct, pairs):
+    """Rows that cost weight_us per distinct expert rank 0 holds and pair_us per pair (linear between counts)."""
+    return lambda n: weight_us * distinct(n) + pair_us * pairs(n)
+
+
+@pytest.mark.parametrize("ep, per_token", [(1, 8), (4, 2)])
+def test_a_pass_reads_its_distinct_experts_row_and_its_further_pairs_at_the_rows_cost_per_pair(ep, per_token):
+    """Plain top-k, DeepSeek's 256 experts, top-8: below 32 tokens rank 0 holds 8 n / ep experts, one token each,
+    from 32 on all 256 / ep, 8 n / ep pairs. Rows costing 3 us an expert and 0.5 a pair read a pass holding D experts
+    and P pairs at exactly 3 D + 0.5 P, where reading the row at P / 8 tokens would cost 3.5 P."""
+    rows = _rows_costing(3.0, 0.5, lambda n: per_token * min(n, 32), lambda n: per_token * n)
+    counts = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
+    for distinct, pairs in ((100 / 8 * per_token, 300 / 8 * per_token), (20, 20), (60, 200)):
+        if distinct > 32 * per_token:
+            continue
+        got = moe_rows.read_us(rows, counts, distinct, pairs, 256, 8, ep, False)
+        assert got == pytest.approx(3.0 * distinct + 0.5 * pairs)
+
+
+def test_min_latency_rows_read_at_their_own_pairs():
+    """EP2 min-latency rows: rank 0 holds 8 experts / 8 pairs at 1 token, 12 / 16 at 2 (hand counts above) and, from
+    32 tokens on, groups 0-3's 128 experts and every pair, 8 n. A pass of 10 experts and 20 pairs reads the 1.5-token
+    row (10 experts, 12 pairs) and 8 pairs more at the rows' cost per pair from 32 tokens on: exactly 3 x 10 + 0.5 x 20;
+    one of 5.4 experts the one-token row (an upper bound in experts) with its pairs' difference."""
+    hand = {1.0: (8, 8), 1.5: (10, 12)}
+    rows = _rows_costing(3.0, 0.5, lambda n: hand[n][0] if n in hand else 128,
+                         lambda n: hand[n][1] if n in hand else 8 * n)
+    counts = (1, 2, 4, 8, 16, 32, 48, 64)
+    assert moe_rows.read_us(rows, counts, 10, 20, 256, 8, 2, True) == pytest.approx(3.0 * 10 + 0.5 * 20)
+    assert moe_rows.read_us(rows, counts, 5.4, 6, 256, 8, 2, True) == pytest.approx(3.0 * 8 + 0.5 * 6)
+    assert moe_rows.read_us(rows, counts, 129, 300, 256, 8, 1, True) is None
+
+
+class _Rows:
+    """A stand-in for a moe_perf slice: 3 us an expert and 0.5 a pair under balanced_logits, TP, 256 experts top-8."""
+    axes = [np.array([1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256], dtype=float)]
+
+    def __call__(self, point):
+        n = point[0]
+        return 1e-3 * (3.0 * 8 * min(n, 32) + 0.5 * 8 * n)  # ms, as the tables
+
+
+def test_measured_moe_reads_the_uniform_passs_distinct_experts_and_pairs(monkeypatch):
+    """n uniformly routed tokens touch 256 (1 - (1 - 8 / 256)^n) experts with 8 n pairs (8 x 24 where locality makes
+    24 tokens touch as many as 16 independent ones): the measured read costs exactly those, not the 16-token row's
+    128 experts."""
+    monkeypatch.setattr(measured, "_grid", lambda *args, **kwargs: _Rows())
+    kernels = measured.MeasuredKernels("h200_sxm")
+    distinct = 256 * (1 - (1 - 8 / 256) ** 16)
+    assert kernels.time_us(MoE(16, 7168, 2048, 8, 256, 8, "fp8")) == pytest.approx(3.0 * distinct + 0.5 * 128)
+    assert kernels.time_us(MoE(16, 7168, 2048, 8, 256, 8, "fp8", routed_tokens=24)) == pytest.approx(
+        3.0 * distinct + 0.5 * 192)
+    assert kernels.time_us(MoE(16, 7168, 2048, 8, 256, 8, "fp8", 1 / 3)) == pytest.approx(
+        (3.0 * distinct + 0.5 * 128) / 3)
 
 
 needs_tables = pytest.mark.skipif(measured.data_root() is None, reason="aiconfigurator-core is not installed")
@@ -96,19 +153,20 @@ def test_the_rows_read_as_the_rule_says():
 def test_the_trtllm_backend_reads_the_min_latency_rows_at_the_busiest_ranks_experts():
     """The flag selects the lane: CUTLASS (the default) the CUTLASS row at tokens x busiest, TRTLLM the min-latency
     row at the count whose rank 0 holds tokens x 8 / ep x busiest distinct experts (EP2: 1 token's 8 -> the one-token
-    row, 10 -> 1.5 tokens, log-interpolated between the 1- and 2-token rows); bf16 experts (no min-latency rows) fall
-    back to the default lanes."""
+    row, 10 -> 1.5 tokens, log-interpolated between the 1- and 2-token rows), passes with those rows' own pairs; bf16
+    experts (no min-latency rows) fall back to the default lanes."""
     import math
     cutlass = measured.MeasuredKernels("b200_sxm", "trtllm", "1.3.0rc20", "CUTLASS")
     trtllm = measured.MeasuredKernels("b200_sxm", "trtllm", "1.3.0rc20", "TRTLLM")
     fast, cut = _rows("moe_torch_flow_min_latency", 2, 4), _rows("moe_torch_flow_cutlass", 2, 4)
-    one = MoE(1, 7168, 2048, 8, 256, 4, "fp4", ep=2, busiest=1.35)
+    one = MoE(1, 7168, 2048, 8, 256, 4, "fp4", ep=2, busiest=1.35, busiest_routed=2)  # 5.4 experts, 8 pairs
     assert trtllm.time_us(one) == pytest.approx(fast[1])
     assert cutlass.time_us(MoE(1, 7168, 2048, 8, 256, 4, "fp4", ep=2)) == pytest.approx(min(cut[cut.index >= 1]))
     w = math.log(1.5) / math.log(2)
-    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 4, "fp4", ep=2, busiest=2.5)) == pytest.approx(
-        fast[1] + w * (fast[2] - fast[1]))
-    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 4, "fp4", 1 / 3, ep=2, busiest=1.35)) == pytest.approx(fast[1] / 3)
+    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 4, "fp4", ep=2, busiest=2.5, busiest_routed=3)) == pytest.approx(
+        fast[1] + w * (fast[2] - fast[1]))  # 10 experts, 12 pairs: the 1.5-token row's own
+    assert trtllm.time_us(MoE(1, 7168, 2048, 8, 256, 4, "fp4", 1 / 3, ep=2, busiest=1.35, busiest_routed=2)) == \
+        pytest.approx(fast[1] / 3)
     bf16 = MoE(1, 6144, 2048, 8, 256, 8, "bf16")
     assert trtllm.time_us(bf16) == cutlass.time_us(bf16)
     assert "MoE backend TRTLLM" in trtllm.label and "MoE backend" not in cutlass.label

@@ -386,7 +386,7 @@ def _f46(cls, FrozenInstanceError):
 # simulator.kernels.shapes.MoE
 def _f47(cls, FrozenInstanceError):
     def __delattr__(self,name):
-        if type(self) is cls or name in ('tokens','hidden','inter','topk','experts','tp','dtype','share','balanced','ep','busiest','busiest_routed',):
+        if type(self) is cls or name in ('tokens','hidden','inter','topk','experts','tp','dtype','share','balanced','ep','busiest','busiest_routed','routed_tokens',):
          raise FrozenInstanceError(f"cannot delete field {name!r}")
         super(cls, self).__delattr__(name)
     return __delattr__
@@ -843,7 +843,7 @@ def _f103():
 def _f104():
     def __eq__(self,other):
         if other.__class__ is self.__class__:
-         return (self.tokens,self.hidden,self.inter,self.topk,self.experts,self.tp,self.dtype,self.share,self.balanced,self.ep,self.busiest,self.busiest_routed,)==(other.tokens,other.hidden,other.inter,other.topk,other.experts,other.tp,other.dtype,other.share,other.balanced,other.ep,other.busiest,other.busiest_routed,)
+         return (self.tokens,self.hidden,self.inter,self.topk,self.experts,self.tp,self.dtype,self.share,self.balanced,self.ep,self.busiest,self.busiest_routed,self.routed_tokens,)==(other.tokens,other.hidden,other.inter,other.topk,other.experts,other.tp,other.dtype,other.share,other.balanced,other.ep,other.busiest,other.busiest_routed,other.routed_tokens,)
         return NotImplemented
     return __eq__
 
@@ -1146,7 +1146,7 @@ def _f152():
 # simulator.kernels.shapes.MoE
 def _f153():
     def __hash__(self):
-        return hash((self.tokens,self.hidden,self.inter,self.topk,self.experts,self.tp,self.dtype,self.share,self.balanced,self.ep,self.busiest,self.busiest_routed,))
+        return hash((self.tokens,self.hidden,self.inter,self.topk,self.experts,self.tp,self.dtype,self.share,self.balanced,self.ep,self.busiest,self.busiest_routed,self.routed_tokens,))
     return __hash__
 
 # simulator.results.summary.RunSummary
@@ -1834,8 +1834,8 @@ def _f212(_type_src, _type_dst, _type_links, _type_path_class, _type_p2p, _type_
     return __init__
 
 # simulator.kernels.shapes.MoE
-def _f213(_type_tokens, _type_hidden, _type_inter, _type_topk, _type_experts, _type_tp, _type_dtype, _type_share, _type_balanced, _type_ep, _type_busiest, _type_busiest_routed, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_share, _dflt_balanced, _dflt_ep, _dflt_busiest, _dflt_busiest_routed, _return_type):
-    def __init__(self,tokens:_type_tokens,hidden:_type_hidden,inter:_type_inter,topk:_type_topk,experts:_type_experts,tp:_type_tp,dtype:_type_dtype,share:_type_share=_dflt_share,balanced:_type_balanced=_dflt_balanced,ep:_type_ep=_dflt_ep,busiest:_type_busiest=_dflt_busiest,busiest_routed:_type_busiest_routed=_dflt_busiest_routed)->_return_type:
+def _f213(_type_tokens, _type_hidden, _type_inter, _type_topk, _type_experts, _type_tp, _type_dtype, _type_share, _type_balanced, _type_ep, _type_busiest, _type_busiest_routed, _type_routed_tokens, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_share, _dflt_balanced, _dflt_ep, _dflt_busiest, _dflt_busiest_routed, _dflt_routed_tokens, _return_type):
+    def __init__(self,tokens:_type_tokens,hidden:_type_hidden,inter:_type_inter,topk:_type_topk,experts:_type_experts,tp:_type_tp,dtype:_type_dtype,share:_type_share=_dflt_share,balanced:_type_balanced=_dflt_balanced,ep:_type_ep=_dflt_ep,busiest:_type_busiest=_dflt_busiest,busiest_routed:_type_busiest_routed=_dflt_busiest_routed,routed_tokens:_type_routed_tokens=_dflt_routed_tokens)->_return_type:
         __dataclass_builtins_object__.__setattr__(self,'tokens',tokens)
         __dataclass_builtins_object__.__setattr__(self,'hidden',hidden)
         __dataclass_builtins_object__.__setattr__(self,'inter',inter)
@@ -1848,6 +1848,7 @@ def _f213(_type_tokens, _type_hidden, _type_inter, _type_topk, _type_experts, _t
         __dataclass_builtins_object__.__setattr__(self,'ep',ep)
         __dataclass_builtins_object__.__setattr__(self,'busiest',busiest)
         __dataclass_builtins_object__.__setattr__(self,'busiest_routed',busiest_routed)
+        __dataclass_builtins_object__.__setattr__(self,'routed_tokens',routed_tokens)
     return __init__
 
 # simulator.results.summary.RunSummary
@@ -2249,7 +2250,7 @@ def _f274():
 # simulator.kernels.shapes.MoE
 def _f275():
     def __repr__(self):
-        return self.__class__.__qualname__ + f"(tokens={self.tokens!r}, hidden={self.hidden!r}, inter={self.inter!r}, topk={self.topk!r}, experts={self.experts!r}, tp={self.tp!r}, dtype={self.dtype!r}, share={self.share!r}, balanced={self.balanced!r}, ep={self.ep!r}, busiest={self.busiest!r}, busiest_routed={self.busiest_routed!r})"
+        return self.__class__.__qualname__ + f"(tokens={self.tokens!r}, hidden={self.hidden!r}, inter={self.inter!r}, topk={self.topk!r}, experts={self.experts!r}, tp={self.tp!r}, dtype={self.dtype!r}, share={self.share!r}, balanced={self.balanced!r}, ep={self.ep!r}, busiest={self.busiest!r}, busiest_routed={self.busiest_routed!r}, routed_tokens={self.routed_tokens!r})"
     return __repr__
 
 # simulator.results.summary.RunSummary
@@ -2655,7 +2656,7 @@ def _f326(cls, FrozenInstanceError):
 # simulator.kernels.shapes.MoE
 def _f327(cls, FrozenInstanceError):
     def __setattr__(self,name,value):
-        if type(self) is cls or name in ('tokens','hidden','inter','topk','experts','tp','dtype','share','balanced','ep','busiest','busiest_routed',):
+        if type(self) is cls or name in ('tokens','hidden','inter','topk','experts','tp','dtype','share','balanced','ep','busiest','busiest_routed','routed_tokens',):
          raise FrozenInstanceError(f"cannot assign to field {name!r}")
         super(cls, self).__setattr__(name, value)
     return __setattr__
@@ -2741,7 +2742,7 @@ FACTORIES = {
     '17d535db67e20947cd4b188be7fbe6a8b65ca07d': _f44,
     'ff81cfadb1513d727e4240080555d9c813217ef4': _f45,
     '290079486a795c91e9a0ddec68a1541d5fdd96e3': _f46,
-    'd57b3604ea931d85ae3976125ab3bd111cb80492': _f47,
+    '5253212956ad2eb3abac5c2bdea82a824ed42adf': _f47,
     '9f5d2eea5bb8d68df477de7ce24ae900c9d702a6': _f48,
     'f788d573c09d5a1277592c6e7900d58165bb8ba0': _f49,
     '8f073d300797e7340b39917c22d302b9ce618511': _f50,
@@ -2798,7 +2799,7 @@ FACTORIES = {
     '2350bd444c5a142866003ad735884c3ae9ff7f4f': _f101,
     'ed7f5bd674e99da3f0e36ba746790fc989080025': _f102,
     'd04d82e78ecc7462c7f2b42313847c8c4dbd969c': _f103,
-    '169824b93d498e7b533116e807bc6cfdaf5b9ebf': _f104,
+    '00a8c6e32505867f8b382b7c53957cf09405a0fc': _f104,
     'b4312eee9bc412e1dac20084394884dc9059c73b': _f105,
     '3613c47e63a88548026bfac047241830af491223': _f106,
     '8935896fc5ca09e69a6f0c8b25bfb3c4228aba32': _f107,
@@ -2847,7 +2848,7 @@ FACTORIES = {
     '67aef7d3b11178068ef227e161d281d0a7715aa4': _f150,
     'ff510736360458bdb40183b10d35bb13230cc54e': _f151,
     '9c4006a7adaf04a0379bc56b5f690e53395efa0c': _f152,
-    'fe34f1f9291a1b53530714f73008819d59e5dc97': _f153,
+    '52d1a21d2c97e909b62192e753c083e6ca9e3b36': _f153,
     '982f61f37f9b7462700706ec9936d23e35ea1951': _f154,
     '0f84b2a8bab868834cb6889f31327a786b41298e': _f155,
     'db33647f5bef8991e7211eb4101aa8b12982dd41': _f156,
@@ -2907,7 +2908,7 @@ FACTORIES = {
     '7ccb5123d2f8069860c200de461bc82604d3dc09': _f210,
     'd836a2bca771bc3a45a06583030eb5b73420fbe7': _f211,
     '1fbf240606c084c4740f5d4ebe493d097a9daa82': _f212,
-    'd55c552b4256afba58e5a06e662f1d85332d8f12': _f213,
+    '29093c44be8fae2550cac96966296ae6aebe2b72': _f213,
     '591f8cbeaa5ea69a24bf10af3e0bee8e2c26f92b': _f214,
     '3d53c4fad80bb07e3527c0e5e20c07e39500ca1d': _f215,
     '8ce0c35f8eab9768816d168d833e347ddf1bb697': _f216,
@@ -2969,7 +2970,7 @@ FACTORIES = {
     'f7c1c92d16187debc0f313fcfaad68e0432bf881': _f272,
     '4270ad78485e7407d26cf0ed13c9fd42a3854b07': _f273,
     '93b969ea2f654bdd2a68eb67530ef68c23ebbe8c': _f274,
-    'ba1bb927784acc51313f49d0596cd83e12e6f869': _f275,
+    'c453b3aa5d88a64431c30ecdefe2f20c8b8294e2': _f275,
     '240d088e439959631d95b8f8c44d7f4bd537219b': _f276,
     'de2030c1479c1f07fabdc0af0716a3908393faa3': _f277,
     'cce3b9b24af8c819d2d001d158cbed32875d960a': _f278,
@@ -3021,7 +3022,7 @@ FACTORIES = {
     '0a941cc2fd208bad6cb0e027b88084dff2c779ec': _f324,
     '36951b72c78aabab06354c93f2d3aa172f9cb92f': _f325,
     'a1343f2c0b97b34722c7ef6f62d2902961985ac0': _f326,
-    '75ea70ae5ca0f6f37e3289f1bbb395a8e4645639': _f327,
+    '91feb645fe8cd217a46d7e1d32069b41c7fffeb9': _f327,
     '0e8a8970ac7373033c161080671b7ba58f7aa386': _f328,
     'c4e3f6c91c330372cdbe3605b9c70e1715862ef4': _f329,
     'd3c22aa456c4e5e563d73a846aa9f2e273a1f3c8': _f330,

@@ -27,19 +27,18 @@ What we take from which table:
   weight more, with a bf16 zero point too: 4/32) is streamed at the rate the kernel was measured to stream the
   weights.
 - GQA attention and MLA: decode, verify and prefill chunks (kernels/measured_attention.py).
-- MoE: moe_perf, the fused expert block (router and all-to-all excluded), `balanced` routing (uniform, as the
-  simulator's routing model), at the token count that touches as many distinct experts as the pass does. Under
-  expert parallelism (ep > 1) TensorRT-LLM's rows only (EP_TABLES): its collector (aiconfigurator
+- MoE: moe_perf, the fused expert block (router and all-to-all excluded), `balanced` routing (helper.balanced_logits:
+  below E / k tokens a row's n x k pairs fall on n x k distinct experts, one token each, where n uniformly routed tokens
+  touch E (1 - (1 - k / E)^n)). A pass is read at the row whose measuring rank holds the pass's distinct experts, its
+  further pairs at the rows' cost per pair from E / k tokens on, where the distinct experts no longer grow
+  (moe_rows.read_us: weights per distinct expert, work per pair, as the grouped GEMM's per-expert tiles cost them).
+  Under expert parallelism (ep > 1) TensorRT-LLM's rows only (EP_TABLES): its collector (aiconfigurator
   collector/trtllm/collect_moe.py run_moe_torch) times one rank, rank 0 of a Mapping with that moe_ep_size /
-  moe_tp_size, over num_tokens tokens routed by helper.balanced_logits (token t's i-th expert t x stride / n +
-  i x stride, stride E / k), so below E / k tokens rank 0 holds n x k / ep distinct experts, one token each: the mean
-  rank's load at n uniformly routed tokens, read at tokens x busiest (the busiest rank's distinct experts). From E / k
-  on rank 0 holds all its E / ep experts and, where ep divides k, n x k / ep routed tokens: read at tokens x
-  busiest_routed (its tokens per expert), another EP split not at all (moe_rows.plain_topk_tokens). Other engines'
-  moe_ep_size rows take the roofline: their collectors' rank and routing are not read here. The engine's MoE backend flag (runtime.moe_backend) picks the lanes
-  (tables.MOE_BACKEND_LANES); TensorRT-LLM's TRTLLM backend reads the min-latency rows, routed by DeepSeek's grouped
-  top-k, at the count whose rank 0 holds the busiest rank's distinct experts (moe_rows.min_latency_tokens), at
-  most E / k rows (from there on the rows' experts repeat).
+  moe_tp_size, whose distinct experts and pairs moe_rows counts from the routing; read so at the busiest rank's
+  distinct experts and pairs. Other engines' moe_ep_size rows take the roofline: their collectors' rank and routing
+  are not read here. The engine's MoE backend flag (runtime.moe_backend) picks the lanes (tables.MOE_BACKEND_LANES);
+  TensorRT-LLM's TRTLLM backend reads the min-latency rows, routed by DeepSeek's grouped top-k, the same way (at most
+  E / k rows' distinct experts: from there on the rows' experts repeat).
 """
 from __future__ import annotations
 
@@ -49,7 +48,7 @@ from functools import partial
 from . import moe_rows
 from .grid import Grid
 from .measured_attention import ATTENTION
-from .shapes import Gemm, KernelShape, MoE
+from .shapes import Gemm, KernelShape, MoE, moe_rank_load
 from .slicegrid import _grid, grid_of_table  # noqa: F401
 from .tables import (ENGINE, ENGINE_VERSION, FILL_ENGINES, LANES, MIN_LATENCY_LANE, MOE_BACKEND_LANES,  # noqa: F401
                      PACKAGE, _version_key, collection_files, covered_systems, data_root, package_version, read_table,
@@ -148,11 +147,9 @@ class MeasuredKernels:
                              ("num_tokens",), (True,), 0, engine, version)
                 if grid is None:
                     continue
-                if lane == MIN_LATENCY_LANE:  # rank 0's experts under the collector's grouped routing (moe_rows)
-                    n = moe_rows.min_latency_tokens(s.tokens * s.topk / s.ep * s.busiest, s.experts, s.topk, s.ep)
-                else:  # a row's rank 0 holds the mean rank's load at num_tokens; the busiest rank's count (moe_rows)
-                    n = moe_rows.plain_topk_tokens(s.tokens, s.busiest, s.busiest_routed, s.experts, s.topk, s.ep)
-                t = None if n is None else grid((n,))
+                distinct, pairs = moe_rank_load(s)  # the busiest rank's, read from rank 0's rows (moe_rows)
+                t = moe_rows.read_us(lambda n: grid((n,)), grid.axes[0], distinct, pairs, s.experts, s.topk, s.ep,
+                                     lane == MIN_LATENCY_LANE)
                 return None if t is None else (t * s.share,
                                                table_label(self.system, "moe", "moe_perf", engine, version))
         return None

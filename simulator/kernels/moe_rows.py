@@ -1,31 +1,38 @@
-"""Which experts the measuring rank holds in TensorRT-LLM's moe_perf rows, counted from the collector's code, so a
-row can be read at the busiest rank's load.
+"""Which experts, and how many token-expert pairs, the measuring rank computes in TensorRT-LLM's and SGLang's
+moe_perf rows, counted from the collector's code, and a row read at a pass's load from them.
 
-The collector (aiconfigurator collector/trtllm/collect_moe.py run_moe_torch) times rank 0 of a Mapping with that
-moe_ep_size / moe_tp_size, which holds experts [0, E / ep), over num_tokens tokens whose router logits are
-helper.balanced_logits(n, E, k): token t's k experts are floor(t x s / n) + i x s (s = ceil(E / k), i < k) below s
-tokens and (t + i x s) mod E from s on, its logits the softmax of that one-hot map (k equal high values, the rest
-equal low ones). Then, per lane:
-- CUTLASS rows (and every lane but min-latency: RenormalizeMoeRoutingMethod, plain top-k): each token gets those k
-  experts, so below s tokens rank 0 holds n x k / ep distinct experts, one token each, and from s on all its E / ep
-  experts, n x k / E tokens each where ep divides k: either way the mean rank's n x k / ep routed tokens
-  (`plain_topk_tokens` gives the count whose rank 0 holds the busiest rank's load).
+The collectors (aiconfigurator collector/trtllm/collect_moe.py run_moe_torch, collector/sglang) time rank 0 of a
+Mapping with that moe_ep_size / moe_tp_size, which holds experts [0, E / ep), over num_tokens tokens whose router
+logits are helper.balanced_logits(n, E, k): token t's k experts are floor(t x s / n) + i x s (s = ceil(E / k), i < k)
+below s tokens and (t + i x s) mod E from s on, its logits the softmax of that one-hot map (k equal high values, the
+rest equal low ones). Then, per lane:
+- CUTLASS / Triton rows (every lane but min-latency: plain top-k): each token gets those k experts, so below s tokens
+  a row holds n x k distinct experts, one token each (n x k / ep on rank 0 where ep divides k), and from s on all
+  of rank 0's E / ep experts, more tokens each. n uniformly routed tokens touch fewer, E (1 - (1 - k / E)^n), with
+  the same n x k pairs: a row has the pass's distinct experts at fewer tokens than the pass's.
 - min-latency rows (moe_torch_flow_min_latency: min_latency_mode, the TRTLLM backend's trtllm-gen kernel, routed by
   DeepseekV3Gate(n_group 8, topk_group 4) inside the kernel, RoutingDeepSeek.cu routingMainKernel): each group of
   E / 8 contiguous experts holds exactly one of a token's high experts, so every group scores alike (its best two:
   high + low) and the kernel's top-k reduction decides ties by index, the smaller first (RoutingKernelTopK.cuh
   TopKRedType.makeCmpVal packs 65535 - index below the value): groups 0-3 are kept and inside them the token's 4 high
-  experts and the 4 lowest-index others. Rank 0 of EP2 then holds every expert of every token (8 at one token, where
-  the mean rank holds 4): `rank0_experts` counts it, and `min_latency_tokens` gives the row count whose rank 0 holds
-  as many distinct experts as the busiest rank does.
+  experts and the 4 lowest-index others (shared by every token). Rank 0 of EP2 then holds every expert of every token.
+
+`read_us` reads a row at a pass's load (distinct experts D, pairs P on the busiest rank) as a grouped GEMM over
+per-expert tiles costs it: weights per distinct expert, and work per pair. The row at n' whose rank 0 holds D
+distinct experts (linear between counts where they grow) has them, with its own pairs p(n'); the P - p(n') others cost
+what a pair costs where the rows' distinct experts no longer change (from s tokens on): the secant of the rows from s
+to the count whose pairs per expert are the pass's P / D (at least the next measured row), per pair counted here.
 
 Assumed: the gate's e_score_correction_bias, torch.empty in DeepseekV3Gate.__init__ and never loaded by the collector,
 is zero; the rows read so (B200, DeepSeek's NVFP4 experts, TP1: EP2's 49.8 / 62.4 / 91.7 / 142.7 us at 1 / 2 / 4 / 8
 tokens against EP1's 48.3 / 61.2 / 89.7 / 142.3, as both ranks would hold the same experts; tests/test_moe_rows.py).
+A pair's cost is linear in the pairs between those rows (the tiles' padding is the rows' own, at the mean load).
 """
 from __future__ import annotations
 
 import math
+from typing import Callable, Sequence
+
 import numpy as np
 
 from ..cache import stored
@@ -61,40 +68,72 @@ def grouped_route(high: np.ndarray, experts: int, k: int, groups: int = N_GROUP,
 
 
 @stored
+def rank0_load(tokens: int, experts: int, k: int, ep: int, grouped: bool) -> tuple[int, int]:
+    """(distinct experts, token-expert pairs) rank 0 ([0, E / ep)) computes in a row of `tokens` tokens, routed by plain
+    top-k or (grouped) the min-latency kernel's grouped top-k."""
+    routed = balanced_experts(tokens, experts, k)
+    if grouped:
+        routed = grouped_route(routed, experts, k)
+    mine = routed[routed < experts // ep]
+    return int(np.unique(mine).size), int(mine.size)
+
+
 def rank0_experts(tokens: int, experts: int, k: int, ep: int) -> int:
-    """Distinct experts rank 0 ([0, E / ep)) computes in a min-latency row of `tokens` tokens."""
-    routed = grouped_route(balanced_experts(tokens, experts, k), experts, k)
-    return int(np.unique(routed[routed < experts // ep]).size)
+    """Distinct experts rank 0 computes in a min-latency row of `tokens` tokens."""
+    return rank0_load(tokens, experts, k, ep, True)[0]
 
 
-def min_latency_tokens(distinct: float, experts: int, k: int, ep: int) -> float | None:
+def _pairs_at(n: float, experts: int, k: int, ep: int, grouped: bool) -> float:
+    """Rank 0's pairs at a fractional count: linear between the integer counts."""
+    low = max(1, math.floor(n))
+    below = rank0_load(low, experts, k, ep, grouped)[1]
+    if n <= low:
+        return float(below)
+    return below + (n - low) * (rank0_load(low + 1, experts, k, ep, grouped)[1] - below)
+
+
+def matching_tokens(distinct: float, experts: int, k: int, ep: int, grouped: bool) -> float | None:
     """The row count (fractional: linear between the counts where rank 0's experts grow) at which rank 0 holds
     `distinct` distinct experts; 1 where one token's experts on rank 0 already exceed them (the one-token row: an
-    upper bound); None where no row's rank 0 holds as many (from ceil(E / k) tokens on the tokens' experts repeat)."""
-    below, held_below = 1, rank0_experts(1, experts, k, ep)
+    upper bound); None where no row's rank 0 holds as many (from s = ceil(E / k) tokens on the experts repeat)."""
+    below, held_below = 1, rank0_load(1, experts, k, ep, grouped)[0]
     if distinct <= held_below:
         return 1.0
     for n in range(2, math.ceil(experts / k) + 1):
-        held = rank0_experts(n, experts, k, ep)
-        if held >= distinct:
+        held = rank0_load(n, experts, k, ep, grouped)[0]
+        if held >= distinct - 1e-9:
             return below + (n - below) * (distinct - held_below) / (held - held_below)
         if held > held_below:
             below, held_below = n, held
     return None
 
 
-def plain_topk_tokens(tokens: float, busiest: float, busiest_routed: float, experts: int, k: int,
-                      ep: int) -> float | None:
-    """The plain top-k row count whose rank 0 holds the busiest rank's load, the row at `tokens` holding the mean
-    rank's. Below s = ceil(E / k) rows rank 0 holds n k / ep distinct experts, one token each: tokens x busiest (the
-    busiest rank's distinct experts). From s on it holds all E / ep of its experts, and, where ep divides k and E =
-    k s (rank 0 holds k / ep of each residue's experts), n k / ep routed tokens: the busiest rank's excess is then
-    in its tokens per expert, tokens x busiest_routed, at least s (its distinct experts, at most E / ep, read as all).
-    None from s on under another EP split: rank 0's routed tokens there are not the mean rank's (not read)."""
-    stride = math.ceil(experts / k)
-    n = max(1.0, tokens * busiest)
-    if n <= stride:
-        return n
-    if ep > 1 and (k % ep or experts != k * stride):
+def min_latency_tokens(distinct: float, experts: int, k: int, ep: int) -> float | None:
+    """matching_tokens for the min-latency rows (grouped routing)."""
+    return matching_tokens(distinct, experts, k, ep, True)
+
+
+def read_us(row_us: Callable[[float], float | None], measured: Sequence[float], distinct: float, pairs: float,
+            experts: int, k: int, ep: int, grouped: bool) -> float | None:
+    """A pass's time from rows row_us(n) measured at counts `measured`: the row whose rank 0 holds the pass's
+    `distinct` experts, plus its pairs beyond that row's at the rows' cost per pair from s tokens on (module doc).
+    None where no row holds as many distinct experts or the rows do not reach the counts read."""
+    s = math.ceil(experts / k)
+    if not grouped:  # rank 0 holds at most its E / ep experts, and every one of them from s tokens on
+        distinct = min(distinct, rank0_load(s, experts, k, ep, False)[0])
+    n = matching_tokens(distinct, experts, k, ep, grouped)
+    base = None if n is None else row_us(n)
+    if base is None:
         return None
-    return max(float(stride), tokens * busiest_routed)
+    extra = pairs - _pairs_at(n, experts, k, ep, grouped)
+    if abs(extra) <= 1e-9:
+        return base
+    held, held_pairs = rank0_load(s, experts, k, ep, grouped)
+    after = [m for m in measured if m > s]
+    if not after:
+        return None
+    top = max(s * (pairs / distinct) / (held_pairs / held), min(after))
+    t_s, t_top = row_us(float(s)), row_us(top)
+    if t_s is None or t_top is None:
+        return None
+    return base + extra * (t_top - t_s) / (_pairs_at(top, experts, k, ep, grouped) - held_pairs)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from ..config.names import ROOFLINE_SETS
 
-from .shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE
+from .shapes import Attention, Gemm, KernelShape, MLABmm, MLAttention, MoE, moe_rank_load
 
 BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
 TILE_M, TILE_N = 64, 128  # Hopper/Blackwell tensor-core GEMM tile (wgmma M = 64; CUTLASS's common 64 x 128)
@@ -168,10 +168,7 @@ def _work(shape: KernelShape, num_sms: int) -> tuple[float, float, str, int]:
     if isinstance(shape, MoE):
         w = BYTES.get(shape.dtype, 2.0) + (2.0 / 32 if shape.dtype in ("int4", "fp4") else 0.0)
         inter = shape.inter / shape.tp
-        routed = shape.tokens * shape.topk / shape.ep  # expert parallelism: this rank's share of the experts
-        touched = (min(shape.experts, routed * shape.ep) if shape.balanced else
-                   shape.experts * (1.0 - (1.0 - shape.topk / shape.experts) ** shape.tokens)) / shape.ep
-        routed, touched = routed * shape.busiest_routed, touched * shape.busiest  # the busiest expert rank's load
+        touched, routed = moe_rank_load(shape)  # the busiest expert rank's distinct experts and routed tokens
         per_expert = routed / max(touched, 1e-9)
         padded = math.ceil(per_expert / MOE_BLOCK_M) * MOE_BLOCK_M
         flops = 2.0 * touched * padded * shape.hidden * 3 * inter

@@ -86,7 +86,18 @@ class MoE:
     ep: int = 1  # expert parallelism: this rank holds experts / ep of them and gets tokens x topk / ep routed tokens
     busiest: float = 1.0  # the busiest expert rank's distinct experts over the mean rank's (>= 1)
     busiest_routed: float = 1.0  # the busiest expert rank's routed tokens (token-expert pairs) over the mean rank's
+    routed_tokens: float = 0.0  # the pass's tokens, each routed to topk experts (0: `tokens`; more under locality)
     family = "moe"
+
+
+def moe_rank_load(shape: MoE) -> tuple[float, float]:
+    """(distinct experts, token-expert pairs) the busiest expert rank computes: `tokens` touch min(E, tokens k)
+    experts (balanced) or E (1 - (1 - k / E)^tokens) (uniform), routed_tokens route routed_tokens k pairs; / ep and
+    x busiest / busiest_routed for that rank."""
+    e, k = shape.experts, shape.topk
+    touched = min(e, shape.tokens * k) if shape.balanced else e * (1.0 - (1.0 - k / e) ** shape.tokens)
+    pairs = (shape.routed_tokens or shape.tokens) * k
+    return touched / shape.ep * shape.busiest, pairs / shape.ep * shape.busiest_routed
 
 
 KernelShape = Union[Gemm, Attention, MLAttention, MLABmm, MoE]

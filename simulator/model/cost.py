@@ -187,7 +187,7 @@ def _expert_kernels(card: ModelCard, tp: int, shape: PassShape, ep: int = 1, sha
     routed = T * m.experts_per_token / ep * busiest_routed
     fused = lambda share: MoE(round(independent, 3), d, m.intermediate_size, m.experts_per_token,  # noqa: E731
                               m.num_experts, tp, w.experts, share, ep=ep, busiest=busiest,
-                              busiest_routed=busiest_routed)
+                              busiest_routed=busiest_routed, routed_tokens=T)
     kernels = [Kernel("experts_gate_up", 2.0 * routed * d * 2 * inter,
                       touched * d * 2 * inter * wb + routed * (d + 2 * inter) * act, cd, fused(2 / 3),
                       card.kernels.moe_fused),
