@@ -25,6 +25,28 @@ def test_a_grid_read_back_is_the_computed_one(tmp_path, monkeypatch):
     assert stored(point) == computed(point) is not None
 
 
+def test_a_cold_grid_looks_its_tables_path_up_once(tmp_path, monkeypatch):
+    """A GEMM slice read from its table (no grid on disk, a fresh store), tested against the GPU's other collections:
+    one lookup of the table's file (tables.table_path) for the grid, its frame and its witnesses; the other
+    collections read by the files they are (collection_files), not looked up again by engine and version."""
+    from simulator.cache import Store, held
+    from simulator.kernels import tables
+
+    monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path))
+    asked = []
+    lookup = tables.table_path
+
+    def counted(*args):
+        asked.append(args)
+        return lookup(*args)
+    monkeypatch.setattr(slicegrid, "table_path", counted)
+    monkeypatch.setattr(tables, "table_path", counted)
+    with held(Store()):
+        grid = slicegrid._grid(*GEMM)
+    assert grid is not None and len(slicegrid.collection_files("h100_sxm", "gemm", "gemm_perf")) > 1
+    assert asked == [GEMM[:3] + ("sglang", None)]
+
+
 def test_a_table_that_covers_nothing_is_stored_as_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSIM_CACHE_DIR", str(tmp_path))
     assert slicegrid._grid.__wrapped__(*NOTHING) is None

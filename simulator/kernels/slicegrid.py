@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..cache import stored
 from . import gridcache
 from .grid import Grid
-from .tables import ENGINE, collection_files, matching, package_version, read_table, table_path, witnesses
+from .tables import ENGINE, collection_files, matching, package_version, read_file, table_path, witnesses
 
 
 @stored
@@ -23,7 +23,7 @@ def _grid(system: str, family: str, table: str, where: tuple, axes: tuple, log_a
     entry = gridcache.entry(package_version(), path, key, also)
     grid = gridcache.load(entry)
     if grid is gridcache.MISSING:
-        grid = grid_of_table(system, family, table, where, axes, log_axes, padded_axis, engine, version, smooth)
+        grid = grid_of_table(system, family, table, where, axes, log_axes, padded_axis, engine, version, smooth, path)
         gridcache.save(entry, grid)
     return grid
 
@@ -35,14 +35,14 @@ def _tested(family: str, padded_axis: int | None) -> bool:
 
 def grid_of_table(system: str, family: str, table: str, where: tuple, axes: tuple, log_axes: tuple,
                   padded_axis: int | None = None, engine: str = ENGINE, version: str | None = None,
-                  smooth: bool = False) -> Grid | None:
-    """_grid read from the table itself (smooth: no other collection read, Grid.from_frame)."""
-    frame = read_table(system, family, table, engine, version)
-    if frame is None:
+                  smooth: bool = False, path=None) -> Grid | None:
+    """_grid read from the table itself (smooth: no other collection read, Grid.from_frame); path: the table's file
+    where the caller has looked it up (_grid), else looked up here, once."""
+    path = path or table_path(system, family, table, engine, version)
+    if path is None:
         return None
-    rows = matching(frame, where)
+    rows = matching(read_file(str(path), table), where)
     if rows is None or rows.empty:
         return None
-    others = witnesses(system, family, table, where, table_path(system, family, table, engine, version)) \
-        if _tested(family, padded_axis) and not smooth else ()
+    others = witnesses(system, family, table, where, path) if _tested(family, padded_axis) and not smooth else ()
     return Grid.from_frame(rows, list(axes), log_axes, padded_axis=padded_axis, witnesses=others, smooth=smooth)

@@ -129,12 +129,16 @@ def table_label(system: str, family: str, table: str, engine: str, version: str 
     return f"{engine} {table_path(system, family, table, engine, version).parent.name}"
 
 
-@stored
 def read_table(system: str, family: str, table: str, engine: str = ENGINE, version: str | None = None):
-    """The table as a pandas frame (in the run's store), or None where this GPU has none."""
+    """The table as a pandas frame (read_file's, in the run's store), or None where this GPU has none."""
     path = table_path(system, family, table, engine, version)
-    if path is None:
-        return None
+    return None if path is None else read_file(str(path), table)
+
+
+@stored
+def read_file(path: str, table: str):
+    """The file of `table` at `path` as a pandas frame (in the run's store by its path: one frame a file, whatever
+    version a lookup asked for)."""
     import pyarrow.parquet as pq
     unused = {"framework", "version", "device"} | ({"op_name"} if table != "mla_bmm_perf" else set())
     columns = [c for c in pq.read_schema(path).names if c not in unused]  # string columns cost most to convert
@@ -178,8 +182,7 @@ def witnesses(system: str, family: str, table: str, where: tuple, own: pathlib.P
     rest = tuple((column, value) for column, value in where if column != "kernel_source")
     found = []
     for path in collection_files(system, family, table):
-        frame = read_table(system, family, table, path.parent.parent.name, path.parent.name)
-        rows = None if frame is None else matching(frame, rest)
+        rows = matching(read_file(str(path), table), rest)
         if rows is None:
             continue
         groups = rows.groupby("kernel_source") if "kernel_source" in rows else ((None, rows),)
