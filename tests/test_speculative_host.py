@@ -93,7 +93,8 @@ def test_graph_passes_run_at_the_captured_batch_size():
 
 def test_the_engine_steps_use_the_case_runtime():
     """The server's speculative step of 10 requests: verify and the head's draft passes in graphs padded to 11, the
-    draft-extend pass eager at 10 (runtime.cuda_graph_draft_extend false), the host path at 10 requests."""
+    draft-extend pass eager at 10 (runtime.cuda_graph_draft_extend false), the host path at 10 requests with the
+    padded graphs' buffer resets."""
     import simpy
 
     import simulator
@@ -113,10 +114,13 @@ def test_the_engine_steps_use_the_case_runtime():
     emitted = 1 + 0.8 + 0.8 * 0.75 + 0.8 * 0.75 * 0.7  # the case's positional acceptance, chain of 3
     per_request = (value["per_request_us"] + 3 * value["per_draft_token_us"] + emitted * value["per_accepted_token_us"]
                    + (emitted + 1) * value["stop_check_us"])  # the case's requests carry one stop string
-    ops = value["eager_ops"] + 2 * value["eager_ops_per_draft_step"]  # draft steps after the first of three
+    # draft steps after the first of three; the padded draft graph's buffer resets (10 runs the graph of 11)
+    ops = value["eager_ops"] + 2 * value["eager_ops_per_draft_step"] + value["eager_ops_padded_draft"]
     assert spec.other_us == pytest.approx(host.sync_us + host.step_overhead_us + ops * host.eager_launch_us
                                           + value["syncs"] * host.sync_us + value["step_host_us"] + per_request * 10,
                                           rel=1e-9)
+    behind = value["eager_ops_behind_draft_graph"] + value["verify_input_ops"] + value["verify_input_ops_padded"]
+    assert spec.behind_drafts == (behind, pytest.approx(behind * host.eager_launch_us, rel=1e-12))
 
 
 def test_the_host_path_grows_with_batch_depth_drafts_and_emitted_tokens():

@@ -59,6 +59,8 @@ class HostWork(HostWorkSurface, Strict):
     eager_ops_per_accepted_token: Optional[Sourced[NonNegativeInt]] = None
     eager_ops_behind_draft_graph: Optional[Sourced[NonNegativeInt]] = None
     verify_input_ops: Optional[Sourced[NonNegativeInt]] = None
+    eager_ops_padded_draft: Optional[Sourced[NonNegativeInt]] = None
+    verify_input_ops_padded: Optional[Sourced[NonNegativeInt]] = None
     tree_mask_bytes_per_entry: Optional[Sourced[float]] = None
     syncs: Optional[Sourced[NonNegativeInt]] = None
     syncs_per_draft_step: Optional[Sourced[NonNegativeInt]] = None

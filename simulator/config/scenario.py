@@ -44,6 +44,13 @@ class SpeculativeHost(Strict):
         "host.eager_launch_us: behind the draft graph as eager_ops_behind_draft_graph where the drafter runs on the "
         "target's GPUs; on the target's, their GPUs idle, before the verify where it has its own "
         "(runtime.draft_on_own_gpus), as the tree mask's bytes"))
+    eager_ops_padded_draft: NonNegativeInt = Field(0, description=(
+        "Further eager ops, the GPU idle, in a step whose batch of requests is not itself a captured size, so its "
+        "graphed draft passes replay padded to the next one (speculative_graph_batch_sizes; the draft graph's input "
+        "buffers reset before its inputs are copied in), each at host.eager_launch_us"))
+    verify_input_ops_padded: NonNegativeInt = Field(0, description=(
+        "Further verify-input ops (as verify_input_ops) in a step whose graphed verify replays padded to a larger "
+        "captured size (its graph's input buffers reset), each at host.eager_launch_us"))
     tree_mask_bytes_per_entry: float = Field(0.0, ge=0, le=64, description=(
         "Device bytes moved per entry of the verify's tree mask (each request's draft tokens x (context + draft "
         "tokens) booleans) by the kernels that fill, pack and copy it, at the GPU's achievable bandwidth: on the GPUs "

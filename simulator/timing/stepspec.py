@@ -49,11 +49,14 @@ def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1
     of the tree's depth after the first), fixed host code beyond those ops (step_host_us), and Python loops over the
     `batch` requests, their draft tokens (the tree's; eager ops per draft token too) and the `emitted` tokens each
     request gets a step on average (bonus included; eager ops and syncs per accepted draft token, bonus excluded),
-    with a stop-string finish check per emitted token and per request where the requests carry stop strings. The
-    ops issued behind the draft graph are not here (exposed_behind_drafts_us). tree None: a chain of one."""
+    with a stop-string finish check per emitted token and per request where the requests carry stop strings, and the
+    draft graph's padding ops where the batch replays it padded (pads). The ops issued behind the draft graph are not
+    here (exposed_behind_drafts_us). tree None: a chain of one."""
     extra = runtime.speculative_host
     depth, drafts = (tree.depth, tree.num_drafts) if tree is not None else (1, 1)
     ops = extra.eager_ops + extra.eager_ops_per_draft_step * max(depth - 1, 0)
+    if extra.eager_ops_padded_draft and pads(runtime, batch, runtime.cuda_graph_draft):
+        ops += extra.eager_ops_padded_draft
     syncs = extra.syncs + extra.syncs_per_draft_step * max(depth - 1, 0)
     per_request = (extra.per_request_us + extra.per_draft_token_us * drafts + extra.per_accepted_token_us * emitted
                    + (extra.stop_check_us * (emitted + 1.0) if stop_strings else 0.0))
@@ -64,19 +67,30 @@ def speculative_host_us(host, runtime, batch: int, tree=None, emitted: float = 1
             + extra.step_host_us + per_request * batch)
 
 
-def behind_draft_graph(host, runtime) -> tuple[int, float]:
+def pads(runtime, batch: int, graphed: bool) -> bool:
+    """Whether a graph-captured pass of `batch` requests replays padded: graphed, the batch not itself a captured
+    size and not above the largest (runtime.speculative_graph_batch_sizes, counted in requests)."""
+    if not graphed or runtime.speculative_graph_pads != "requests":
+        return False
+    return captured_batch(runtime.speculative_graph_batch_sizes, batch) not in (None, batch)
+
+
+def behind_draft_graph(host, runtime, batch: int = 1) -> tuple[int, float]:
     """The eager ops the engine issues while its draft graph runs on the GPU (runtime.speculative_host: between the
-    draft graph's replay and the step's next sync: the drafter's own and those building the verify's inputs) and
-    their host time at host.eager_launch_us, as (ops, us)."""
-    extra = runtime.speculative_host
-    ops = extra.eager_ops_behind_draft_graph + extra.verify_input_ops
+    draft graph's replay and the step's next sync: the drafter's own and those building the verify's inputs, a
+    padded verify's among them) and their host time at host.eager_launch_us, as (ops, us)."""
+    ops = runtime.speculative_host.eager_ops_behind_draft_graph + verify_inputs(host, runtime, batch)[0]
     return (ops, ops * host.eager_launch_us)
 
 
-def verify_inputs(host, runtime) -> tuple[int, float]:
-    """Of behind_draft_graph's ops, those building the verify's inputs (runtime.speculative_host.verify_input_ops)
-    and their host time, as (ops, us): the target's side where the drafter has GPUs of its own."""
-    ops = runtime.speculative_host.verify_input_ops
+def verify_inputs(host, runtime, batch: int = 1) -> tuple[int, float]:
+    """Of behind_draft_graph's ops, those building the verify's inputs (runtime.speculative_host.verify_input_ops,
+    and verify_input_ops_padded where the graphed verify of `batch` requests replays padded) and their host time,
+    as (ops, us): the target's side where the drafter has GPUs of its own."""
+    extra = runtime.speculative_host
+    ops = extra.verify_input_ops
+    if extra.verify_input_ops_padded and pads(runtime, batch, runtime.cuda_graph_verify):
+        ops += extra.verify_input_ops_padded
     return (ops, ops * host.eager_launch_us)
 
 
@@ -94,8 +108,8 @@ def tree_mask_bytes(runtime, tree, batch: int) -> tuple[float, float]:
 def around_drafts(host, runtime, tree, batch: int) -> dict:
     """A speculative StepSpec's work around its drafts, as its keyword arguments: the ops behind the draft graph, the
     verify's inputs among them, the tree mask's bytes (one place for the serving loop and the break-even table)."""
-    return {"behind_drafts": behind_draft_graph(host, runtime), "mask_bytes": tree_mask_bytes(runtime, tree, batch),
-            "verify_inputs": verify_inputs(host, runtime)}
+    return {"behind_drafts": behind_draft_graph(host, runtime, batch), "mask_bytes": tree_mask_bytes(runtime, tree, batch),
+            "verify_inputs": verify_inputs(host, runtime, batch)}
 
 
 def adds_behind_drafts(step) -> bool:
