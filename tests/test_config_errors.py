@@ -253,21 +253,31 @@ def test_a_stated_read_bandwidth_scales_the_data_sheet_figure_once_however_it_co
     assert both.topology.gpu.memory_bandwidth_GBps == 1000
 
 
-def test_an_engine_profiles_host_input_out_of_bounds_is_one_line_naming_the_profile(tmp_path, capsys, monkeypatch):
-    """An engine profile's speculative_host value outside what the runtime allows (tree_mask_bytes_per_entry <= 64)
-    is the profile file's mistake: one line naming that file and the key, exit 2 (not an internal error)."""
+SGLANG_CASE = "validation/cases/h100x8_llama70b_sglang_mtbench.yaml"
+
+
+def broken_sglang_profile(tmp_path, monkeypatch, old: str, new: str):
+    """The shipped sglang 0.4.4.post2 profile with its one `old` text made `new`, written under tmp_path and loaded
+    in its place for this test; returns the broken file's path."""
     import simulator.config.engine_profile as engine_profile
 
     shipped = engine_profile.profile_path("sglang", "0.4.4.post2")
     with open(shipped, encoding="utf-8") as handle:
         text = handle.read()
-    assert text.count("      value: 2.375\n") == 1
+    assert text.count(old) == 1
     broken = tmp_path / "0.4.4.post2.yaml"
-    broken.write_text(text.replace("      value: 2.375\n", "      value: 100\n"))
+    broken.write_text(text.replace(old, new))
     original = engine_profile.profile_path
     monkeypatch.setattr(engine_profile, "profile_path", lambda name, version: str(broken) if (
         name, version) == ("sglang", "0.4.4.post2") else original(name, version))
-    case = scenario_path("validation/cases/h100x8_llama70b_sglang_mtbench.yaml")
+    return broken
+
+
+def test_an_engine_profiles_host_input_out_of_bounds_is_one_line_naming_the_profile(tmp_path, capsys, monkeypatch):
+    """An engine profile's speculative_host value outside what the runtime allows (tree_mask_bytes_per_entry <= 64)
+    is the profile file's mistake: one line naming that file and the key, exit 2 (not an internal error)."""
+    broken = broken_sglang_profile(tmp_path, monkeypatch, "      value: 2.375\n", "      value: 100\n")
+    case = scenario_path(SGLANG_CASE)
     code, out, err = run_cli(capsys, case, "--set", "workload.requests=1")
     assert code == 2 and out == ""
     assert_one_line(err, str(broken), "speculative_host.default.tree_mask_bytes_per_entry", "less than or equal to 64",
@@ -278,19 +288,9 @@ def test_an_engine_profiles_runtime_value_out_of_bounds_names_the_profile_not_th
                                                                                            monkeypatch):
     """Any runtime value the profile gives (here scheduler_step_us, >= 0) outside the runtime's bounds is the profile
     file's mistake: one line naming that file, exit 2; a scenario's own runtime value stays the scenario's."""
-    import simulator.config.engine_profile as engine_profile
-
-    shipped = engine_profile.profile_path("sglang", "0.4.4.post2")
-    with open(shipped, encoding="utf-8") as handle:
-        text = handle.read()
-    old = "scheduler_step_us:\n  value: null\n"
-    assert text.count(old) == 1
-    broken = tmp_path / "0.4.4.post2.yaml"
-    broken.write_text(text.replace(old, "scheduler_step_us:\n  value: -5.0\n"))
-    original = engine_profile.profile_path
-    monkeypatch.setattr(engine_profile, "profile_path", lambda name, version: str(broken) if (
-        name, version) == ("sglang", "0.4.4.post2") else original(name, version))
-    case = scenario_path("validation/cases/h100x8_llama70b_sglang_mtbench.yaml")
+    broken = broken_sglang_profile(tmp_path, monkeypatch, "scheduler_step_us:\n  value: null\n",
+                                   "scheduler_step_us:\n  value: -5.0\n")
+    case = scenario_path(SGLANG_CASE)
     code, out, err = run_cli(capsys, case, "--set", "workload.requests=1")
     assert code == 2 and out == ""
     assert_one_line(err, str(broken), "runtime.scheduler_step_us", "from this engine profile", "allowed: >= 0")
