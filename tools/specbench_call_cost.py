@@ -52,22 +52,14 @@ def timer(counted):
     return Timer()
 
 
-def counted_rule():
-    from specbench_calls import aliases, in_place
-    from specbench_python_host import launches
-
-    def counted(func, name, out, args, kwargs):
-        return launches(func, args) and (in_place(name, kwargs) or not aliases(out, args, kwargs))
-    return counted
-
-
 def step_of(request, steps: int, repeats: int) -> dict:
     """{name: (us, calls) a step}: the least over `repeats` of request(2n) - request(n), by name."""
+    from specbench_calls import counted
     best, totals = {}, []
     for _ in range(repeats):
         rows = {}
         for n in (steps, 2 * steps):
-            t = timer(counted_rule())
+            t = timer(counted)
             done = request(n, t)
             rows[n] = (done, t.us, t.calls)
         (n1, u1, c1), (n2, u2, c2) = rows[steps], rows[2 * steps]
@@ -83,17 +75,8 @@ def step_of(request, steps: int, repeats: int) -> dict:
 def gptfast_request(path: str, layers: int):
     """gpt-fast's decode_n_tokens (tiny bf16 model, top_k 200, temperature 0.8): request(n, mode) -> n."""
     import torch
-    sys.path.insert(0, path)
-    import generate
-    import model as gf
-    torch.manual_seed(0)
-    args = gf.ModelArgs(block_size=512, n_layer=layers, n_head=4, dim=64, intermediate_size=128, vocab_size=1000)
-    m = gf.Transformer(args).eval()
-    with torch.device("cpu"):
-        m.setup_caches(max_batch_size=1, max_seq_length=512)
-    for c in m.modules():
-        c.to(torch.bfloat16)
-    prompt = torch.randint(0, 1000, (5,))
+    from specbench_calls import gptfast_model
+    generate, m, prompt = gptfast_model(path, layers)
 
     def request(n, mode=None):
         with torch.no_grad():
@@ -136,28 +119,24 @@ def summary(rows: dict) -> dict:
 
 def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import torch
     import specbench_runners
+    from specbench_calls import add_flags, at_depths
     parser = argparse.ArgumentParser()
-    specbench_runners.add_flags(parser, 20, "eagle2")
-    parser.add_argument("--gptfast", default="/tmp/gptfast")
-    parser.add_argument("--layers", default="2,6", help="two target depths")
+    add_flags(parser, 20, "eagle2", "2,6")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--accept", action="store_true", help="every draft accepted (else random weights: none)")
     parser.add_argument("--dtype", default="float16", help="the Spec-Bench models' dtype")
     parser.add_argument("--top", type=int, default=12, help="names listed, by host time a step")
     args = parser.parse_args()
     specbench_runners.configure(args)
-    la, lb = (int(x) for x in args.layers.split(","))
     name = args.methods
-    at = {}
-    for layers in (la, lb):
-        torch.manual_seed(0)
-        specbench_runners.LAYERS = layers
+
+    def measure(layers):
         request = (gptfast_request(args.gptfast, layers) if name == "gptfast"
                    else method_request(name, args.accept, args.dtype))
         request(args.steps)  # warm-up
-        at[layers] = step_of(request, args.steps, args.repeats)
+        return step_of(request, args.steps, args.repeats)
+    la, lb, at = at_depths(args, measure)
     low, high = summary(at[la]), summary(at[lb])
     layer_us = (high["inside_us"] - low["inside_us"]) / (lb - la)
     layer_calls = (high["calls"] - low["calls"]) / (lb - la)

@@ -32,11 +32,17 @@ import os
 import sys
 
 
+def counted(func, name: str, out, args, kwargs) -> bool:
+    """The rule above: a top-level call that launches (not a metadata read nor a named view) and, unless in place,
+    has an output that does not alias an input's storage."""
+    from specbench_python_host import launches
+    return launches(func, args) and (in_place(name, kwargs) or not aliases(out, args, kwargs))
+
+
 def call_counter(box):
     """A TorchFunctionMode counting calls by the rule above, by region (forward: inside a marked model pass) and
     name. Entered innermost, it sees the code's own calls before any other mode."""
     from torch.overrides import TorchFunctionMode
-    from specbench_python_host import launches
 
     class Calls(TorchFunctionMode):
         def __init__(self):
@@ -47,7 +53,7 @@ def call_counter(box):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             name = getattr(func, "__name__", "?")
-            if launches(func, args) and (in_place(name, kwargs) or not aliases(out, args, kwargs)):
+            if counted(func, name, out, args, kwargs):
                 region = "forward" if box[1] else "loop"
                 self.counts[region] += 1
                 self.counts[f"{region}:{name}"] += 1
@@ -105,8 +111,8 @@ def gptfast_modules(path: str):
         sys.modules.update(saved)
 
 
-def gptfast_counts(path: str, layers: int, steps: int) -> dict:
-    """A decode token's calls in gpt-fast's eager loop (decode_n_tokens), tiny Llama-shaped model of `layers`."""
+def gptfast_model(path: str, layers: int):
+    """(generate module, tiny bf16 Llama-shaped Transformer of `layers` with its caches set up, a 5-token prompt)."""
     import torch
     generate, gf = gptfast_modules(path)
     torch.manual_seed(0)
@@ -116,7 +122,13 @@ def gptfast_counts(path: str, layers: int, steps: int) -> dict:
         m.setup_caches(max_batch_size=1, max_seq_length=512)
     for c in m.modules():  # the calibration's run is bf16 (the KV caches already are)
         c.to(torch.bfloat16)
-    prompt = torch.randint(0, 1000, (5,))
+    return generate, m, torch.randint(0, 1000, (5,))
+
+
+def gptfast_counts(path: str, layers: int, steps: int) -> dict:
+    """A decode token's calls in gpt-fast's eager loop (decode_n_tokens), tiny Llama-shaped model of `layers`."""
+    import torch
+    generate, m, prompt = gptfast_model(path, layers)
     box = [None, 0]
     out = {}
     with torch.no_grad():
@@ -180,26 +192,40 @@ def split(low: dict, high: dict, la: int, lb: int, names: bool) -> dict:
     return row
 
 
+def add_flags(parser, steps: int, methods: str, layers: str) -> None:
+    """The flags both tools (this and tools/specbench_call_cost.py) take: tools/specbench_runners.py's, gpt-fast's
+    folder, the two target depths."""
+    import specbench_runners
+    specbench_runners.add_flags(parser, steps, methods)
+    parser.add_argument("--gptfast", default="/tmp/gptfast")
+    parser.add_argument("--layers", default=layers, help="two target depths")
+
+
+def at_depths(args, measure) -> tuple[int, int, dict]:
+    """(a, b, {depth: measure(depth)}) at the two --layers depths, each from seed 0 with the runners' target that deep."""
+    import specbench_runners
+    import torch
+    la, lb = (int(x) for x in args.layers.split(","))
+    at = {}
+    for layers in (la, lb):
+        torch.manual_seed(0)
+        specbench_runners.LAYERS = layers
+        at[layers] = measure(layers)
+    return la, lb, at
+
+
 def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import specbench_runners
-    import torch
     parser = argparse.ArgumentParser()
-    specbench_runners.add_flags(parser, 10, "gptfast,baseline,pld,sps,eagle2,eagle3,eagle,medusa,hydra,lookahead")
-    parser.add_argument("--gptfast", default="/tmp/gptfast")
-    parser.add_argument("--layers", default="1,2", help="two target depths")
+    add_flags(parser, 10, "gptfast,baseline,pld,sps,eagle2,eagle3,eagle,medusa,hydra,lookahead", "1,2")
     parser.add_argument("--accept", action="store_true", help="every draft accepted (else random weights: none)")
     parser.add_argument("--names", action="store_true", help="the counts by call name")
     args = parser.parse_args()
     specbench_runners.configure(args)
-    la, lb = (int(x) for x in args.layers.split(","))
     for name in args.methods.split(","):
-        counts = {}
-        for layers in (la, lb):
-            torch.manual_seed(0)
-            specbench_runners.LAYERS = layers
-            counts[layers] = (gptfast_counts(args.gptfast, layers, args.steps) if name == "gptfast"
-                              else method_counts(name, args.steps, args.accept))
+        la, lb, counts = at_depths(args, lambda layers: gptfast_counts(args.gptfast, layers, args.steps)
+                                   if name == "gptfast" else method_counts(name, args.steps, args.accept))
         meta = {k: v for k, v in counts[lb].items() if k in ("steps", "tokens_a_step")}
         print(json.dumps({"method": name, "accept": args.accept, **meta,
                           **split(counts[la], counts[lb], la, lb, args.names)}), flush=True)
