@@ -31,6 +31,7 @@ def set_values(model: Any, dumped: dict) -> dict:
 def overlay(profile: dict, own: dict, at: tuple = ()) -> tuple[dict, list[tuple]]:
     """(profile's values with `own`'s laid over them, the key paths whose values are the profile's)."""
     merged, taken = dict(profile), []
+    own = {_as_profile_key(profile, key): value for key, value in own.items()}
     for key, value in own.items():
         base = profile.get(key)
         if isinstance(value, dict) and value and isinstance(base, dict):
@@ -42,10 +43,17 @@ def overlay(profile: dict, own: dict, at: tuple = ()) -> tuple[dict, list[tuple]
     return merged, taken
 
 
+def _as_profile_key(profile: dict, key: Any) -> Any:
+    """`key` as the profile's mapping spells it: a digit string ('8', as a dotted --set path or a JSON dump writes
+    it) is the integer key of a mapping keyed by integers (custom_allreduce.two_shot_from_bytes: GPUs -> bytes)."""
+    ints = bool(profile) and all(isinstance(k, int) and not isinstance(k, bool) for k in profile)
+    return int(key) if ints and isinstance(key, str) and key.isdigit() else key
+
+
 def key_names(taken: list[tuple]) -> tuple[str, ...]:
     """EngineRun.keys' names of the profile's runtime paths: a whole key by its name, a nested one dotted from the
-    spec's root."""
-    return tuple(path[0] if len(path) == 1 else ".".join((RUNTIME,) + path) for path in taken)
+    spec's root (an integer key as its digits)."""
+    return tuple(str(path[0]) if len(path) == 1 else ".".join(map(str, (RUNTIME,) + path)) for path in taken)
 
 
 def taken_at(error_path: str, taken: list[tuple]) -> tuple | None:
@@ -53,7 +61,7 @@ def taken_at(error_path: str, taken: list[tuple]) -> tuple | None:
     parts = tuple(error_path.split("."))
     if parts[:1] != (RUNTIME,):
         return None
-    paths = set(taken)
+    paths = {tuple(map(str, path)) for path in taken}
     return next((parts[1:i] for i in range(2, len(parts) + 1) if parts[1:i] in paths), None)
 
 
@@ -66,8 +74,8 @@ def own_error(check, merged: dict, taken: list[tuple], error: ConfigError) -> Co
         dropped.add(at)
         node = merged
         for key in at[:-1]:
-            node = node[key]
-        node.pop(at[-1], None)
+            node = node[_as_profile_key(node, key)]
+        node.pop(_as_profile_key(node, at[-1]), None)
         try:
             check(merged)
             return None
