@@ -162,7 +162,7 @@ class Machine:
             nvlink = self.tp > 1 and fabric.all_pairs_nvlink(self.tp)
             # the engine's rule (its profile's custom_allreduce); its measured kernel only where the rule can run it
             rule, custom = spec.runtime.custom_allreduce, None
-            if rule is not None and self.tp in rule.gpu_counts and (nvlink or self.tp <= rule.pcie_max_gpus):
+            if rule is not None and rule.runs(self.tp, 0, nvlink):
                 from ..kernels.custom_allreduce_fit import simulation_model  # here: its measured tables only then
 
                 custom = simulation_model(scenario, self.tp, nvlink)
