@@ -29,20 +29,20 @@ def test_grouped_routing_keeps_groups_0_to_3_and_the_lowest_index_fills():
 @pytest.mark.parametrize("ep, held", [(1, 8), (2, 8), (4, 6), (8, 5), (32, 5), (64, 4), (128, 2), (256, 1)])
 def test_rank0_holds_at_one_token(ep, held):
     """Rank 0 holds [0, 256 / ep): of {0-4, 32, 64, 96} at EP4 0-4 and 32, at EP64 0-3, at EP128 0-1."""
-    assert moe_rows.rank0_experts(1, 256, 8, ep) == held
+    assert moe_rows.rank0_load(1, 256, 8, ep, True)[0] == held
 
 
 def test_rank0_at_two_tokens_and_the_read_count():
     """Two tokens at EP2: highs 0, 16, 32, ..., 112 and fills 1-4 (0 is token 0's high): 12. The busiest rank's
     distinct experts map back linearly between counts; fewer than one token's 8 read the one-token row; at EP1 no row
     holds more than groups 0-3's 128 experts."""
-    assert moe_rows.rank0_experts(2, 256, 8, 2) == 12
-    assert moe_rows.rank0_experts(3, 256, 8, 2) == 16
-    assert moe_rows.min_latency_tokens(5.4, 256, 8, 2) == 1.0
-    assert moe_rows.min_latency_tokens(10, 256, 8, 2) == pytest.approx(1.5)
-    assert moe_rows.min_latency_tokens(14, 256, 8, 2) == pytest.approx(2.5)
-    assert moe_rows.min_latency_tokens(128, 256, 8, 2) is not None
-    assert moe_rows.min_latency_tokens(129, 256, 8, 1) is None
+    assert moe_rows.rank0_load(2, 256, 8, 2, True)[0] == 12
+    assert moe_rows.rank0_load(3, 256, 8, 2, True)[0] == 16
+    assert moe_rows.matching_tokens(5.4, 256, 8, 2, True) == 1.0
+    assert moe_rows.matching_tokens(10, 256, 8, 2, True) == pytest.approx(1.5)
+    assert moe_rows.matching_tokens(14, 256, 8, 2, True) == pytest.approx(2.5)
+    assert moe_rows.matching_tokens(128, 256, 8, 2, True) is not None
+    assert moe_rows.matching_tokens(129, 256, 8, 1, True) is None
 
 
 def test_from_e_over_k_rows_rank_0_holds_all_its_experts_and_the_mean_ranks_tokens():
@@ -143,7 +143,7 @@ def test_the_rows_read_as_the_rule_says():
     4%; the CUTLASS rows, whose rank 0 holds half of EP1's, do not (EP2 0.55-0.65 of EP1)."""
     one, two = _rows("moe_torch_flow_min_latency", 1, 1), _rows("moe_torch_flow_min_latency", 2, 1)
     for n in (1, 2, 4, 8):
-        assert moe_rows.rank0_experts(n, 256, 8, 2) == moe_rows.rank0_experts(n, 256, 8, 1)
+        assert moe_rows.rank0_load(n, 256, 8, 2, True)[0] == moe_rows.rank0_load(n, 256, 8, 1, True)[0]
         assert two[n] == pytest.approx(one[n], rel=0.04)
     cut1, cut2 = _rows("moe_torch_flow_cutlass", 1, 1), _rows("moe_torch_flow_cutlass", 2, 1)
     assert all(0.5 < cut2[n] / cut1[n] < 0.7 for n in (1, 2, 4, 8))

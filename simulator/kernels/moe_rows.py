@@ -78,11 +78,6 @@ def rank0_load(tokens: int, experts: int, k: int, ep: int, grouped: bool) -> tup
     return int(np.unique(mine).size), int(mine.size)
 
 
-def rank0_experts(tokens: int, experts: int, k: int, ep: int) -> int:
-    """Distinct experts rank 0 computes in a min-latency row of `tokens` tokens."""
-    return rank0_load(tokens, experts, k, ep, True)[0]
-
-
 def _pairs_at(n: float, experts: int, k: int, ep: int, grouped: bool) -> float:
     """Rank 0's pairs at a fractional count: linear between the integer counts."""
     low = max(1, math.floor(n))
@@ -106,11 +101,6 @@ def matching_tokens(distinct: float, experts: int, k: int, ep: int, grouped: boo
         if held > held_below:
             below, held_below = n, held
     return None
-
-
-def min_latency_tokens(distinct: float, experts: int, k: int, ep: int) -> float | None:
-    """matching_tokens for the min-latency rows (grouped routing)."""
-    return matching_tokens(distinct, experts, k, ep, True)
 
 
 def read_us(row_us: Callable[[float], float | None], measured: Sequence[float], distinct: float, pairs: float,
